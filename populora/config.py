@@ -1,0 +1,478 @@
+"""The one configuration schema of PopuLoRA: pydantic models, presets, overrides, and the loader.
+
+Every default marked [choice] in spec/ALGORITHMS.md is a field here with that default; the docstring of each
+field says what it means and cites the spec section. Load a config with `load_config(preset=..., overrides=...)`.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+PRESET_DIR = Path(__file__).resolve().parents[1] / "configs"
+TASK_TYPES = ("code_i", "code_o", "code_f")
+ALL_TARGET_MODULES = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+OPERATORS = ("M1", "M2", "M3", "M4", "X1", "X2", "X3", "X4")
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot be used; the message names the field and what is allowed."""
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, use_attribute_docstrings=True)
+
+
+class RunConfig(Section):
+    run_id: str = ""
+    """Run identifier; empty = generated from the preset name and the time at start."""
+    seed: int = 0
+    """Seed for every random choice of the run (matchmaking, sampling, operators, references)."""
+    steps: int = Field(20, ge=0)
+    """Training steps after seeding."""
+    mode: Literal["population", "baseline"] = "population"
+    """`population`: teachers and students (the method); `baseline`: AZR single-adapter self-play (spec 1)."""
+    deployment: Literal["embedded", "distributed"] = "embedded"
+    """`embedded`: one process, in-process clients; `distributed`: gRPC services and Redis Streams."""
+    output_dir: str = "runs"
+    """Where each run writes its metrics (JSONL, TensorBoard) and its report: <output_dir>/<run_id>/."""
+
+
+class ModelConfig(Section):
+    name: str = "tiny"
+    """Base model: `tiny`, `smollm2-135m`, or a path to a local Hugging Face model directory."""
+    dtype: Literal["float32", "bfloat16", "float16", "auto"] = "float32"
+    """Weights' dtype; `auto` = bfloat16 on GPU, float32 on CPU."""
+    device: str = "auto"
+    """`auto`, `cpu`, `cuda`, `cuda:N`."""
+    cache_dir: str = ""
+    """Where converted models and tokenizers are cached; empty = $POPULORA_CACHE or ~/.cache/populora."""
+    chat_template: bool = True
+    """Format prompts with the model's chat template (off: plain text prompts)."""
+
+
+class LoraConfigModel(Section):
+    rank: int = Field(32, ge=1, le=512)
+    """LoRA rank r of every adapter (spec 1: rank 32)."""
+    alpha: float = Field(64.0, gt=0)
+    """lora_alpha; the update is (alpha / r) * B A^T."""
+    dropout: float = Field(0.0, ge=0, lt=1)
+    """LoRA dropout during training."""
+    target_modules: list[str] = Field(default_factory=lambda: list(ALL_TARGET_MODULES))
+    """Projections that carry LoRA (spec 1: all attention and MLP projections)."""
+
+
+class PopulationConfig(Section):
+    n_teachers: int = Field(4, ge=1)
+    """Teachers T1..Tn (spec 1: standard 4)."""
+    n_students: int = Field(4, ge=1)
+    """Students S1..Sm (spec 1: standard 4)."""
+
+
+class TasksConfig(Section):
+    task_types: list[Literal["code_i", "code_o", "code_f"]] = Field(default_factory=lambda: list(TASK_TYPES))
+    """Task types played each step (spec 2)."""
+    proposals_per_teacher: int = Field(2, ge=1)
+    """Proposals each teacher writes per task type per step (its batch of tasks in a match)."""
+    n_samples: int = Field(4, ge=1)
+    """[choice] Student samples per task; rho is their mean correctness (spec 4: AZR 8, ours 4)."""
+    n_references: int = Field(6, ge=0)
+    """K reference triplets shown in a teacher's prompt (spec 10)."""
+    code_f_inputs: int = Field(10, ge=2)
+    """N inputs a code_f teacher writes; the solver sees N/2 pairs and is checked on the other N/2 (spec 2)."""
+    buffer_cap: int = Field(1024, ge=1)
+    """[choice] FIFO cap of each task type's buffer; the oldest entries are dropped (spec 10)."""
+    seed_buffer_size: int = Field(256, ge=1)
+    """Valid triplets per task type the base model proposes before training starts (spec 10: AZR 256)."""
+    seed_max_rounds: int = Field(20, ge=1)
+    """Give up seeding after this many proposal rounds and go on with what the buffers hold."""
+    timeout_s: float = Field(5.0, gt=0)
+    """[choice] Time limit of one program run during validation (spec 3.5: AZR 10 s, ours 5 s)."""
+    deterministic_runs: int = Field(2, ge=1)
+    """[choice] Fresh-process runs that must agree for a proposal to be deterministic (spec 3.6)."""
+    max_output_repr: int = Field(1000, ge=1)
+    """[choice] Longest output repr accepted; longer proposals are rejected (spec 3.7)."""
+    restricted_expressions: bool = True
+    """[choice] Model-written inputs and predicted outputs must be restricted expressions (spec 3.4)."""
+
+
+class RewardConfig(Section):
+    teacher_reward: Literal["inverse_solve", "learnability"] = "inverse_solve"
+    """Teacher reward: `inverse_solve` r = 1 - rho (brief); `learnability` AZR's 1 - rho if 0 < rho < 1 else 0."""
+    student_correct: float = 1.0
+    """Student reward for a correct attempt (spec 4)."""
+    student_wrong: float = -0.5
+    """Student reward for a well-formatted wrong attempt (spec 4)."""
+    malformed: float = -1.0
+    """Reward for malformed output, student or teacher, and for an invalid proposal (spec 4)."""
+
+
+class GenerationConfig(Section):
+    backend: Literal["hf", "vllm"] = "hf"
+    """Inference backend: transformers+batched LoRA (`hf`) or vLLM."""
+    max_new_tokens: int = Field(512, ge=1)
+    """Token budget of one completion."""
+    teacher_max_new_tokens: int = Field(0, ge=0)
+    """Token budget of a proposal; 0 = max_new_tokens."""
+    temperature: float = Field(1.0, ge=0)
+    """Sampling temperature (0 = greedy)."""
+    top_p: float = Field(1.0, gt=0, le=1)
+    """Nucleus sampling threshold."""
+    max_batch: int = Field(256, ge=1)
+    """Most rows (requests x n) in one Generate call; beyond it the service answers RESOURCE_EXHAUSTED."""
+    max_resident_adapters: int = Field(32, ge=1)
+    """Adapter versions kept resident; the least recently used is evicted beyond it."""
+    lora_path: Literal["batched", "peft"] = "batched"
+    """`batched`: our per-row gathered LoRA layer; `peft`: PEFT's adapter_names loop (for comparison)."""
+    max_loras: int = Field(16, ge=1)
+    """vLLM: adapters in one batch."""
+    max_lora_rank: int = Field(32, ge=1)
+    """vLLM: the largest rank it will serve."""
+    max_cpu_loras: int = Field(64, ge=1)
+    """vLLM: adapters cached in CPU memory."""
+    gpu_memory_utilization: float = Field(0.85, gt=0, le=1)
+    """vLLM: fraction of GPU memory it may take."""
+    tensor_parallel_size: int = Field(1, ge=1)
+    """vLLM: GPUs the base is split over."""
+
+
+class TrainerConfig(Section):
+    lr: float = Field(1e-5, gt=0)
+    """[choice] AdamW learning rate for LoRA (spec 5: about 10x AZR's full fine-tuning 1e-6)."""
+    weight_decay: float = Field(0.0, ge=0)
+    """AdamW weight decay."""
+    betas: tuple[float, float] = (0.9, 0.999)
+    """AdamW betas."""
+    grad_clip: float = Field(1.0, gt=0)
+    """Global gradient-norm clip (spec 5)."""
+    entropy_coef: float = Field(0.0, ge=0)
+    """Entropy bonus (spec 5: optional, 0.001 when on)."""
+    ppo_clip: float = Field(0.2, gt=0)
+    """PPO ratio clip, active only with more than one epoch (spec 5)."""
+    epochs: int = Field(1, ge=1)
+    """Passes over a batch of rollouts (1 = on-policy, the clip is a no-op)."""
+    micro_batch_tokens: int = Field(4096, ge=16)
+    """Memory budget: tokens (prompt + response) in one forward/backward; gradients accumulate across them."""
+    batch_mode: Literal["auto", "batched", "sequential"] = "auto"
+    """Several adapters' updates in one pass (`batched`) or one by one; `auto`: batched on GPU, sequential on CPU."""
+    adv_eps: float = 1e-6
+    """epsilon in A = (r - mean) / (std + eps) (spec 5)."""
+
+
+class LeagueConfig(Section):
+    mu: float = 25.0
+    """TrueSkill initial mean mu0 (spec 6)."""
+    sigma: float = 25.0 / 3
+    """TrueSkill initial deviation sigma0 (spec 6)."""
+    beta: float = 25.0 / 6
+    """TrueSkill performance deviation beta = sigma0/2 (spec 6)."""
+    tau: float = 25.0 / 300
+    """TrueSkill dynamics tau = sigma0/100 (spec 6)."""
+    draw_probability: float = Field(0.10, ge=0, lt=1)
+    """TrueSkill draw probability (spec 6)."""
+    k: float = Field(3.0, ge=0)
+    """Conservative skill = mu - k*sigma (spec 6)."""
+    outcome: Literal["aggregate", "per_task"] = "aggregate"
+    """[choice] One game per match from mean rho with a margin, or one game per task (spec 6)."""
+    margin: float = Field(0.05, ge=0, lt=0.5)
+    """[choice] Student wins if mean rho > 0.5 + margin, teacher if < 0.5 - margin, else draw (spec 6)."""
+    pfsp: Literal["var", "hard"] = "var"
+    """PFSP weighting: f_var(x) = x(1-x) or f_hard(x) = (1-x)^p (spec 7)."""
+    pfsp_p: float = Field(2.0, gt=0)
+    """Exponent p of f_hard (spec 7)."""
+    pfsp_floor: float = Field(0.01, ge=0)
+    """Floor on each PFSP weight, so every pairing stays possible (spec 7)."""
+    payoff_decay: float = Field(0.9, gt=0, le=1)
+    """Exponential decay of the teacher x student payoff matrix per new match."""
+    db_url: str = "sqlite:///{output_dir}/league.sqlite"
+    """SQLAlchemy URL of the league database; `{output_dir}` is filled in. Distributed: postgresql+psycopg://..."""
+    token: str = ""
+    """Bearer token for REST writes; empty = $POPULORA_TOKEN (writes are refused if both are empty)."""
+
+
+class EvolutionConfig(Section):
+    every_k: int = Field(10, ge=1)
+    """[choice] Replace members every k steps (spec 8: default 10)."""
+    gamma: float = Field(0.25, gt=0, lt=1)
+    """[choice] Fraction of each sub-population replaced: ceil(gamma*N) (spec 8)."""
+    tournament_size: int = Field(2, ge=1)
+    """[choice] Tournament size for drawing a pair of parents from the top half (spec 8)."""
+    operator_mix: dict[str, float] = Field(
+        default_factory=lambda: {"M1": 0.2, "M2": 0.1, "M3": 0.1, "M4": 0.1, "X1": 0.15, "X2": 0.1,
+                                 "X3": 0.1, "X4": 0.15})
+    """[choice] Probability of each operator when making a child (spec 9)."""
+    epsilon: float = Field(0.1, gt=0, le=1)
+    """[choice] Mutation scale epsilon of M1-M3 (spec 9)."""
+    m4_epsilon: float = Field(0.15, gt=0, le=1)
+    """[choice] Mutation scale of M4 (spec 9)."""
+    self_adapt_epsilon: bool = True
+    """[choice] Self-adapt epsilon per member: log eps += tau * N(0,1), clamped (spec 9)."""
+    epsilon_tau: float = Field(0.05, ge=0)
+    """[choice] Step size of the log-normal self-adaptation (spec 9)."""
+    epsilon_min: float = Field(1e-4, gt=0)
+    """Lower clamp of a self-adapted epsilon (spec 9)."""
+    epsilon_max: float = Field(1.0, gt=0)
+    """Upper clamp of a self-adapted epsilon (spec 9)."""
+    m2_fraction: float = Field(0.33, gt=0, le=1)
+    """[choice] Fraction of modules M2 perturbs, at least one (spec 9)."""
+    m3_fraction: float = Field(0.3, gt=0, lt=1)
+    """[choice] Fraction of singular components M3 zeroes, ceil(fraction * r) (spec 9)."""
+    dare_p: float = Field(0.7, ge=0, lt=1)
+    """[choice] DARE drop probability p of X1 (spec 9)."""
+    x4_eta_min: float = Field(1.0, ge=0)
+    """[choice] X4 extrapolation eta ~ U(min, max) (spec 9)."""
+    x4_eta_max: float = Field(1.5, ge=0)
+    """[choice] X4 extrapolation eta ~ U(min, max) (spec 9)."""
+
+    @field_validator("operator_mix")
+    @classmethod
+    def _known_operators(cls, mix: dict[str, float]) -> dict[str, float]:
+        unknown = sorted(set(mix) - set(OPERATORS))
+        if unknown:
+            raise ValueError(f"unknown operator(s) {unknown}; allowed: {list(OPERATORS)}")
+        if any(w < 0 for w in mix.values()) or sum(mix.values()) <= 0:
+            raise ValueError("weights must be >= 0 and sum to more than 0")
+        return mix
+
+
+class SandboxConfig(Section):
+    backend: Literal["zygote", "subprocess", "gvisor"] = "zygote"
+    """Executor: warm forking zygote in a namespace (default), one plain subprocess per job, or gVisor's runsc."""
+    workers: int = Field(0, ge=0)
+    """Worker processes; 0 = one per core."""
+    timeout_s: float = Field(5.0, gt=0)
+    """[choice] Wall-clock limit of one job (spec 3.5)."""
+    memory_mb: int = Field(256, ge=16)
+    """Address-space limit of one job."""
+    output_kb: int = Field(64, ge=1)
+    """Largest stdout + result of one job."""
+    isolation: Literal["auto", "bwrap", "unshare", "none"] = "auto"
+    """Namespace layer of the zygote backend; `auto` = bwrap, else unshare; `none` only for development."""
+    seccomp: bool = True
+    """Install the seccomp filter in every job."""
+    verifiers: dict[str, str] = Field(default_factory=dict)
+    """External verifier name per task type (registered over REST); a task type not named uses the sandbox."""
+    verifier_timeout_s: float = Field(10.0, gt=0)
+    """Timeout of one call to an external verifier."""
+    verifier_retries: int = Field(2, ge=0)
+    """Retries of a failed external-verifier call."""
+    breaker_failures: int = Field(5, ge=1)
+    """Consecutive failures that open an external verifier's circuit breaker."""
+    breaker_reset_s: float = Field(30.0, gt=0)
+    """Seconds an open circuit breaker waits before it lets one call through."""
+    db_url: str = ""
+    """Database of the external-verifier registry; empty = league.db_url (one shared database)."""
+    token: str = ""
+    """Bearer token for REST writes; empty = $POPULORA_TOKEN."""
+
+
+class QueueConfig(Section):
+    backend: Literal["inprocess", "redis"] = "inprocess"
+    """Step-phase queue: in-process (embedded) or Redis Streams (distributed)."""
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    """Redis server of the streams."""
+    claim_idle_ms: int = Field(60_000, ge=100)
+    """A pending entry idle this long is reclaimed by another consumer."""
+    stream_prefix: str = "populora"
+    """Prefix of the stream and group names."""
+
+
+class ServiceEndpoint(Section):
+    host: str = "127.0.0.1"
+    """Address the service listens on / clients connect to."""
+    port: int = Field(ge=1, le=65535)
+    """gRPC port."""
+    metrics_port: int = Field(0, ge=0, le=65535)
+    """Prometheus /metrics port (0 = the REST port where the service has one, else none)."""
+    rest_port: int = Field(0, ge=0, le=65535)
+    """REST port (league and sandbox); 0 = no REST."""
+
+
+class ServicesConfig(Section):
+    inference: ServiceEndpoint = ServiceEndpoint(port=50051, metrics_port=9101)
+    """Inference service endpoint."""
+    trainer: ServiceEndpoint = ServiceEndpoint(port=50052, metrics_port=9102)
+    """Trainer service endpoint."""
+    league: ServiceEndpoint = ServiceEndpoint(port=50053, rest_port=8080)
+    """League service endpoint (REST leaderboard on rest_port)."""
+    sandbox: ServiceEndpoint = ServiceEndpoint(port=50054, rest_port=8081)
+    """Sandbox service endpoint (REST on rest_port)."""
+    evolver: ServiceEndpoint = ServiceEndpoint(port=50055, metrics_port=9105)
+    """Evolver service endpoint."""
+    grpc_timeout_s: float = Field(600.0, gt=0)
+    """Deadline of one gRPC call from the coordinator."""
+
+
+class StoreConfig(Section):
+    root: str = "{output_dir}/store"
+    """Artifact store directory (a shared volume in compose/k8s); `{output_dir}` is filled in."""
+
+
+class Config(Section):
+    """A whole PopuLoRA configuration."""
+
+    run: RunConfig = RunConfig()
+    """Run identity, length and mode."""
+    model: ModelConfig = ModelConfig()
+    """The frozen base model."""
+    lora: LoraConfigModel = LoraConfigModel()
+    """Shape of every adapter."""
+    population: PopulationConfig = PopulationConfig()
+    """Sizes of the two sub-populations."""
+    tasks: TasksConfig = TasksConfig()
+    """AZR task types, buffers and proposal validation (spec 2, 3, 10)."""
+    rewards: RewardConfig = RewardConfig()
+    """Rewards (spec 4)."""
+    generation: GenerationConfig = GenerationConfig()
+    """Inference backend and sampling."""
+    trainer: TrainerConfig = TrainerConfig()
+    """TRR++ updates (spec 5)."""
+    league: LeagueConfig = LeagueConfig()
+    """Ratings, matchmaking and the league database (spec 6-7)."""
+    evolution: EvolutionConfig = EvolutionConfig()
+    """Evolutionary replacement and operators (spec 8-9)."""
+    sandbox: SandboxConfig = SandboxConfig()
+    """The verifier: isolation, limits, external verifiers."""
+    queue: QueueConfig = QueueConfig()
+    """Step-phase queue."""
+    services: ServicesConfig = ServicesConfig()
+    """Service endpoints (distributed mode)."""
+    store: StoreConfig = StoreConfig()
+    """The artifact store."""
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Config:
+        if self.evolution.x4_eta_max < self.evolution.x4_eta_min:
+            raise ValueError("evolution.x4_eta_max must be >= evolution.x4_eta_min")
+        if self.evolution.epsilon_max < self.evolution.epsilon_min:
+            raise ValueError("evolution.epsilon_max must be >= evolution.epsilon_min")
+        unknown = sorted(set(self.sandbox.verifiers) - set(TASK_TYPES))
+        if unknown:
+            raise ValueError(f"sandbox.verifiers: unknown task type(s) {unknown}; allowed: {list(TASK_TYPES)}")
+        return self
+
+    # Paths with {output_dir} resolved.
+    def resolve(self, template: str) -> str:
+        return template.replace("{output_dir}", self.run.output_dir)
+
+    @property
+    def store_root(self) -> Path:
+        return Path(self.resolve(self.store.root))
+
+    @property
+    def league_db_url(self) -> str:
+        url = self.resolve(self.league.db_url)
+        if url.startswith("sqlite:///"):
+            Path(url[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+        return url
+
+    @property
+    def teacher_max_new_tokens(self) -> int:
+        return self.generation.teacher_max_new_tokens or self.generation.max_new_tokens
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False, width=110)
+
+
+def list_presets() -> list[str]:
+    return sorted(p.stem for p in PRESET_DIR.glob("*.yaml"))
+
+
+def _set_path(tree: dict[str, Any], dotted: str, value: Any) -> None:
+    parts = dotted.split(".")
+    node = tree
+    for part in parts[:-1]:
+        child = node.get(part)
+        if child is None:
+            child = node[part] = {}
+        if not isinstance(child, dict):
+            raise ConfigError(f"cannot set '{dotted}': '{part}' is a value, not a section")
+        node = child
+    node[parts[-1]] = value
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """`a.b=value` -> ("a.b", value parsed as YAML: numbers, booleans, lists, strings)."""
+    if "=" not in text:
+        raise ConfigError(f"override '{text}' is not of the form section.field=value")
+    key, raw = text.split("=", 1)
+    key = key.strip()
+    if not key:
+        raise ConfigError(f"override '{text}' has no field name")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    return key, value
+
+
+def _env_overrides() -> list[tuple[str, Any]]:
+    """POPULORA__SECTION__FIELD=value environment variables (how containers configure services)."""
+    out = []
+    for name, raw in sorted(os.environ.items()):
+        if name.startswith("POPULORA__") and len(name) > len("POPULORA__"):
+            dotted = ".".join(p.lower() for p in name[len("POPULORA__"):].split("__"))
+            out.append(parse_override(f"{dotted}={raw}"))
+    return out
+
+
+def _format_error(err: ValidationError, source: str) -> str:
+    lines = [f"invalid configuration ({source}):"]
+    for e in err.errors():
+        field = ".".join(str(p) for p in e["loc"]) or "(top level)"
+        msg = e["msg"]
+        if e["type"] == "extra_forbidden":
+            msg = "unknown field"
+        lines.append(f"  {field}: {msg}" + (f" (got {e['input']!r})" if "input" in e and e["type"] != "extra_forbidden"
+                                             and not isinstance(e["input"], dict) else ""))
+    return "\n".join(lines)
+
+
+def load_config(preset: str | None = None, path: str | Path | None = None,
+                overrides: list[str] | None = None, env: bool = True) -> Config:
+    """Preset or file, then POPULORA__* environment variables, then `--set` overrides; validated at the end."""
+    tree: dict[str, Any] = {}
+    source = "defaults"
+    if path is None and preset is None and os.environ.get("POPULORA_CONFIG"):
+        path = os.environ["POPULORA_CONFIG"]
+    if preset is not None:
+        file = PRESET_DIR / f"{preset}.yaml"
+        if not file.exists():
+            raise ConfigError(f"unknown preset '{preset}'; allowed: {list_presets()}")
+        path, source = file, f"preset {preset}"
+    if path is not None:
+        file = Path(path)
+        if not file.exists():
+            raise ConfigError(f"config file not found: {file}")
+        try:
+            tree = yaml.safe_load(file.read_text()) or {}
+        except yaml.YAMLError as e:
+            raise ConfigError(f"config file {file} is not valid YAML: {e}") from e
+        if not isinstance(tree, dict):
+            raise ConfigError(f"config file {file} must hold a mapping of sections")
+        source = source if preset else str(file)
+    pairs = (_env_overrides() if env else []) + [parse_override(o) for o in overrides or []]
+    for key, value in pairs:
+        _set_path(tree, key, value)
+    try:
+        return Config.model_validate(tree)
+    except ValidationError as e:
+        raise ConfigError(_format_error(e, source)) from None
+
+
+def field_docs(model: type[BaseModel] = Config, prefix: str = "") -> dict[str, str]:
+    """Every field's dotted path -> its documentation (used by `populora config docs` and the tests)."""
+    out: dict[str, str] = {}
+    for name, info in model.model_fields.items():
+        path = f"{prefix}{name}"
+        ann = info.annotation
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            out[path] = info.description or (ann.__doc__ or "")
+            out.update(field_docs(ann, path + "."))
+        else:
+            out[path] = info.description or ""
+    return out

@@ -1,0 +1,87 @@
+"""Shared fixtures: the tiny base model, a temp artifact store, and real Postgres / Redis connections."""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+PG_URL = os.environ.get("POPULORA_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+REDIS_URL = os.environ.get("POPULORA_TEST_REDIS", "redis://127.0.0.1:6379/15")
+IN_CI = os.environ.get("CI", "").lower() == "true"
+
+
+def _port_open(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1.0):
+            return True
+    except OSError:
+        return False
+
+
+def need_server(name: str, port: int) -> None:
+    """Skip locally when a server is down; under CI=true a missing server fails the test instead."""
+    if not _port_open(port):
+        msg = f"{name} does not answer on 127.0.0.1:{port}"
+        if IN_CI:
+            pytest.fail(msg + " (CI=true: tests that need it fail rather than skip)")
+        pytest.skip(msg)
+
+
+@pytest.fixture(scope="session")
+def tiny():
+    """The `tiny` base model (loaded once per session; treat it as read-only)."""
+    from populora.models import load_base_model
+
+    return load_base_model("tiny")
+
+
+@pytest.fixture
+def store(tmp_path):
+    from populora.store import ArtifactStore
+
+    return ArtifactStore(tmp_path / "store")
+
+
+@pytest.fixture
+def pg_url():
+    """A fresh, empty Postgres schema on the real server; dropped afterwards."""
+    need_server("Postgres", 5432)
+    import sqlalchemy as sa
+
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    engine = sa.create_engine(PG_URL)
+    with engine.begin() as conn:
+        conn.execute(sa.text(f'CREATE SCHEMA "{schema}"'))
+    engine.dispose()
+    yield f"{PG_URL}?options=-csearch_path%3D{schema}"
+    engine = sa.create_engine(PG_URL)
+    with engine.begin() as conn:
+        conn.execute(sa.text(f'DROP SCHEMA "{schema}" CASCADE'))
+    engine.dispose()
+
+
+@pytest.fixture
+def redis_url():
+    """The real Redis server, database 15, with a unique key prefix per test (returned as (url, prefix))."""
+    need_server("Redis", 6379)
+    import redis
+
+    prefix = f"test-{uuid.uuid4().hex[:10]}"
+    yield REDIS_URL, prefix
+    client = redis.Redis.from_url(REDIS_URL)
+    for key in client.scan_iter(f"{prefix}*"):
+        client.delete(key)
+    client.close()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

@@ -1,0 +1,91 @@
+import pytest
+
+from coordinator.cli import main as cli
+from populora.config import Config, ConfigError, field_docs, list_presets, load_config
+
+
+@pytest.mark.parametrize("preset", ["cpu-tiny", "cpu-smol", "gpu-7b-4t4s", "gpu-7b-baseline"])
+def test_presets_load(preset):
+    cfg = load_config(preset=preset, env=False)
+    assert isinstance(cfg, Config)
+    assert preset in list_presets()
+
+
+def test_preset_contents():
+    tiny = load_config(preset="cpu-tiny", env=False)
+    assert tiny.model.name == "tiny" and tiny.population.n_teachers == 2 and tiny.population.n_students == 2
+    smol = load_config(preset="cpu-smol", env=False)
+    assert smol.model.name == "smollm2-135m"
+    gpu = load_config(preset="gpu-7b-4t4s", env=False)
+    assert gpu.generation.backend == "vllm" and gpu.lora.rank == 32 and gpu.population.n_teachers == 4
+    base = load_config(preset="gpu-7b-baseline", env=False)
+    assert base.run.mode == "baseline" and base.rewards.teacher_reward == "learnability"
+
+
+def test_spec_choice_defaults():
+    cfg = Config()
+    assert cfg.tasks.n_samples == 4
+    assert cfg.tasks.timeout_s == 5.0
+    assert cfg.tasks.deterministic_runs == 2
+    assert cfg.tasks.max_output_repr == 1000
+    assert cfg.trainer.lr == 1e-5
+    assert cfg.league.outcome == "aggregate" and cfg.league.margin == 0.05
+    assert cfg.evolution.every_k == 10 and cfg.evolution.gamma == 0.25 and cfg.evolution.tournament_size == 2
+    assert cfg.evolution.epsilon == 0.1 and cfg.evolution.m4_epsilon == 0.15 and cfg.evolution.dare_p == 0.7
+    assert (cfg.evolution.x4_eta_min, cfg.evolution.x4_eta_max) == (1.0, 1.5)
+    assert cfg.league.draw_probability == 0.10 and abs(cfg.league.beta - 25 / 6) < 1e-12
+
+
+def test_every_field_documented():
+    docs = field_docs()
+    missing = [k for k, v in docs.items() if not v.strip()]
+    assert not missing, f"fields without documentation: {missing}"
+
+
+def test_overrides():
+    cfg = load_config(preset="cpu-tiny", overrides=["lora.rank=4", "league.pfsp=hard",
+                                                     "tasks.task_types=[code_o]"], env=False)
+    assert cfg.lora.rank == 4 and cfg.league.pfsp == "hard" and cfg.tasks.task_types == ["code_o"]
+
+
+def test_env_overrides(monkeypatch):
+    monkeypatch.setenv("POPULORA__STORE__ROOT", "/data/store")
+    monkeypatch.setenv("POPULORA__LEAGUE__MARGIN", "0.1")
+    cfg = load_config(preset="cpu-tiny")
+    assert cfg.store.root == "/data/store" and cfg.league.margin == 0.1
+
+
+@pytest.mark.parametrize("override, field, allowed", [
+    ("league.pfsp=bogus", "league.pfsp", "'var' or 'hard'"),
+    ("generation.backend=tgi", "generation.backend", "'hf' or 'vllm'"),
+    ("lora.rank=0", "lora.rank", "greater than or equal to 1"),
+    ("lora.rankk=3", "lora.rankk", "unknown field"),
+    ("evolution.operator_mix={M9: 1}", "evolution.operator_mix", "allowed"),
+])
+def test_invalid_values_name_the_field(override, field, allowed):
+    with pytest.raises(ConfigError) as e:
+        load_config(preset="cpu-tiny", overrides=[override], env=False)
+    assert field in str(e.value) and allowed in str(e.value)
+
+
+def test_unknown_preset_and_bad_override():
+    with pytest.raises(ConfigError, match="allowed"):
+        load_config(preset="nope", env=False)
+    with pytest.raises(ConfigError, match="form"):
+        load_config(preset="cpu-tiny", overrides=["lora.rank"], env=False)
+
+
+def test_cli_show_and_invalid(capsys):
+    assert cli(["config", "show", "--preset", "cpu-smol"]) == 0
+    out = capsys.readouterr().out
+    assert "smollm2-135m" in out and "n_teachers: 2" in out
+    assert cli(["config", "show", "--preset", "cpu-smol", "--set", "league.outcome=best_of"]) == 2
+    err = capsys.readouterr().err
+    assert "league.outcome" in err and "'aggregate' or 'per_task'" in err
+
+
+def test_config_file_roundtrip(tmp_path):
+    cfg = load_config(preset="gpu-7b-4t4s", env=False)
+    path = tmp_path / "c.yaml"
+    path.write_text(cfg.to_yaml())
+    assert load_config(path=path, env=False) == cfg

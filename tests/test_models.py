@@ -1,0 +1,63 @@
+import pytest
+import torch
+
+from populora.models import ModelError, list_models, load_base_model, resolve_model_dir
+
+
+def test_tiny_loads_and_generates(tiny):
+    tok = tiny.tokenizer
+    assert tok.convert_tokens_to_ids("<|endoftext|>") == 151643
+    assert tok.convert_tokens_to_ids("<|im_end|>") == 151645
+    prompt = tok.apply_chat_template([{"role": "user", "content": "hello"}], tokenize=False,
+                                     add_generation_prompt=True)
+    enc = tok([prompt], return_tensors="pt")
+    out = tiny.model.generate(**enc, max_new_tokens=4, do_sample=False)
+    assert out.shape[1] == enc["input_ids"].shape[1] + 4
+    assert all(not p.requires_grad for p in tiny.model.parameters())
+
+
+def test_tiny_is_deterministic(tiny):
+    again = load_base_model("tiny")
+    for (n1, p1), (n2, p2) in zip(tiny.model.named_parameters(), again.model.named_parameters()):
+        assert n1 == n2 and torch.equal(p1, p2)
+
+
+@pytest.mark.parametrize("text", [
+    "def f(a, b):\n    return sorted(a)[::-1] + [b ** 2 for _ in range(3)]\n",
+    "x = {'k': (1, 2.5, -3e4)}\t# naïve ünïcode 中文 \\n\n",
+    "<think>reason</think>\n<answer>f('Lab', 'retest')</answer>",
+])
+def test_tokenizer_roundtrip(tiny, text):
+    ids = tiny.tokenizer(text)["input_ids"]
+    assert tiny.tokenizer.decode(ids) == text
+
+
+@pytest.mark.slow
+def test_smollm2_greedy():
+    bm = load_base_model("smollm2-135m")
+    tok = bm.tokenizer
+    prompt = tok.apply_chat_template([{"role": "user", "content": "Write a Python function that adds two numbers."}],
+                                     tokenize=False, add_generation_prompt=True)
+    enc = tok([prompt], return_tensors="pt")
+    out = bm.model.generate(**enc, max_new_tokens=12, do_sample=False)
+    text = tok.decode(out[0, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+    assert "def" in text or "python" in text.lower(), text
+    assert bm.model.config.num_hidden_layers == 30
+
+
+def test_missing_model_is_clear(tmp_path):
+    with pytest.raises(ModelError, match="never downloaded"):
+        resolve_model_dir("Qwen/Qwen2.5-Coder-7B")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ModelError, match="config.json"):
+        resolve_model_dir(str(tmp_path / "empty"))
+
+
+def test_local_directory(tiny):
+    bm = load_base_model(str(tiny.path))
+    assert bm.model.config.hidden_size == 64
+
+
+def test_list_models():
+    names = [m.name for m in list_models()]
+    assert names[:2] == ["tiny", "smollm2-135m"]
