@@ -118,3 +118,59 @@ def wait_ready(address: str, timeout: float = 60.0) -> None:
             last = e
         time.sleep(0.2)
     raise TimeoutError(f"gRPC server at {address} not ready after {timeout:.0f}s: {last}")
+
+
+def call(method: Callable, request, timeout: float | None = None):
+    """Call a unary gRPC stub method; a failed call raises ServiceError with the server's code and message, so
+    callers handle in-process and gRPC clients alike."""
+    try:
+        return method(request, timeout=timeout)
+    except grpc.RpcError as e:
+        code = e.code() if hasattr(e, "code") else grpc.StatusCode.UNKNOWN
+        details = e.details() if hasattr(e, "details") else str(e)
+        raise ServiceError(code, details or str(e)) from None
+
+
+def call_stream(method: Callable, request, timeout: float | None = None):
+    """Iterate a server-streaming gRPC call, with errors as ServiceError (see `call`)."""
+    try:
+        yield from method(request, timeout=timeout)
+    except grpc.RpcError as e:
+        code = e.code() if hasattr(e, "code") else grpc.StatusCode.UNKNOWN
+        details = e.details() if hasattr(e, "details") else str(e)
+        raise ServiceError(code, details or str(e)) from None
+
+
+def run_server(name: str, add_servicers: Iterable[Callable[[grpc.Server], None]], port: int, host: str = "0.0.0.0",
+               service_names: Iterable[str] = (), metrics_port: int = 0, rest_app=None, rest_port: int = 0,
+               max_workers: int = 16) -> int:
+    """Start a service's gRPC server (health + metrics interceptor), its /metrics (on the REST app when it has one,
+    else on metrics_port) and its REST app, then block until SIGTERM/SIGINT. Used by every `populora serve`."""
+    import signal
+    import threading
+
+    from populora.metrics import MetricsInterceptor, start_metrics_server
+
+    server, bound, health_servicer = make_server(add_servicers, port, host, max_workers, service_names,
+                                                 interceptors=[MetricsInterceptor(name)])
+    log.info("%s gRPC listening on %s:%d", name, host, bound)
+    uv = None
+    if rest_app is not None and rest_port:
+        import uvicorn
+
+        uv = uvicorn.Server(uvicorn.Config(rest_app, host=host, port=rest_port, log_level="warning"))
+        threading.Thread(target=uv.run, daemon=True, name=f"{name}-rest").start()
+        log.info("%s REST (and /metrics) on %s:%d", name, host, rest_port)
+    elif metrics_port:
+        start_metrics_server(metrics_port, host)
+        log.info("%s /metrics on %s:%d", name, host, metrics_port)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    stop.wait()
+    log.info("%s shutting down", name)
+    health_servicer.enter_graceful_shutdown()
+    if uv is not None:
+        uv.should_exit = True
+    server.stop(grace=5).wait()
+    return 0
