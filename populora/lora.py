@@ -1,0 +1,393 @@
+"""Batched multi-adapter LoRA: many adapters on one frozen base, each batch row served by its own adapter.
+
+Every target `nn.Linear` W of the base is wrapped so that row b of a batch computes
+
+    y_b = W x_b + s_a * B_a (A_a x_b),        a = adapter of row b, s_a = alpha_a / r_a  (rsLoRA: alpha_a / sqrt r_a)
+
+with A_a (r x d_in) and B_a (d_out x r) in PEFT's layout (spec/ALGORITHMS.md section 1: rank-32 LoRA on all
+attention and MLP projections; section 9 writes the same update as delta_w = s B A). Rows of the base (adapter
+None) get y_b = W x_b. The base matmul is shared by all rows; only the rank-r path is per adapter.
+
+Two ways to run the per-adapter path (both exact, both differentiable):
+- `segments` (default): rows grouped by adapter. When the batch is sorted by adapter (the inference engine sorts
+  it) each group is a contiguous slice and costs two small matmuls on views, no copies; otherwise rows are
+  gathered with index_select and scattered back with index_add.
+- `gather`: each row's A and B gathered from stacked banks, one batched matmul (bmm) for all rows.
+`bench/inference.py` measures both against PEFT's `adapter_names` loop; segments is faster on CPU.
+
+Gradients of a mixed batch reach adapter a's A_a/B_a only through its own rows, since the other rows never touch
+them; `tests/test_lora.py` checks they equal per-adapter passes.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+PEFT_PREFIX = "base_model.model."
+MODES = ("segments", "gather")
+
+
+class LoraError(ValueError):
+    """An adapter that does not fit the model (unknown module, wrong shape, rank too large, unknown name)."""
+
+
+def lora_scaling(config: dict) -> float:
+    """s = lora_alpha / r, or lora_alpha / sqrt(r) with rsLoRA (PEFT's definition)."""
+    r = int(config["r"])
+    alpha = float(config.get("lora_alpha", r))
+    return alpha / (r ** 0.5) if config.get("use_rslora") else alpha / r
+
+
+@dataclass
+class LoraFactors:
+    """One adapter's factors at one layer: A (r x d_in), B (d_out x r), scaling s."""
+
+    a: torch.Tensor
+    b: torch.Tensor
+    scaling: float
+
+
+@dataclass
+class RowPlan:
+    """Which rows of the current batch go to which adapter.
+
+    `slices`: (name, start, end) when each adapter's rows are contiguous; else `groups`: (name, row index tensor).
+    `row_names` keeps the per-row list for the gather mode.
+    """
+
+    row_names: list[str | None]
+    slices: list[tuple[str, int, int]] | None = None
+    groups: list[tuple[str, torch.Tensor]] = field(default_factory=list)
+    gather_index: torch.Tensor | None = None  # (B,) bank slot per row, 0 = base; gather mode only
+
+
+def plan_rows(names: Sequence[str | None], device: torch.device) -> RowPlan:
+    """Group rows by adapter: contiguous slices when possible, index groups otherwise. Base rows are skipped."""
+    names = list(names)
+    runs: list[tuple[str | None, int, int]] = []
+    for i, name in enumerate(names):
+        if runs and runs[-1][0] == name:
+            runs[-1] = (name, runs[-1][1], i + 1)
+        else:
+            runs.append((name, i, i + 1))
+    adapters = [r[0] for r in runs if r[0] is not None]
+    if len(adapters) == len(set(adapters)):
+        return RowPlan(names, slices=[(n, s, e) for n, s, e in runs if n is not None])
+    by_name: dict[str, list[int]] = {}
+    for i, name in enumerate(names):
+        if name is not None:
+            by_name.setdefault(name, []).append(i)
+    groups = [(n, torch.tensor(rows, dtype=torch.long, device=device)) for n, rows in by_name.items()]
+    return RowPlan(names, groups=groups)
+
+
+class MultiLoraLinear(nn.Module):
+    """A frozen nn.Linear plus any number of LoRA adapters, chosen per batch row by the owner's RowPlan."""
+
+    def __init__(self, base: nn.Linear, owner: MultiLoraModel, module_name: str):
+        super().__init__()
+        self.base = base
+        self.module_name = module_name
+        self.factors: dict[str, LoraFactors] = {}
+        self._owner = [owner]  # a list, so the owner is not registered as a submodule (no cycle)
+        self._banks: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+
+    @property
+    def in_features(self) -> int:
+        return self.base.in_features
+
+    @property
+    def out_features(self) -> int:
+        return self.base.out_features
+
+    @property
+    def weight(self) -> torch.Tensor:
+        return self.base.weight
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.base(x)  # (B, ..., d_out): the shared base matmul
+        plan = self._owner[0].current_plan()
+        if plan is None or not self.factors:
+            return y
+        if self._owner[0].mode == "gather" and plan.gather_index is not None:
+            return self._gather(x, y, plan)
+        if plan.slices is not None:
+            return self._slices(x, y, plan.slices)
+        return self._groups(x, y, plan.groups)
+
+    def _lookup(self, name: str) -> LoraFactors:
+        try:
+            return self.factors[name]
+        except KeyError:
+            raise LoraError(f"adapter {name!r} is not loaded (loaded: {sorted(self.factors)})") from None
+
+    def _delta(self, x: torch.Tensor, f: LoraFactors) -> torch.Tensor:
+        # (n, ..., d_in) -> (n, ..., r) -> (n, ..., d_out)
+        return (x @ f.a.t()) @ f.b.t() * f.scaling
+
+    def _slices(self, x: torch.Tensor, y: torch.Tensor, slices: list[tuple[str, int, int]]) -> torch.Tensor:
+        if torch.is_grad_enabled():
+            parts, last = [], 0
+            for name, s, e in slices:
+                if s > last:
+                    parts.append(torch.zeros_like(y[last:s]))
+                parts.append(self._delta(x[s:e], self._lookup(name)))
+                last = e
+            if last < y.shape[0]:
+                parts.append(torch.zeros_like(y[last:]))
+            return y + torch.cat(parts, dim=0)
+        d_in, d_out = x.shape[-1], y.shape[-1]
+        for name, s, e in slices:
+            f = self._lookup(name)
+            xs = x[s:e].reshape(-1, d_in)  # (n*T, d_in), a view when x is contiguous
+            h = xs @ f.a.t()  # (n*T, r)
+            y[s:e].view(-1, d_out).addmm_(h, f.b.t(), alpha=f.scaling)  # y += s * h B^T, in place on the view
+        return y
+
+    def _groups(self, x: torch.Tensor, y: torch.Tensor, groups: list[tuple[str, torch.Tensor]]) -> torch.Tensor:
+        for name, rows in groups:
+            delta = self._delta(x.index_select(0, rows), self._lookup(name))
+            y = y.index_add(0, rows, delta)
+        return y
+
+    def bank(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Stacked A (S+1, r_max, d_in), B (S+1, d_out, r_max), scaling (S+1,); slot 0 is zeros (the base).
+
+        Adapters of smaller rank are zero-padded to r_max, which leaves B A unchanged. Cached for inference;
+        rebuilt (differentiably, uncached) when gradients are on, so trainable factors get their gradients.
+        """
+        if torch.is_grad_enabled():
+            return self._stack()
+        if self._banks is None:
+            self._banks = self._stack()
+        return self._banks
+
+    def _stack(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        names = self._owner[0].slot_names()
+        r = self._owner[0].max_rank
+        w = self.base.weight
+        zero_a = w.new_zeros(r, self.in_features)
+        zero_b = w.new_zeros(self.out_features, r)
+        a_rows, b_rows, scales = [zero_a], [zero_b], [0.0]
+        for name in names:
+            f = self.factors.get(name)
+            if f is None:
+                a_rows.append(zero_a), b_rows.append(zero_b), scales.append(0.0)
+                continue
+            pad = r - f.a.shape[0]
+            a_rows.append(torch.nn.functional.pad(f.a, (0, 0, 0, pad)))
+            b_rows.append(torch.nn.functional.pad(f.b, (0, pad)))
+            scales.append(f.scaling)
+        s = torch.tensor(scales, dtype=w.dtype, device=w.device)
+        return torch.stack(a_rows), torch.stack(b_rows), s
+
+    def _gather(self, x: torch.Tensor, y: torch.Tensor, plan: RowPlan) -> torch.Tensor:
+        a_bank, b_bank, s_bank = self.bank()
+        idx = plan.gather_index
+        batch = x.shape[0]
+        x3 = x.reshape(batch, -1, x.shape[-1])  # (B, T, d_in)
+        h = torch.bmm(x3, a_bank[idx].transpose(1, 2))  # (B, T, r)
+        h = h * s_bank[idx].view(-1, 1, 1)
+        delta = torch.bmm(h, b_bank[idx].transpose(1, 2))  # (B, T, d_out)
+        return y + delta.view_as(y)
+
+
+class MultiLoraModel(nn.Module):
+    """Injects a per-row batched LoRA path into every target nn.Linear of a (frozen) HF causal LM, in place."""
+
+    def __init__(self, base_model: nn.Module, target_modules: list[str], max_rank: int, mode: str = "segments"):
+        super().__init__()
+        if mode not in MODES:
+            raise LoraError(f"unknown LoRA mode {mode!r}; choose one of {list(MODES)}")
+        self.model = base_model
+        self.max_rank = int(max_rank)
+        self.mode = mode
+        self.target_modules = list(target_modules)
+        self._state = threading.local()
+        self._configs: dict[str, dict] = {}
+        self._trainable: dict[str, nn.ParameterList] = {}
+        self.layers: dict[str, MultiLoraLinear] = {}
+        self._inject()
+
+    def _inject(self) -> None:
+        suffixes = set(self.target_modules)
+        for name, module in list(self.model.named_modules()):
+            if isinstance(module, nn.Linear) and name.rsplit(".", 1)[-1] in suffixes:
+                parent_name, _, child = name.rpartition(".")
+                parent = self.model.get_submodule(parent_name) if parent_name else self.model
+                wrapped = MultiLoraLinear(module, self, name)
+                setattr(parent, child, wrapped)
+                self.layers[name] = wrapped
+        if not self.layers:
+            raise LoraError(f"no nn.Linear named {sorted(suffixes)} in the model; check target_modules")
+
+    def restore(self) -> nn.Module:
+        """Put the original nn.Linear modules back and return the plain base model (adapters are dropped)."""
+        for name, wrapped in self.layers.items():
+            parent_name, _, child = name.rpartition(".")
+            parent = self.model.get_submodule(parent_name) if parent_name else self.model
+            setattr(parent, child, wrapped.base)
+        self.layers = {}
+        self._configs.clear()
+        self._trainable.clear()
+        return self.model
+
+    # ---- adapters
+    def add_adapter(self, name: str, weights: dict[str, torch.Tensor], config: dict, trainable: bool = False) -> None:
+        """Add adapter `name` from PEFT-layout weights and its adapter_config.json dict (r, lora_alpha, ...).
+
+        Modules the adapter does not cover stay at the base for its rows. Replaces nothing: names are unique.
+        """
+        if name in self._configs:
+            raise LoraError(f"adapter {name!r} is already loaded; remove it first or use a new name")
+        rank, scaling = int(config["r"]), lora_scaling(config)
+        if rank > self.max_rank:
+            raise LoraError(f"adapter {name!r} has rank {rank} > max_rank {self.max_rank}")
+        factors = self._factors_from_weights(name, weights, rank)
+        params = nn.ParameterList()
+        for module_name, (a, b) in factors.items():
+            layer = self.layers[module_name]
+            w = layer.base.weight
+            a = a.detach().to(device=w.device, dtype=w.dtype).contiguous()
+            b = b.detach().to(device=w.device, dtype=w.dtype).contiguous()
+            if trainable:
+                a, b = nn.Parameter(a.clone()), nn.Parameter(b.clone())
+                params.extend([a, b])
+            layer.factors[name] = LoraFactors(a, b, scaling)
+            layer._banks = None
+        self._configs[name] = dict(config)
+        if trainable:
+            self._trainable[name] = params
+        self._invalidate_banks()
+
+    def _factors_from_weights(self, name: str, weights: dict[str, torch.Tensor],
+                              rank: int) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+        pairs: dict[str, dict[str, torch.Tensor]] = {}
+        for key, tensor in weights.items():
+            m = re.match(r"^(?:base_model\.model\.)?(.+)\.lora_([AB])(?:\.[^.]+)?\.weight$", key)
+            if not m:
+                continue
+            pairs.setdefault(m.group(1), {})[m.group(2)] = tensor
+        if not pairs:
+            raise LoraError(f"adapter {name!r} has no lora_A/lora_B weights (expected PEFT keys "
+                            f"'{PEFT_PREFIX}<module>.lora_A.weight')")
+        out = {}
+        for module_name, ab in sorted(pairs.items()):
+            if module_name not in self.layers:
+                raise LoraError(f"adapter {name!r} targets {module_name!r}, which is not a LoRA target of this "
+                                f"model (targets: {self.target_modules})")
+            if set(ab) != {"A", "B"}:
+                missing = sorted({"A", "B"} - set(ab))
+                raise LoraError(f"adapter {name!r}: module {module_name!r} lacks lora_{missing[0]}")
+            layer = self.layers[module_name]
+            a, b = ab["A"], ab["B"]
+            if tuple(a.shape) != (rank, layer.in_features) or tuple(b.shape) != (layer.out_features, rank):
+                raise LoraError(f"adapter {name!r}: {module_name} has A {tuple(a.shape)} and B {tuple(b.shape)}, "
+                                f"expected ({rank}, {layer.in_features}) and ({layer.out_features}, {rank})")
+            out[module_name] = (a, b)
+        return out
+
+    def remove_adapter(self, name: str) -> None:
+        if name not in self._configs:
+            raise LoraError(f"adapter {name!r} is not loaded (loaded: {self.adapter_names()})")
+        for layer in self.layers.values():
+            layer.factors.pop(name, None)
+        del self._configs[name]
+        self._trainable.pop(name, None)
+        self._invalidate_banks()
+
+    def adapter_names(self) -> list[str]:
+        return sorted(self._configs)
+
+    def slot_names(self) -> list[str]:
+        """Adapters in bank-slot order (slot i+1 = slot_names()[i]); the gather mode indexes banks by it."""
+        return list(self._configs)
+
+    def _invalidate_banks(self) -> None:
+        for layer in self.layers.values():
+            layer._banks = None
+
+    def config_of(self, name: str) -> dict:
+        return dict(self._configs[name])
+
+    def parameters_of(self, name: str) -> list[nn.Parameter]:
+        """That adapter's A/B in module order (A, B, A, B, ...); Parameters with requires_grad if trainable."""
+        if name not in self._configs:
+            raise LoraError(f"adapter {name!r} is not loaded (loaded: {self.adapter_names()})")
+        if name in self._trainable:
+            return list(self._trainable[name])
+        out = []
+        for layer in self.layers.values():
+            f = layer.factors.get(name)
+            if f is not None:
+                out.extend([f.a, f.b])
+        return out
+
+    def state_dict_of(self, name: str) -> dict[str, torch.Tensor]:
+        """PEFT keys (base_model.model.<module>.lora_A.weight / lora_B.weight) on CPU, ready for ArtifactStore.save."""
+        if name not in self._configs:
+            raise LoraError(f"adapter {name!r} is not loaded (loaded: {self.adapter_names()})")
+        out = {}
+        for module_name, layer in self.layers.items():
+            f = layer.factors.get(name)
+            if f is not None:
+                out[f"{PEFT_PREFIX}{module_name}.lora_A.weight"] = f.a.detach().to("cpu").clone().contiguous()
+                out[f"{PEFT_PREFIX}{module_name}.lora_B.weight"] = f.b.detach().to("cpu").clone().contiguous()
+        return out
+
+    # ---- rows
+    def current_plan(self) -> RowPlan | None:
+        return getattr(self._state, "plan", None)
+
+    @contextmanager
+    def use_rows(self, names: Sequence[str | None]) -> Iterator[RowPlan]:
+        """Row b of the forwards inside uses adapter names[b] (None = the base). Per thread; nests."""
+        unknown = sorted({n for n in names if n is not None and n not in self._configs})
+        if unknown:
+            raise LoraError(f"adapter(s) {unknown} are not loaded (loaded: {self.adapter_names()})")
+        device = next(iter(self.layers.values())).base.weight.device
+        plan = plan_rows(names, device)
+        if self.mode == "gather":
+            slots = {n: i for i, n in enumerate(self.slot_names(), start=1)}
+            plan.gather_index = torch.tensor([slots[n] if n is not None else 0 for n in names], device=device)
+        previous = self.current_plan()
+        self._state.plan = plan
+        try:
+            yield plan
+        finally:
+            self._state.plan = previous
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, past_key_values=None,
+                adapter_names: Sequence[str | None] | None = None, **kw):
+        """The base model's forward; with `adapter_names` (one per row) the rows use those adapters.
+
+        `past_key_values` is the KV cache (a transformers Cache, updated in place); passed on as `cache`.
+        """
+        if past_key_values is not None:
+            kw["cache"] = past_key_values
+        if adapter_names is None:
+            return self.model(input_ids=input_ids, attention_mask=attention_mask, **kw)
+        if len(adapter_names) != input_ids.shape[0]:
+            raise LoraError(f"adapter_names has {len(adapter_names)} entries for a batch of {input_ids.shape[0]}")
+        with self.use_rows(adapter_names):
+            return self.model(input_ids=input_ids, attention_mask=attention_mask, **kw)
+
+def random_lora_weights(base_model: nn.Module, target_modules: list[str], rank: int, seed: int,
+                        std: float = 0.02) -> dict[str, torch.Tensor]:
+    """Random A and B (both nonzero, unlike a fresh PEFT adapter) in PEFT keys: for tests and benchmarks."""
+    gen = torch.Generator().manual_seed(seed)
+    suffixes = set(target_modules)
+    out = {}
+    for name, module in base_model.named_modules():
+        if isinstance(module, (nn.Linear, MultiLoraLinear)) and name.rsplit(".", 1)[-1] in suffixes:
+            d_in, d_out = module.in_features, module.out_features
+            out[f"{PEFT_PREFIX}{name}.lora_A.weight"] = torch.randn(rank, d_in, generator=gen) * std
+            out[f"{PEFT_PREFIX}{name}.lora_B.weight"] = torch.randn(d_out, rank, generator=gen) * std
+    return out

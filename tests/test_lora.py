@@ -1,0 +1,133 @@
+"""The batched multi-adapter LoRA layer: mixed batches equal per-adapter passes (outputs and gradients)."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from populora.config import ALL_TARGET_MODULES
+from populora.lora import LoraError, MultiLoraModel, random_lora_weights
+from populora.store import lora_config_dict
+
+RANK = 8
+
+
+@pytest.fixture
+def base(tiny):
+    return copy.deepcopy(tiny.model)
+
+
+def _config(rank=RANK, alpha=16.0):
+    return lora_config_dict(rank, alpha, ALL_TARGET_MODULES)
+
+
+def _model(base, n=3, mode="segments", trainable=False):
+    mlm = MultiLoraModel(base, ALL_TARGET_MODULES, max_rank=16, mode=mode)
+    for i in range(n):
+        mlm.add_adapter(f"a{i}", random_lora_weights(base, ALL_TARGET_MODULES, RANK, seed=i, std=0.2), _config(),
+                        trainable=trainable)
+    return mlm
+
+
+def _inputs(batch=6, length=5):
+    gen = torch.Generator().manual_seed(0)
+    return torch.randint(0, 1000, (batch, length), generator=gen)
+
+
+@pytest.mark.parametrize("mode", ["segments", "gather"])
+@pytest.mark.parametrize("rows", [
+    ["a0", "a0", None, "a1", "a2", "a2"],      # sorted: contiguous slices
+    ["a1", None, "a0", "a1", "a2", "a0"],      # interleaved: index groups
+])
+def test_mixed_batch_equals_per_adapter(base, mode, rows):
+    mlm = _model(base, mode=mode)
+    ids = _inputs()
+    with torch.no_grad():
+        mixed = mlm(ids, adapter_names=rows).logits
+        for i, name in enumerate(rows):
+            alone = mlm(ids[i:i + 1], adapter_names=[name]).logits
+            torch.testing.assert_close(mixed[i:i + 1], alone, rtol=1e-4, atol=1e-5)
+        plain = mlm(ids).logits  # no adapter_names: the base
+        torch.testing.assert_close(mixed[2 if rows[2] is None else 1], plain[2 if rows[2] is None else 1],
+                                   rtol=1e-4, atol=1e-5)
+    assert not torch.allclose(mixed[0], plain[0], atol=1e-3), "the adapter changes nothing: test is vacuous"
+
+
+def test_matches_peft(base, tiny):
+    """Same weights loaded by PEFT give the same logits: the keys, shapes and alpha/r scaling are PEFT's."""
+    from peft import LoraConfig, get_peft_model, set_peft_model_state_dict
+
+    weights = random_lora_weights(base, ALL_TARGET_MODULES, RANK, seed=7, std=0.2)
+    cfg = _config(alpha=24.0)
+    ids = _inputs(2)
+    peft_model = get_peft_model(copy.deepcopy(tiny.model), LoraConfig(**{k: cfg[k] for k in (
+        "r", "lora_alpha", "target_modules")}))
+    set_peft_model_state_dict(peft_model, {k.replace("lora_A.weight", "lora_A.weight"): v for k, v in weights.items()})
+    mlm = MultiLoraModel(base, ALL_TARGET_MODULES, max_rank=RANK)
+    mlm.add_adapter("x", weights, cfg)
+    with torch.no_grad():
+        expected = peft_model(input_ids=ids).logits
+        got = mlm(ids, adapter_names=["x", "x"]).logits
+    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("mode", ["segments", "gather"])
+def test_gradients_reach_only_own_rows(base, mode):
+    mlm = _model(base, n=2, mode=mode, trainable=True)
+    ids = _inputs(4)
+    rows = ["a1", "a0", None, "a1"]
+
+    def loss_of(batch_ids, names):
+        return mlm(batch_ids, adapter_names=names).logits.float().pow(2).mean(dim=(1, 2)).sum()
+
+    loss_of(ids, rows).backward()
+    mixed = {n: [p.grad.clone() for p in mlm.parameters_of(n)] for n in ("a0", "a1")}
+    for n in ("a0", "a1"):
+        for p in mlm.parameters_of(n):
+            p.grad = None
+    for n in ("a0", "a1"):
+        picks = [i for i, r in enumerate(rows) if r == n]
+        loss_of(ids[picks], [n] * len(picks)).backward()
+        alone = [p.grad for p in mlm.parameters_of(n)]
+        assert all(p.requires_grad for p in mlm.parameters_of(n))
+        for g_mixed, g_alone in zip(mixed[n], alone, strict=True):
+            torch.testing.assert_close(g_mixed, g_alone, rtol=1e-4, atol=1e-6)
+    assert any(g.abs().sum() > 0 for g in mixed["a0"])
+    assert not any(p.requires_grad for p in base.parameters() if p is not None and not _is_lora(mlm, p))
+
+
+def _is_lora(mlm, p):
+    return any(p is q for n in mlm.adapter_names() for q in mlm.parameters_of(n))
+
+
+def test_state_dict_round_trip_and_remove(base):
+    mlm = _model(base, n=1)
+    weights = mlm.state_dict_of("a0")
+    assert all(k.startswith("base_model.model.") for k in weights)
+    assert len(weights) == 2 * len(mlm.layers)
+    mlm.add_adapter("copy", weights, _config())
+    ids = _inputs(2)
+    with torch.no_grad():
+        torch.testing.assert_close(mlm(ids, adapter_names=["a0", "copy"]).logits[0],
+                                   mlm(ids, adapter_names=["copy", "a0"]).logits[0])
+    mlm.remove_adapter("copy")
+    assert mlm.adapter_names() == ["a0"]
+    with pytest.raises(LoraError, match="not loaded"):
+        mlm(ids, adapter_names=["copy", None])
+
+
+def test_bad_adapters_are_refused(base):
+    mlm = MultiLoraModel(base, ALL_TARGET_MODULES, max_rank=4)
+    with pytest.raises(LoraError, match="rank 8 > max_rank 4"):
+        mlm.add_adapter("big", random_lora_weights(base, ALL_TARGET_MODULES, 8, seed=0), _config())
+    small = random_lora_weights(base, ALL_TARGET_MODULES, 4, seed=0)
+    key = next(k for k in small if k.endswith("lora_A.weight"))
+    small[key] = small[key][:, :3]
+    with pytest.raises(LoraError, match="expected"):
+        mlm.add_adapter("bad", small, _config(rank=4))
+    with pytest.raises(LoraError, match="no lora_A"):
+        mlm.add_adapter("empty", {"x": torch.zeros(1)}, _config(rank=4))
+    mlm.restore()
+    assert isinstance(base.model.layers[0].self_attn.q_proj, torch.nn.Linear)
