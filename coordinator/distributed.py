@@ -1,0 +1,166 @@
+"""Distributed mode on one machine: the five services as processes on loopback, Postgres and Redis, phase workers,
+and a coordinator (`make run-distributed`; the distributed end-to-end test uses the same LocalCluster)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+from populora.config import load_config
+from populora.rpc import wait_ready
+
+SERVICES = ("inference", "trainer", "league", "sandbox", "evolver")
+DEFAULT_PG = "postgresql+psycopg://postgres@127.0.0.1:5432/populora"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def ensure_database(url: str) -> None:
+    """Create the Postgres database of `url` if it does not exist (the server must be up)."""
+    import sqlalchemy as sa
+
+    base, _, name = url.split("?")[0].rpartition("/")
+    engine = sa.create_engine(f"{base}/postgres", isolation_level="AUTOCOMMIT")
+    try:
+        with engine.connect() as c:
+            exists = c.execute(sa.text("SELECT 1 FROM pg_database WHERE datname = :n"), {"n": name}).first()
+            if not exists:
+                c.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    finally:
+        engine.dispose()
+
+
+class LocalCluster:
+    """Services as subprocesses of `populora serve`, all reading one config file on free loopback ports."""
+
+    def __init__(self, workdir: Path, preset: str = "cpu-tiny", overrides: list[str] | None = None,
+                 db_url: str = DEFAULT_PG, redis_url: str = "redis://127.0.0.1:6379/0"):
+        self.workdir = Path(workdir).resolve()
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        ports = []
+        for name in SERVICES:
+            ports += [f"services.{name}.host=127.0.0.1", f"services.{name}.port={free_port()}"]
+            if name in ("league", "sandbox"):
+                ports.append(f"services.{name}.rest_port={free_port()}")
+            else:
+                ports.append(f"services.{name}.metrics_port={free_port()}")
+        cfg = load_config(preset=preset, env=False, overrides=[
+            f"run.output_dir={self.workdir / 'runs'}", f"store.root={self.workdir / 'store'}",
+            "run.deployment=distributed", "queue.backend=redis", f"queue.redis_url={redis_url}",
+            f"league.db_url={db_url}", *ports, *(overrides or [])])
+        self.cfg = cfg
+        self.config_path = self.workdir / "config.yaml"
+        self.config_path.write_text(cfg.to_yaml())
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.logs = self.workdir / "logs"
+        self.logs.mkdir(exist_ok=True)
+
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update({"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "POPULORA_LOG_JSON": "1",
+                    "PYTHONUNBUFFERED": "1"})
+        env.pop("POPULORA_CONFIG", None)
+        return env
+
+    def address(self, name: str) -> str:
+        ep = getattr(self.cfg.services, name)
+        return f"{ep.host}:{ep.port}"
+
+    def start_service(self, name: str) -> None:
+        log = open(self.logs / f"{name}.log", "ab")
+        self.procs[name] = subprocess.Popen(
+            [sys.executable, "-m", "coordinator.cli", "serve", name, "--config", str(self.config_path),
+             "--host", "127.0.0.1"], stdout=log, stderr=subprocess.STDOUT, env=self.env(),
+            start_new_session=True)
+
+    def start(self, timeout: float = 300.0) -> None:
+        if self.cfg.league.db_url.startswith("postgresql"):
+            ensure_database(self.cfg.league.db_url)
+        for name in SERVICES:
+            self.start_service(name)
+        for name in SERVICES:
+            self.wait(name, timeout)
+
+    def wait(self, name: str, timeout: float = 300.0) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            proc = self.procs[name]
+            if proc.poll() is not None:
+                tail = (self.logs / f"{name}.log").read_text()[-3000:]
+                raise RuntimeError(f"service {name} exited with {proc.returncode}:\n{tail}")
+            try:
+                wait_ready(self.address(name), timeout=min(5.0, max(0.5, deadline - time.monotonic())))
+                return
+            except TimeoutError:
+                if time.monotonic() > deadline:
+                    raise
+
+    def start_worker(self, run_id: str, name: str = "worker") -> subprocess.Popen:
+        log = open(self.logs / f"{name}.log", "ab")
+        proc = subprocess.Popen([sys.executable, "-m", "coordinator.worker", "--run-id", run_id, "--db-url",
+                                 self.cfg.league_db_url, "--name", name], stdout=log, stderr=subprocess.STDOUT,
+                                env=self.env(), start_new_session=True)
+        self.procs[name] = proc
+        return proc
+
+    def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
+        proc = self.procs[name]
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            pass
+        proc.wait(30)
+
+    def stop(self) -> None:
+        for proc in list(self.procs.values()):
+            if proc.poll() is None:
+                try:
+                    os.killpg(proc.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    continue
+        for proc in self.procs.values():
+            try:
+                proc.wait(20)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+
+    def train_command(self, run_id: str, steps: int, *extra: str) -> list[str]:
+        return [sys.executable, "-m", "coordinator.cli", "train", "--config", str(self.config_path), "--mode",
+                "distributed", "--run-id", run_id, "--steps", str(steps), *extra]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m coordinator.distributed", description=__doc__)
+    p.add_argument("--preset", default="cpu-tiny")
+    p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--workdir", default="runs/distributed")
+    p.add_argument("--db-url", default=DEFAULT_PG)
+    p.add_argument("--set", dest="overrides", action="append", default=[])
+    args = p.parse_args(argv)
+    cluster = LocalCluster(Path(args.workdir), args.preset, args.overrides, db_url=args.db_url)
+    print(f"starting {', '.join(SERVICES)} on loopback (logs in {cluster.logs})", flush=True)
+    try:
+        cluster.start()
+        print("services ready: " + ", ".join(f"{n}@{cluster.address(n)}" for n in SERVICES), flush=True)
+        run_id = f"dist-{time.strftime('%Y%m%d-%H%M%S')}"
+        rc = subprocess.call(cluster.train_command(run_id, args.steps), env=cluster.env())
+        print(yaml.safe_dump({"run_id": run_id, "exit_code": rc, "config": str(cluster.config_path)}), flush=True)
+        return rc
+    finally:
+        cluster.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

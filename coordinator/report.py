@@ -1,0 +1,201 @@
+"""`populora report RUN`: an HTML page with PNG plots of a run, made from its metrics.jsonl alone."""
+
+from __future__ import annotations
+
+import html
+import json
+import sys
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from coordinator.stepmetrics import read_metrics  # noqa: E402
+
+COLORS = {"code_i": "#1f77b4", "code_o": "#d62728", "code_f": "#2ca02c"}
+
+
+def _series(rows: list[dict], tt: str, key: str) -> tuple[list[int], list[float]]:
+    xs, ys = [], []
+    for r in rows:
+        v = r.get("task_types", {}).get(tt, {}).get(key)
+        if v is not None:
+            xs.append(r["step"])
+            ys.append(v)
+    return xs, ys
+
+
+def _task_types(rows: list[dict]) -> list[str]:
+    seen: list[str] = []
+    for r in rows:
+        for tt in r.get("task_types", {}):
+            if tt not in seen:
+                seen.append(tt)
+    return seen
+
+
+def _evolution_steps(rows: list[dict]) -> list[int]:
+    return [r["step"] for r in rows if r.get("evolution")]
+
+
+def plot_solve_rate(rows, path: Path) -> None:
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.6))
+    for tt in _task_types(rows):
+        axes[0].plot(*_series(rows, tt, "solve_rate"), marker="o", label=tt, color=COLORS.get(tt))
+        axes[1].plot(*_series(rows, tt, "valid_rate"), marker="s", label=tt, color=COLORS.get(tt))
+    for ax, title in zip(axes, ("student solve rate (mean rho)", "valid-proposal rate")):
+        ax.set_title(title)
+        ax.set_xlabel("step")
+        ax.set_ylim(-0.05, 1.05)
+        for s in _evolution_steps(rows):
+            ax.axvline(s, color="grey", ls=":", lw=1)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def plot_complexity(rows, path: Path) -> None:
+    keys = (("ast_depth", "AST depth"), ("cyclomatic", "cyclomatic complexity"), ("lines_of_code", "lines of code"))
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.4))
+    for ax, (key, title) in zip(axes, keys):
+        for tt in _task_types(rows):
+            ax.plot(*_series(rows, tt, key), marker="o", label=tt, color=COLORS.get(tt))
+        ax.set_title(f"{title} of valid programs")
+        ax.set_xlabel("step")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def plot_ratings(rows, path: Path) -> None:
+    fig, ax = plt.subplots(figsize=(11, 4))
+    traj: dict[str, tuple[list[int], list[float], str]] = {}
+    for r in rows:
+        for adapter, rating in r.get("ratings", {}).items():
+            xs, ys, role = traj.setdefault(adapter, ([], [], rating.get("role", "")))
+            xs.append(r["step"])
+            ys.append(rating["skill"])
+    for adapter, (xs, ys, role) in sorted(traj.items()):
+        ax.plot(xs, ys, marker=".", ls="-" if role != "student" else "--", label=f"{adapter.split('.')[-1]} ({role})")
+    for r in rows:
+        for e in r.get("evolution", []):
+            ax.axvline(r["step"], color="grey", ls=":", lw=1)
+            ax.annotate(f"{e['operator']}", (r["step"], ax.get_ylim()[1]), fontsize=7, rotation=90, va="top")
+    ax.set_title("conservative skill mu - 3 sigma (teachers solid, students dashed; dotted lines: evolution)")
+    ax.set_xlabel("step")
+    ax.legend(fontsize=7, ncol=4)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def lineage(rows: list[dict]) -> tuple[dict[str, dict], list[dict]]:
+    """Nodes {adapter: {role, born, retired}} and edges [{parent, child, operator, step}] from the metrics."""
+    nodes: dict[str, dict] = {}
+    edges: list[dict] = []
+    for r in rows:
+        for adapter, m in (r.get("population") or {}).items():
+            nodes.setdefault(adapter, {"role": m["role"], "born": 0, "retired": None})
+        for e in r.get("evolution", []):
+            nodes.setdefault(e["child"], {"role": e["role"], "born": r["step"], "retired": None})
+            nodes[e["child"]]["born"] = r["step"]
+            if e["retired"] in nodes:
+                nodes[e["retired"]]["retired"] = r["step"]
+            for p in e["parents"]:
+                edges.append({"parent": p, "child": e["child"], "operator": e["operator"], "step": r["step"]})
+    return nodes, edges
+
+
+def plot_lineage(rows, path: Path) -> None:
+    nodes, edges = lineage(rows)
+    last = max((r["step"] for r in rows), default=0)
+    fig, ax = plt.subplots(figsize=(11, max(2.5, 0.45 * len(nodes) + 1)))
+    order = sorted(nodes, key=lambda a: (nodes[a]["role"], nodes[a]["born"], a))
+    y = {a: i for i, a in enumerate(order)}
+    for a in order:
+        n = nodes[a]
+        end = n["retired"] if n["retired"] is not None else last
+        color = "#1f77b4" if n["role"] == "teacher" else "#d62728" if n["role"] == "student" else "#555"
+        ax.plot([n["born"], end], [y[a], y[a]], color=color, lw=3, alpha=0.6 if n["retired"] is not None else 1)
+        ax.text(n["born"], y[a] + 0.15, a.split(".")[-1] + (" (retired)" if n["retired"] is not None else ""),
+                fontsize=7)
+    for e in edges:
+        if e["parent"] in y:
+            ax.annotate("", xy=(e["step"], y[e["child"]]), xytext=(e["step"], y[e["parent"]]),
+                        arrowprops={"arrowstyle": "->", "color": "grey"})
+            ax.text(e["step"] + 0.05, (y[e["child"]] + y[e["parent"]]) / 2, e["operator"], fontsize=7)
+    ax.set_yticks([])
+    ax.set_xlabel("step")
+    ax.set_title("lineage: lifetimes (blue teachers, red students) and parent -> child edges with operator")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def _table(rows: list[dict]) -> str:
+    head = "<tr><th>step</th><th>seconds</th><th>valid</th>" + "".join(
+        f"<th>{tt} solve</th>" for tt in _task_types(rows)) + "<th>events</th></tr>"
+    body = []
+    for r in rows:
+        if r["step"] == 0:
+            body.append(f"<tr><td>0</td><td>{r['step_seconds']:.1f}</td><td colspan=9>seeding: buffers "
+                        f"{html.escape(json.dumps(r.get('seed_sizes')))}, rejections "
+                        f"{html.escape(json.dumps(r.get('seed_reasons')))}</td></tr>")
+            continue
+        cells = [str(r["step"]), f"{r['step_seconds']:.1f}",
+                 "-" if r.get("valid_rate") is None else f"{r['valid_rate']:.2f}"]
+        for tt in _task_types(rows):
+            v = r["task_types"].get(tt, {}).get("solve_rate")
+            cells.append("-" if v is None else f"{v:.2f}")
+        ev = "; ".join(f"{e['retired'].split('.')[-1]} -> {e['child'].split('.')[-1]} ({e['operator']})"
+                       for e in r.get("evolution", []))
+        cells.append(html.escape(ev))
+        body.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+    return f"<table>{head}{''.join(body)}</table>"
+
+
+def write_report(run_dir: Path, cfg=None) -> Path:
+    rows = read_metrics(run_dir)
+    if not rows:
+        raise FileNotFoundError(f"{run_dir / 'metrics.jsonl'} has no steps: nothing to report")
+    plots = {"solve_rate.png": plot_solve_rate, "complexity.png": plot_complexity, "ratings.png": plot_ratings,
+             "lineage.png": plot_lineage}
+    for name, fn in plots.items():
+        fn(rows, run_dir / name)
+    rejections: dict[str, int] = {}
+    for r in rows:
+        for m in r.get("task_types", {}).values():
+            for reason, n in m.get("rejections", {}).items():
+                rejections[reason] = rejections.get(reason, 0) + n
+    total_s = sum(r["step_seconds"] for r in rows)
+    page = f"""<!doctype html><html><head><meta charset="utf-8"><title>PopuLoRA run {html.escape(run_dir.name)}</title>
+<style>body{{font-family:sans-serif;margin:2em;max-width:1200px}}table{{border-collapse:collapse;font-size:13px}}
+td,th{{border:1px solid #ccc;padding:3px 8px;text-align:right}}img{{max-width:100%}}</style></head><body>
+<h1>PopuLoRA run {html.escape(run_dir.name)}</h1>
+<p>{len(rows) - 1} training steps, {total_s:.0f} s in all.
+Rejection reasons over the run: {html.escape(json.dumps(rejections, sort_keys=True))}</p>
+<h2>Solve rate per task type</h2><img src="solve_rate.png">
+<h2>Problem complexity</h2><img src="complexity.png">
+<h2>Ratings and evolution events</h2><img src="ratings.png">
+<h2>Lineage</h2><img src="lineage.png">
+<h2>Steps</h2>{_table(rows)}
+<p>Raw data: <a href="metrics.jsonl">metrics.jsonl</a>; TensorBoard: <code>tensorboard --logdir {html.escape(str(run_dir / 'tb'))}</code></p>
+</body></html>"""
+    path = run_dir / "report.html"
+    path.write_text(page)
+    return path
+
+
+def main(args) -> int:
+    run_dir = Path(args.run)
+    if not (run_dir / "metrics.jsonl").exists():
+        run_dir = Path(args.output_dir) / args.run
+    if not (run_dir / "metrics.jsonl").exists():
+        print(f"error: no run at {args.run} or {run_dir} (expected a metrics.jsonl)", file=sys.stderr)
+        return 2
+    print(write_report(run_dir))
+    return 0

@@ -1,0 +1,99 @@
+"""The step queue (in-process and Redis Streams) and the phase state store (SQLite and Postgres)."""
+
+import threading
+import time
+
+import pytest
+
+from coordinator.queue import InProcessQueue, PhaseJob, RedisStreamQueue
+from coordinator.state import StateStore
+
+
+def _redis_queue(redis_url, claim_idle_ms=200):
+    url, prefix = redis_url
+    return RedisStreamQueue(url, "run1", prefix=prefix, claim_idle_ms=claim_idle_ms)
+
+
+@pytest.fixture(params=["inprocess", "redis"])
+def queue(request):
+    if request.param == "inprocess":
+        yield InProcessQueue(claim_idle_ms=200)
+    else:
+        q = _redis_queue(request.getfixturevalue("redis_url"))
+        yield q
+        q.close()
+
+
+def test_fifo_and_ack(queue):
+    jobs = [PhaseJob("run1", 1, p) for p in ("match", "propose", "validate")]
+    for j in jobs:
+        queue.publish(j)
+    assert queue.depth() == 3
+    got = []
+    for _ in jobs:
+        d = queue.consume("c1", block_ms=500)
+        got.append(d.job)
+        queue.ack(d)
+    assert got == jobs
+    assert queue.depth() == 0
+    assert queue.consume("c1", block_ms=100) is None
+
+
+def test_unacked_job_is_reclaimed_by_another_consumer(queue):
+    queue.publish(PhaseJob("run1", 2, "update"))
+    first = queue.consume("dies", block_ms=500)
+    assert first.deliveries == 1
+    # "dies" never acks; before the idle timeout nobody else gets it
+    assert queue.consume("other", block_ms=50) is None
+    time.sleep(0.3)
+    again = queue.consume("other", block_ms=500)
+    assert again is not None and again.job == first.job and again.entry_id == first.entry_id
+    assert again.deliveries >= 2
+    queue.ack(again)
+    assert queue.depth() == 0
+
+
+def test_redis_consumers_share_the_stream(redis_url):
+    q1, q2 = _redis_queue(redis_url, 60_000), _redis_queue(redis_url, 60_000)
+    for s in range(10):
+        q1.publish(PhaseJob("run1", s, "match"))
+    seen, lock = [], threading.Lock()
+
+    def consume(q, name):
+        while True:
+            d = q.consume(name, block_ms=200)
+            if d is None:
+                return
+            with lock:
+                seen.append(d.job.step)
+            q.ack(d)
+
+    threads = [threading.Thread(target=consume, args=(q, n)) for q, n in ((q1, "a"), (q2, "b"))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(seen) == list(range(10))  # each job delivered once
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def state(request, tmp_path):
+    if request.param == "sqlite":
+        s = StateStore(f"sqlite:///{tmp_path / 'state.sqlite'}")
+    else:
+        s = StateStore(request.getfixturevalue("pg_url"))
+    yield s
+    s.close()
+
+
+def test_phase_results_are_insert_once(state):
+    assert state.create_run("r", "population", "x: 1")
+    assert not state.create_run("r", "population", "x: 2")
+    assert state.get("r", 1, "match") is None
+    assert state.put("r", 1, "match", {"pairings": [1]}, 0.5)
+    assert not state.put("r", 1, "match", {"pairings": [2]}, 0.1)  # a second writer changes nothing
+    assert state.get("r", 1, "match") == {"pairings": [1]}
+    state.put("r", 1, "propose", {}, 1.0)
+    assert state.done_phases("r") == [(1, "match"), (1, "propose")]
+    state.set_status("r", "finished")
+    assert state.get_run("r")["status"] == "finished"
