@@ -192,6 +192,9 @@ class LeagueConfig(Section):
     """SQLAlchemy URL of the league database; `{output_dir}` is filled in. Distributed: postgresql+psycopg://..."""
     token: str = ""
     """Bearer token for REST writes; empty = $POPULORA_TOKEN (writes are refused if both are empty)."""
+    read_cache_s: float = Field(1.0, ge=0)
+    """REST read cache lifetime in seconds (leaderboard, payoff); writes through the same service invalidate it at
+    once, so this only bounds how stale writes made by another league replica can look. 0 = no cache."""
 
 
 class EvolutionConfig(Section):

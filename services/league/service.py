@@ -1,0 +1,223 @@
+"""The league service: ratings, PFSP matchmaking, match reports, selection and lineage behind proto/league.proto."""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from dataclasses import dataclass
+
+import numpy as np
+
+from populora.config import TASK_TYPES, Config
+from populora.pb import league_pb2
+from populora.rpc import invalid, not_found, precondition
+from services.league.db import (
+    STUDENT_ROLES,
+    TEACHER_ROLES,
+    AdapterRow,
+    AdapterSpecIn,
+    ChildSpec,
+    LeagueDB,
+    MatchReport,
+    RatingRules,
+)
+from services.league.pfsp import PfspParams, draw, pfsp_probabilities
+from services.league.ratings import RatingParams, win_probability_matrix
+from services.league.selection import Member, select_for_replacement
+
+
+@dataclass(frozen=True)
+class SelectionParams:
+    """Evolutionary replacement settings (spec 8): replace ceil(gamma*N), parents by tournaments of this size."""
+
+    gamma: float = 0.25
+    tournament_size: int = 2
+
+
+def match_id(run_id: str, step: int, teacher_id: str, task_type: str) -> str:
+    """The deterministic match id `<run>/<step>/<teacher>/<task_type>`: a retried step reports the same ids."""
+    return f"{run_id}/{step}/{teacher_id}/{task_type}"
+
+
+def stable_seed(*parts: object) -> int:
+    """A 64-bit seed from the parts' text (Python's hash() differs between processes, this does not)."""
+    digest = hashlib.sha256("\x1f".join(str(p) for p in parts).encode()).digest()
+    return int.from_bytes(digest[:8], "little")
+
+
+def rating_to_pb(a: AdapterRow, k: float) -> league_pb2.Rating:
+    return league_pb2.Rating(adapter_id=a.adapter_id, role=a.role, mu=a.mu, sigma=a.sigma,
+                             conservative_skill=a.mu - k * a.sigma, status=a.status, matches=a.matches,
+                             wins=a.wins, losses=a.losses, draws=a.draws, parents=a.parents,
+                             operator=a.operator, created_step=a.created_step)
+
+
+class LeagueService:
+    """One method per RPC of proto/league.proto; the database does the storing, the domain modules the math."""
+
+    def __init__(self, db: LeagueDB, pfsp: PfspParams = PfspParams(), selection: SelectionParams = SelectionParams(),
+                 token: str = "", read_cache_s: float = 1.0):
+        self.db = db
+        self.rules = db.rules
+        self.pfsp = pfsp
+        self.selection = selection
+        self.token = token
+        self.read_cache_s = read_cache_s
+
+    @classmethod
+    def from_config(cls, cfg: Config, url: str | None = None, migrate: bool = True) -> LeagueService:
+        """Build from `cfg.league` and `cfg.evolution`; upgrades the database schema to head first."""
+        import os
+
+        lg = cfg.league
+        rules = RatingRules(RatingParams(lg.mu, lg.sigma, lg.beta, lg.tau, lg.draw_probability, lg.k),
+                            lg.outcome, lg.margin, lg.payoff_decay)
+        db = LeagueDB(url or cfg.league_db_url, rules)
+        if migrate:
+            db.migrate()
+        return cls(db, PfspParams(lg.pfsp, lg.pfsp_p, lg.pfsp_floor),
+                   SelectionParams(cfg.evolution.gamma, cfg.evolution.tournament_size),
+                   token=lg.token or os.environ.get("POPULORA_TOKEN", ""), read_cache_s=lg.read_cache_s)
+
+    def close(self) -> None:
+        self.db.close()
+
+    def _pb(self, a: AdapterRow) -> league_pb2.Rating:
+        return rating_to_pb(a, self.rules.params.k)
+
+    # ---- RPCs ---------------------------------------------------------------------------------------------------
+    def CreateRun(self, request: league_pb2.CreateRunRequest) -> league_pb2.CreateRunResponse:
+        created = self.db.create_run(request.run_id, request.mode, request.config_yaml)
+        return league_pb2.CreateRunResponse(run_id=request.run_id, created=created)
+
+    def RegisterAdapters(self, request: league_pb2.RegisterAdaptersRequest) -> league_pb2.RegisterAdaptersResponse:
+        specs = [AdapterSpecIn(a.adapter_id, a.role, a.rank, a.created_step) for a in request.adapters]
+        rows = self.db.register_adapters(request.run_id, specs)
+        return league_pb2.RegisterAdaptersResponse(ratings=[self._pb(a) for a in rows])
+
+    def Matchmake(self, request: league_pb2.MatchmakeRequest) -> league_pb2.MatchmakeResponse:
+        """For every active teacher and task type, draw one student by PFSP (spec 7), deterministically for
+        (run, step, seed, ratings). A teacher is never paired with itself unless it is the only candidate, as the
+        baseline's single `both` adapter is."""
+        task_types = list(request.task_types) or list(TASK_TYPES)
+        for i, tt in enumerate(task_types):
+            if tt not in TASK_TYPES:
+                raise invalid(f"task_types[{i}]: '{tt}' is not one of {list(TASK_TYPES)}")
+        active = self.db.adapters(request.run_id)
+        teachers = sorted((a for a in active if a.role in TEACHER_ROLES), key=lambda a: a.adapter_id)
+        students = sorted((a for a in active if a.role in STUDENT_ROLES), key=lambda a: a.adapter_id)
+        if not teachers or not students:
+            raise precondition(f"run '{request.run_id}' has {len(teachers)} active teacher(s) and {len(students)} "
+                               "active student(s); register both roles before matchmaking")
+        probs = self._pfsp_matrix(teachers, students)  # (T, S)
+        rng = np.random.Generator(np.random.PCG64(stable_seed(request.run_id, request.step, request.seed)))
+        uniforms = rng.random((len(teachers), len(task_types)))  # (T, K)
+        pairings = []
+        for k, tt in enumerate(task_types):
+            picks = draw(probs, uniforms[:, k])  # (T,)
+            for i, j in enumerate(picks.tolist()):
+                teacher, student = teachers[i], students[j]
+                pairings.append(league_pb2.Pairing(
+                    match_id=match_id(request.run_id, request.step, teacher.adapter_id, tt),
+                    teacher_id=teacher.adapter_id, student_id=student.adapter_id, task_type=tt, step=request.step,
+                    p_student=float(probs[i, j])))
+        return league_pb2.MatchmakeResponse(pairings=pairings)
+
+    def _pfsp_matrix(self, teachers: list[AdapterRow], students: list[AdapterRow]) -> np.ndarray:
+        """P(teacher i draws student j), x_ij = P(teacher i beats student j) (spec 6-7); self-pairs allowed only
+        where a teacher has no other candidate."""
+        mu_t = np.array([a.mu for a in teachers])
+        sg_t = np.array([a.sigma for a in teachers])
+        mu_s = np.array([a.mu for a in students])
+        sg_s = np.array([a.sigma for a in students])
+        x = win_probability_matrix(mu_t, sg_t, mu_s, sg_s, self.rules.params.beta)  # (T, S)
+        t_ids = np.array([a.adapter_id for a in teachers], dtype=object)
+        s_ids = np.array([a.adapter_id for a in students], dtype=object)
+        allowed = t_ids[:, None] != s_ids[None, :]  # (T, S)
+        alone = ~allowed.any(axis=1)
+        allowed[alone] = ~allowed[alone]  # the only candidate is the teacher itself
+        return pfsp_probabilities(x, self.pfsp, allowed)
+
+    def ReportMatches(self, request: league_pb2.ReportMatchesRequest) -> league_pb2.ReportMatchesResponse:
+        reports = [MatchReport(m.match_id, m.teacher_id, m.student_id, m.task_type, m.step, tuple(m.rhos))
+                   for m in request.matches]
+        out = self.db.report_matches(request.run_id, reports)
+        return league_pb2.ReportMatchesResponse(applied=out.applied, duplicates=out.duplicates,
+                                                ratings=[self._pb(a) for a in out.ratings])
+
+    def SelectForReplacement(self, request: league_pb2.SelectForReplacementRequest
+                             ) -> league_pb2.SelectForReplacementResponse:
+        """For each sub-population (teachers, students; a `both` adapter is its own), the worst ceil(gamma*N) by
+        mu - k*sigma and two parents each from the survivors' top half (spec 8). Writes nothing."""
+        k = self.rules.params.k
+        active = self.db.adapters(request.run_id)
+        rng = random.Random(stable_seed(request.run_id, request.step, request.seed, "select"))
+        plans = []
+        for role in ("teacher", "student", "both"):
+            members = [Member(a.adapter_id, a.mu - k * a.sigma) for a in active if a.role == role]
+            plans += select_for_replacement(role, members, self.selection.gamma, self.selection.tournament_size,
+                                            rng)
+        return league_pb2.SelectForReplacementResponse(replacements=[
+            league_pb2.Replacement(role=p.role, retire_id=p.retire_id, parent_ids=p.parent_ids) for p in plans])
+
+    def RecordChild(self, request: league_pb2.RecordChildRequest) -> league_pb2.RecordChildResponse:
+        child = self.db.record_child(request.run_id, ChildSpec(
+            request.child_id, request.role, tuple(request.parent_ids), request.operator, request.params_json or "{}",
+            request.seed, request.step, request.retire_id, request.rank))
+        return league_pb2.RecordChildResponse(child=self._pb(child))
+
+    def GetRatings(self, request: league_pb2.GetRatingsRequest) -> league_pb2.GetRatingsResponse:
+        rows = self.db.adapters(request.run_id, request.role, request.include_retired)
+        return league_pb2.GetRatingsResponse(ratings=[self._pb(a) for a in rows])
+
+    def GetLineage(self, request: league_pb2.GetLineageRequest) -> league_pb2.GetLineageResponse:
+        ancestors, descendants = self.db.lineage(request.adapter_id)
+
+        def edges(es):
+            return [league_pb2.LineageEdge(parent_id=e.parent_id, child_id=e.child_id, operator=e.operator,
+                                           step=e.step) for e in es]
+
+        return league_pb2.GetLineageResponse(adapter_id=request.adapter_id, ancestors=edges(ancestors),
+                                             descendants=edges(descendants))
+
+    # ---- reads for the REST API -----------------------------------------------------------------------------------
+    def leaderboard(self, run_id: str, role: str = "", include_retired: bool = True) -> list[dict]:
+        """Rows of the leaderboard, best conservative skill first (retired members included by default)."""
+        k = self.rules.params.k
+        return [{"rank": i + 1, "adapter_id": a.adapter_id, "role": a.role, "status": a.status, "mu": a.mu,
+                 "sigma": a.sigma, "conservative_skill": a.mu - k * a.sigma, "matches": a.matches, "wins": a.wins,
+                 "losses": a.losses, "draws": a.draws, "parents": a.parents, "operator": a.operator,
+                 "created_step": a.created_step, "retired_step": a.retired_step}
+                for i, a in enumerate(self.db.adapters(run_id, role, include_retired))]
+
+    def payoff_matrix(self, run_id: str) -> dict:
+        """The teacher x student payoff matrix: decayed mean solve rate per cell (None where never matched)."""
+        cells = self.db.payoff(run_id)
+        teachers = sorted({t for t, _, _ in cells})
+        students = sorted({s for _, s, _ in cells})
+        ti = {t: i for i, t in enumerate(teachers)}
+        si = {s: j for j, s in enumerate(students)}
+        solve: list[list[float | None]] = [[None] * len(students) for _ in teachers]
+        count = [[0] * len(students) for _ in teachers]
+        for t, s, c in cells:
+            solve[ti[t]][si[s]] = c.solve_rate
+            count[ti[t]][si[s]] = c.matches
+        return {"run_id": run_id, "decay": self.rules.payoff_decay, "teachers": teachers, "students": students,
+                "solve_rate": solve, "matches": count}
+
+    def lineage_tree(self, adapter_id: str) -> dict:
+        ancestors, descendants = self.db.lineage(adapter_id)
+        adapter = self.db.adapter(adapter_id)
+
+        def edges(es):
+            return [{"parent_id": e.parent_id, "child_id": e.child_id, "operator": e.operator, "step": e.step}
+                    for e in es]
+
+        return {"adapter_id": adapter_id, "run_id": adapter.run_id, "role": adapter.role, "status": adapter.status,
+                "operator": adapter.operator, "parents": adapter.parents, "created_step": adapter.created_step,
+                "ancestors": edges(ancestors), "descendants": edges(descendants)}
+
+    def require_run(self, run_id: str) -> None:
+        if not self.db.run_exists(run_id):
+            raise not_found(f"run '{run_id}' does not exist")
+
