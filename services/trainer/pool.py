@@ -1,0 +1,287 @@
+"""The trainer's adapters: which (id, version) each holds, its AdamW state, and the store round trip.
+
+Every adapter is one slot of the shared policy (the frozen base is loaded once) plus one optimizer over that
+adapter's LoRA parameters, so memory grows per adapter by its LoRA weights, their gradients and two Adam
+moments only. Each update writes the next version (weights + optimizer state + step) to the artifact store;
+a trainer restarted on the same store resumes an adapter from its latest version and makes exactly the update
+the uninterrupted trainer would have made.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from populora.store import AdapterRef, ArtifactStore, lora_config_dict
+from services.trainer.policy import AdapterPolicy, peft_init_weights
+from services.trainer.trr import Rollout, StepStats, TrrSettings, UpdateJob, trr_update
+
+TRAINER_KIND = "trainer"
+ADAM_KEYS = ("exp_avg", "exp_avg_sq", "step")
+
+
+class PoolError(ValueError):
+    """A request the pool cannot apply; `kind` says which: 'invalid' (the input) or 'precondition' (the state)."""
+
+    def __init__(self, kind: str, message: str):
+        super().__init__(message)
+        self.kind = kind
+
+
+@dataclass
+class OptimizerSettings:
+    """AdamW of spec §5 (lr, betas, weight decay from `cfg.trainer`)."""
+
+    lr: float = 1e-5
+    betas: tuple[float, float] = (0.9, 0.999)
+    weight_decay: float = 0.0
+
+
+@dataclass
+class HeldAdapter:
+    """One adapter the trainer holds: the version its weights are at, and its optimizer."""
+
+    adapter_id: str
+    version: int
+    role: str
+    config: dict
+    slot: str
+    params: dict[str, nn.Parameter]  # PEFT key -> parameter
+    optimizer: torch.optim.AdamW
+    updates: int = 0  # TRR++ steps applied since the adapter was created or adopted
+
+
+@dataclass
+class UpdateItem:
+    """One adapter's share of an Update/UpdateBatch call."""
+
+    adapter_id: str
+    version: int
+    rollouts: list[Rollout]
+    seed: int = 0
+    step: int = 0
+
+
+def request_digest(item: UpdateItem) -> str:
+    """A fingerprint of an update request, so a retried request returns the version it already made."""
+    h = hashlib.sha256(f"{item.adapter_id}|{item.version}|{item.seed}|{item.step}".encode())
+    for r in item.rollouts:
+        h.update(struct.pack(f"<{len(r.prompt)}i", *r.prompt) + b"|")
+        h.update(struct.pack(f"<{len(r.response)}i", *r.response) + b"|")
+        h.update(f"{r.reward!r}|{r.task_type}|{r.role}|".encode())
+        h.update(struct.pack(f"<{len(r.old_logprobs or [])}f", *(r.old_logprobs or [])) + b";")
+    return h.hexdigest()
+
+
+class AdapterPool:
+    """Adapters on one policy, each with its AdamW; init, adopt, resume, update, drop."""
+
+    def __init__(self, policy: AdapterPolicy, store: ArtifactStore, optimizer: OptimizerSettings,
+                 trr: TrrSettings, base_name: str = ""):
+        self.policy = policy
+        self.store = store
+        self.optimizer_settings = optimizer
+        self.trr = trr
+        self.base_name = base_name
+        self.held: dict[str, HeldAdapter] = {}
+        self.dropped: set[str] = set()
+        self._slots = itertools.count()
+
+    # ---- adapters in and out
+    def init(self, adapter_id: str, role: str, rank: int, alpha: float, target_modules: list[str],
+             seed: int) -> AdapterRef:
+        """A fresh adapter (B = 0), written to the store as version 1 with an empty optimizer state."""
+        if adapter_id in self.held or self.store.versions(adapter_id):
+            raise PoolError("precondition", f"adapter '{adapter_id}' already exists (held: "
+                            f"{adapter_id in self.held}, store versions: {self.store.versions(adapter_id)}); "
+                            "pick a new id, or AdoptAdapter the stored one")
+        config = lora_config_dict(rank, alpha, target_modules, self.base_name)
+        weights = peft_init_weights(self.policy.causal_lm, target_modules, rank, seed)
+        held = self._attach(adapter_id, 1, role, config, weights, {})
+        try:
+            self._save(held, meta={"init_seed": int(seed), "step": 0})
+        except Exception:
+            self._detach(held)
+            raise
+        return self.store.ref(adapter_id, 1)
+
+    def adopt(self, ref: AdapterRef, role: str) -> AdapterRef:
+        """Take over a version someone else wrote (an evolver child): its weights, a fresh optimizer (spec §8)."""
+        self._release_if_held(ref.adapter_id)
+        version, _ = self._read(ref)
+        self._attach(ref.adapter_id, version.ref.version, role, version.config, version.weights, {})
+        return version.ref
+
+    def resume(self, adapter_id: str) -> HeldAdapter:
+        """Continue an adapter from its latest stored version: its weights and, when a trainer wrote it, the
+        optimizer state and update count saved there (an evolver child has none: a fresh optimizer, as adopted)."""
+        ref = self.store.latest(adapter_id)
+        version, opt = self.store.load(ref, with_optimizer=True)
+        held = self._attach(adapter_id, ref.version, version.meta.get("role", "both"), version.config,
+                            version.weights, opt if version.meta.get("written_by") == TRAINER_KIND else {})
+        held.updates = int(version.meta.get("updates", 0))
+        return held
+
+    def drop(self, adapter_id: str) -> bool:
+        held = self.held.get(adapter_id)
+        self.dropped.add(adapter_id)
+        if held is None:
+            return False
+        self._detach(held)
+        return True
+
+    def _release_if_held(self, adapter_id: str) -> None:
+        if adapter_id in self.held:
+            self._detach(self.held[adapter_id])
+        self.dropped.discard(adapter_id)
+
+    def _read(self, ref: AdapterRef):
+        from populora.store import StoreError
+
+        try:
+            return self.store.load(ref)
+        except StoreError as e:
+            raise PoolError("precondition", str(e)) from None
+
+    def _attach(self, adapter_id: str, version: int, role: str, config: dict, weights: dict[str, torch.Tensor],
+                optimizer_state: dict[str, torch.Tensor]) -> HeldAdapter:
+        slot = f"a{next(self._slots)}"
+        try:
+            params = self.policy.add(slot, weights, config)
+        except ValueError as e:
+            raise PoolError("invalid", f"adapter '{adapter_id}' v{version} does not fit the base model: {e}") from None
+        opt = torch.optim.AdamW(list(params.values()), lr=self.optimizer_settings.lr,
+                                betas=tuple(self.optimizer_settings.betas),
+                                weight_decay=self.optimizer_settings.weight_decay)
+        held = HeldAdapter(adapter_id, version, role, dict(config), slot, params, opt)
+        if optimizer_state:
+            load_optimizer_state(held, optimizer_state)
+        self.held[adapter_id] = held
+        self.dropped.discard(adapter_id)
+        return held
+
+    def _detach(self, held: HeldAdapter) -> None:
+        self.policy.remove(held.slot)
+        self.held.pop(held.adapter_id, None)
+
+    # ---- the update
+    def holding(self, adapter_id: str, version: int, resume: bool = True) -> HeldAdapter:
+        """The held adapter at exactly `version`. With `resume`, an adapter this process does not hold (and has not
+        dropped) is resumed from the store when `version` is its latest stored version."""
+        held = self.held.get(adapter_id)
+        if held is None and resume and adapter_id not in self.dropped and self.store.versions(adapter_id):
+            if self.store.latest(adapter_id).version == version:
+                held = self.resume(adapter_id)
+        if held is None:
+            raise PoolError("precondition", f"the trainer does not hold adapter '{adapter_id}'"
+                            f"{' (dropped)' if adapter_id in self.dropped else ''}; InitAdapter or AdoptAdapter it "
+                            "first")
+        if held.version != version:
+            raise PoolError("precondition", f"adapter '{adapter_id}' is at version {held.version}, the update asked "
+                            f"for version {version}; send rollouts made with v{held.version}")
+        return held
+
+    def replay(self, item: UpdateItem) -> tuple[AdapterRef, StepStats] | None:
+        """The result of an update already made (a retried request): the held version was made from this request."""
+        held = self.held.get(item.adapter_id)
+        if held is None or held.version != item.version + 1:
+            return None
+        meta = self._read(self.store.ref(held.adapter_id, held.version))[0].meta
+        if meta.get("request_digest") != request_digest(item):
+            return None
+        return self.store.ref(held.adapter_id, held.version), StepStats(**meta.get("stats", {}))
+
+    def update(self, items: Sequence[UpdateItem], batched: bool) -> list[tuple[AdapterRef, StepStats]]:
+        """One TRR++ step per item's adapter, all in one pass when `batched`; writes and returns the new versions.
+
+        All or nothing: on any failure every adapter's weights and optimizer state go back to where they were.
+        """
+        helds = [self.holding(it.adapter_id, it.version) for it in items]
+        jobs = [UpdateJob(h.slot, it.rollouts, list(h.params.values()), h.optimizer)
+                for h, it in zip(helds, items, strict=True)]
+        snapshots = [snapshot(h) for h in helds]
+        try:
+            with _seeded(items[0].seed, self.policy.device):
+                if batched and self.policy.batched:
+                    stats = trr_update(self.policy, jobs, self.trr, self.policy.device)
+                else:
+                    stats = [trr_update(self.policy, [job], self.trr, self.policy.device)[0] for job in jobs]
+            refs = []
+            for h, it, s in zip(helds, items, stats, strict=True):
+                h.version += 1
+                h.updates += 1
+                refs.append(self._save(h, meta={"request_digest": request_digest(it), "step": int(it.step),
+                                                "seed": int(it.seed), "stats": dict(s.__dict__)}))
+        except Exception:
+            for h, snap in zip(helds, snapshots, strict=True):
+                restore(h, snap)
+            raise
+        return list(zip(refs, stats, strict=True))
+
+    def _save(self, held: HeldAdapter, meta: dict) -> AdapterRef:
+        weights = {k: p.detach() for k, p in held.params.items()}
+        full = {"written_by": TRAINER_KIND, "role": held.role, "updates": held.updates, "base_model": self.base_name,
+                "optimizer": {"name": "adamw", "lr": self.optimizer_settings.lr,
+                              "betas": list(self.optimizer_settings.betas),
+                              "weight_decay": self.optimizer_settings.weight_decay}, **meta}
+        return self.store.save(held.adapter_id, weights, held.config, version=held.version, meta=full,
+                               optimizer_state=optimizer_state(held))
+
+
+# ---- optimizer state <-> flat tensors (safetensors)
+
+def optimizer_state(held: HeldAdapter) -> dict[str, torch.Tensor]:
+    """AdamW's per-parameter state as `<PEFT key>.<exp_avg|exp_avg_sq|step>` tensors (empty before the first step)."""
+    out = {}
+    for key, p in held.params.items():
+        for name, value in held.optimizer.state.get(p, {}).items():
+            out[f"{key}.{name}"] = value.detach().reshape(value.shape) if value.dim() else value.detach().reshape(1)
+    return out
+
+
+def load_optimizer_state(held: HeldAdapter, flat: dict[str, torch.Tensor]) -> None:
+    for key, p in held.params.items():
+        if f"{key}.exp_avg" not in flat:
+            continue
+        state = {}
+        for name in ADAM_KEYS:
+            value = flat[f"{key}.{name}"]
+            state[name] = value.reshape(()).clone() if name == "step" else value.to(p.device, p.dtype).clone()
+        held.optimizer.state[p] = state
+
+
+def snapshot(held: HeldAdapter) -> tuple:
+    return (held.version, held.updates, {k: p.detach().clone() for k, p in held.params.items()},
+            {k: v.clone() for k, v in optimizer_state(held).items()})
+
+
+def restore(held: HeldAdapter, snap: tuple) -> None:
+    held.version, held.updates, weights, opt = snap
+    with torch.no_grad():
+        for k, p in held.params.items():
+            p.copy_(weights[k])
+            p.grad = None
+    held.optimizer.state.clear()
+    load_optimizer_state(held, opt)
+
+
+class _seeded:
+    """Seed torch's RNG (LoRA dropout) for one update without touching the process's global stream."""
+
+    def __init__(self, seed: int, device: torch.device):
+        devices = [device] if device.type == "cuda" else []
+        self._fork = torch.random.fork_rng(devices=devices)
+        self.seed = int(seed)
+
+    def __enter__(self):
+        self._fork.__enter__()
+        torch.manual_seed(self.seed)
+
+    def __exit__(self, *exc):
+        return self._fork.__exit__(*exc)

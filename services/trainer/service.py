@@ -1,0 +1,228 @@
+"""The trainer service: the RPCs of proto/trainer.proto over the adapter pool and the TRR++ update (spec §5)."""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+from contextlib import contextmanager
+
+import torch
+
+from populora.config import TASK_TYPES, Config
+from populora.metrics import BATCH_SIZE, TOKENS, TOKENS_PER_S
+from populora.pb import trainer_pb2
+from populora.rpc import ServiceError, invalid, precondition, ref_from_pb, ref_to_pb
+from populora.store import ArtifactStore, StoreError, validate_adapter_id
+from services.trainer.policy import AdapterPolicy, MultiLoraPolicy, PeftPolicy
+from services.trainer.pool import AdapterPool, OptimizerSettings, PoolError, UpdateItem
+from services.trainer.trr import Rollout, StepStats, TrrSettings
+
+log = logging.getLogger(__name__)
+
+ADAPTER_ROLES = ("teacher", "student", "both")
+ROLLOUT_ROLES = {"teacher": ("teacher",), "student": ("student",), "both": ("teacher", "student")}
+# Room the batched layer keeps for the largest rank (only the `gather` layout pads to it; we use `segments`).
+MAX_RANK = 512
+
+
+def resolve_batch_mode(mode: str, device: torch.device) -> str:
+    """`auto` -> `batched` on a GPU (a population of small batches fills it like one big one), else `sequential`
+    (on a CPU one big pass is not faster than several small ones)."""
+    if mode == "auto":
+        return "batched" if device.type == "cuda" else "sequential"
+    return mode
+
+
+def make_policy(mode: str, causal_lm: torch.nn.Module, cfg: Config) -> AdapterPolicy:
+    """Sequential updates run on PEFT (set_adapter per pass); batched ones on the per-row multi-LoRA layer."""
+    if mode == "batched":
+        if cfg.lora.dropout > 0:
+            raise ValueError("trainer.batch_mode=batched does not apply LoRA dropout; set lora.dropout=0 or "
+                             "trainer.batch_mode=sequential")
+        targets = sorted(set(cfg.lora.target_modules) | {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
+                                                         "up_proj", "down_proj"})
+        return MultiLoraPolicy(causal_lm, targets, MAX_RANK)
+    return PeftPolicy(causal_lm)
+
+
+def trr_settings(cfg: Config) -> TrrSettings:
+    t = cfg.trainer
+    return TrrSettings(grad_clip=t.grad_clip, entropy_coef=t.entropy_coef, ppo_clip=t.ppo_clip, epochs=t.epochs,
+                       micro_batch_tokens=t.micro_batch_tokens, adv_eps=t.adv_eps)
+
+
+@contextmanager
+def _as_service_errors():
+    """Domain errors -> the service's error codes (the input: INVALID_ARGUMENT; the trainer's state: FAILED_...)."""
+    try:
+        yield
+    except PoolError as e:
+        raise (invalid(str(e)) if e.kind == "invalid" else precondition(str(e))) from None
+    except StoreError as e:
+        raise precondition(str(e)) from None
+
+
+class TrainerService:
+    """TRR++ updates of many adapters on one frozen base, one AdamW state per adapter (spec §5)."""
+
+    def __init__(self, cfg: Config, pool: AdapterPool, mode: str):
+        self.cfg = cfg
+        self.pool = pool
+        self.mode = mode
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_config(cls, cfg: Config, base=None, store: ArtifactStore | None = None) -> TrainerService:
+        """Load the base once (or take `base`, which the trainer then owns: its layers get LoRA injected)."""
+        from populora.models import load_from_config
+
+        base = base or load_from_config(cfg)
+        device = next(base.model.parameters()).device
+        mode = resolve_batch_mode(cfg.trainer.batch_mode, device)
+        policy = make_policy(mode, base.model, cfg)
+        t = cfg.trainer
+        pool = AdapterPool(policy, store or ArtifactStore(cfg.store_root),
+                           OptimizerSettings(lr=t.lr, betas=tuple(t.betas), weight_decay=t.weight_decay),
+                           trr_settings(cfg), base_name=cfg.model.name)
+        log.info("trainer ready: base %s on %s, %s updates", cfg.model.name, device, mode)
+        return cls(cfg, pool, mode)
+
+    # ---- RPCs
+    def InitAdapter(self, req: trainer_pb2.InitAdapterRequest) -> trainer_pb2.InitAdapterResponse:
+        self._check_id(req.adapter_id)
+        role = self._check_role(req.role)
+        rank = req.rank or self.cfg.lora.rank
+        if rank < 0 or rank > MAX_RANK:
+            raise invalid(f"rank {req.rank} is out of range 1..{MAX_RANK} (0 = lora.rank)")
+        alpha = req.lora_alpha or self.cfg.lora.alpha
+        if not math.isfinite(alpha) or alpha <= 0:
+            raise invalid(f"lora_alpha {req.lora_alpha} must be a positive number (0 = lora.alpha)")
+        targets = list(req.target_modules) or list(self.cfg.lora.target_modules)
+        with self._lock, _as_service_errors():
+            ref = self.pool.init(req.adapter_id, role, rank, alpha, targets, req.seed)
+        return trainer_pb2.InitAdapterResponse(adapter=ref_to_pb(ref))
+
+    def AdoptAdapter(self, req: trainer_pb2.AdoptAdapterRequest) -> trainer_pb2.AdoptAdapterResponse:
+        self._check_id(req.adapter.adapter_id)
+        role = self._check_role(req.role)
+        if req.adapter.version < 1:
+            raise invalid(f"AdoptAdapter needs an explicit version >= 1 of '{req.adapter.adapter_id}'")
+        with self._lock, _as_service_errors():
+            ref = self.pool.adopt(ref_from_pb(req.adapter), role)
+        return trainer_pb2.AdoptAdapterResponse(adapter=ref_to_pb(ref))
+
+    def Update(self, req: trainer_pb2.UpdateRequest) -> trainer_pb2.UpdateResponse:
+        return self._update([req])[0]
+
+    def UpdateBatch(self, req: trainer_pb2.UpdateBatchRequest) -> trainer_pb2.UpdateBatchResponse:
+        results = self._update(list(req.updates)) if req.updates else []
+        return trainer_pb2.UpdateBatchResponse(results=results, mode=self.mode)
+
+    def DropAdapter(self, req: trainer_pb2.DropAdapterRequest) -> trainer_pb2.DropAdapterResponse:
+        self._check_id(req.adapter_id)
+        with self._lock:
+            return trainer_pb2.DropAdapterResponse(dropped=self.pool.drop(req.adapter_id))
+
+    # ---- the update
+    def _update(self, reqs: list[trainer_pb2.UpdateRequest]) -> list[trainer_pb2.UpdateResponse]:
+        """Validate everything first (a rejected request changes nothing), replay retried requests, then update."""
+        ids = [r.adapter.adapter_id for r in reqs]
+        dup = sorted({a for a in ids if ids.count(a) > 1})
+        if dup:
+            raise invalid(f"adapters {dup} appear more than once in one UpdateBatch; send one update per adapter")
+        items = [self._item(r) for r in reqs]
+        with self._lock, _as_service_errors():
+            done = {it.adapter_id: self.pool.replay(it) for it in items}
+            todo = [it for it in items if done[it.adapter_id] is None]
+            for it in todo:
+                held = self.pool.holding(it.adapter_id, it.version)
+                self._check_roles(it, held.role)
+            if todo:
+                try:
+                    made = self.pool.update(todo, batched=self.mode == "batched")
+                except PoolError:
+                    raise
+                except ValueError as e:  # a rollout the model cannot take; nothing was changed
+                    raise invalid(str(e)) from None
+                done.update({it.adapter_id: res for it, res in zip(todo, made, strict=True)})
+        self._record(todo, [done[it.adapter_id][1] for it in todo])
+        return [trainer_pb2.UpdateResponse(adapter=ref_to_pb(done[it.adapter_id][0]),
+                                           stats=_stats_pb(done[it.adapter_id][1])) for it in items]
+
+    def _item(self, req: trainer_pb2.UpdateRequest) -> UpdateItem:
+        adapter_id = req.adapter.adapter_id
+        self._check_id(adapter_id)
+        if req.adapter.version < 1:
+            raise invalid(f"update of '{adapter_id}' needs the version its rollouts were made with (got "
+                          f"{req.adapter.version})")
+        if not req.rollouts:
+            raise invalid(f"update of '{adapter_id}' has no rollouts")
+        rollouts = [self._rollout(adapter_id, i, r) for i, r in enumerate(req.rollouts)]
+        return UpdateItem(adapter_id, int(req.adapter.version), rollouts, int(req.seed), int(req.step))
+
+    def _rollout(self, adapter_id: str, i: int, r: trainer_pb2.Rollout) -> Rollout:
+        where = f"update of '{adapter_id}', rollout {i}"
+        vocab, budget = self.pool.policy.vocab_size, self.cfg.trainer.micro_batch_tokens
+        prompt, response = list(r.prompt_token_ids), list(r.response_token_ids)
+        if not prompt or not response:
+            raise invalid(f"{where}: empty {'prompt' if not prompt else 'response'}; drop such rollouts before "
+                          "the update")
+        bad = [t for t in prompt + response if t < 0 or t >= vocab]
+        if bad:
+            raise invalid(f"{where}: token id {bad[0]} is outside the base model's vocabulary 0..{vocab - 1}")
+        if len(prompt) + len(response) > budget:
+            raise invalid(f"{where}: {len(prompt) + len(response)} tokens exceed trainer.micro_batch_tokens="
+                          f"{budget}; raise it or shorten the rollouts")
+        if r.task_type not in TASK_TYPES:
+            raise invalid(f"{where}: task_type {r.task_type!r} is not one of {list(TASK_TYPES)}")
+        if r.role not in ("teacher", "student"):
+            raise invalid(f"{where}: role {r.role!r} is not 'teacher' (propose) or 'student' (solve)")
+        if not math.isfinite(r.reward):
+            raise invalid(f"{where}: reward {r.reward} is not a finite number")
+        old = list(r.old_logprobs) or None
+        if old is not None and (len(old) != len(response) or not all(math.isfinite(x) and x <= 0 for x in old)):
+            raise invalid(f"{where}: old_logprobs must be one log-probability (<= 0) per response token "
+                          f"({len(old)} given for {len(response)} tokens)")
+        return Rollout(prompt, response, float(r.reward), r.task_type, r.role, old)
+
+    @staticmethod
+    def _check_roles(item: UpdateItem, adapter_role: str) -> None:
+        allowed = ROLLOUT_ROLES.get(adapter_role, ("teacher", "student"))
+        wrong = sorted({r.role for r in item.rollouts} - set(allowed))
+        if wrong:
+            raise invalid(f"update of '{item.adapter_id}' ({adapter_role}) has {wrong} rollouts; a {adapter_role} "
+                          f"trains on {list(allowed)} rollouts only (spec §1)")
+
+    @staticmethod
+    def _check_id(adapter_id: str) -> None:
+        try:
+            validate_adapter_id(adapter_id)
+        except StoreError as e:
+            raise invalid(str(e)) from None
+
+    @staticmethod
+    def _check_role(role: str) -> str:
+        if role not in ADAPTER_ROLES:
+            raise invalid(f"role {role!r} is not one of {list(ADAPTER_ROLES)}")
+        return role
+
+    def _record(self, items: list[UpdateItem], stats: list[StepStats]) -> None:
+        if not stats:
+            return
+        tokens = sum(s.tokens for s in stats)
+        seconds = max(s.seconds for s in stats) if self.mode == "batched" else sum(s.seconds for s in stats)
+        TOKENS.labels("trainer", "train").inc(tokens)
+        TOKENS_PER_S.labels("trainer", "train").set(tokens / seconds if seconds > 0 else 0.0)
+        BATCH_SIZE.labels("trainer", "UpdateBatch").observe(len(items))
+        for it, s in zip(items, stats, strict=True):
+            log.info("updated %s v%d -> v%d: loss %.4f |g| %.3f tokens %d in %.2fs", it.adapter_id, it.version,
+                     it.version + 1, s.loss, s.grad_norm, s.tokens, s.seconds, extra={"adapter_id": it.adapter_id})
+
+
+def _stats_pb(s: StepStats) -> trainer_pb2.UpdateStats:
+    return trainer_pb2.UpdateStats(loss=s.loss, grad_norm=s.grad_norm, mean_abs_advantage=s.mean_abs_advantage,
+                                   tokens=s.tokens, seconds=s.seconds, rollouts=s.rollouts)
+
+
+__all__ = ["TrainerService", "ServiceError", "resolve_batch_mode"]

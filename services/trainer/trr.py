@@ -1,0 +1,277 @@
+"""The TRR++ policy-gradient update of spec/ALGORITHMS.md §5, for one or several LoRA adapters at once.
+
+Read top to bottom: rollouts -> advantages per (task type, role) group -> rows packed into micro-batches under a
+token budget -> log pi of every response token under the row's adapter -> loss -> backward (gradients accumulate
+over micro-batches) -> per-adapter grad clip and AdamW step.
+
+One pass may carry rows of several adapters (`batched`): each row goes through its own adapter, every adapter's
+loss is normalised by its own token count, and the total loss is the sum of the per-adapter losses. Since an
+adapter's parameters only touch its own rows, d(total)/d(theta_a) = d(loss_a)/d(theta_a): the gradients are the
+ones the adapters would get one by one.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import torch
+from torch.utils.checkpoint import checkpoint
+
+# Logit elements (tokens x vocab) materialised at once by the LM head; the rest is recomputed in backward.
+HEAD_CHUNK_ELEMENTS = 1 << 24
+
+
+@dataclass
+class Rollout:
+    """One trajectory: a prompt, the adapter's response, its scalar reward, and its group key (spec §4-5)."""
+
+    prompt: list[int]
+    response: list[int]
+    reward: float
+    task_type: str
+    role: str
+    old_logprobs: list[float] | None = None
+
+
+@dataclass
+class TrrSettings:
+    """The knobs of one update (from `cfg.trainer`, spec §5)."""
+
+    grad_clip: float = 1.0
+    entropy_coef: float = 0.0
+    ppo_clip: float = 0.2
+    epochs: int = 1
+    micro_batch_tokens: int = 4096
+    adv_eps: float = 1e-6
+
+
+@dataclass
+class UpdateJob:
+    """One adapter's share of an update: its rollouts, its trainable parameters and its optimizer."""
+
+    adapter: str
+    rollouts: list[Rollout]
+    params: list[torch.nn.Parameter]
+    optimizer: torch.optim.Optimizer
+
+
+@dataclass
+class StepStats:
+    """What one adapter's update did (the proto's UpdateStats)."""
+
+    loss: float = 0.0
+    grad_norm: float = 0.0
+    mean_abs_advantage: float = 0.0
+    tokens: int = 0
+    rollouts: int = 0
+    seconds: float = 0.0
+
+
+class Policy(Protocol):
+    """Where the adapters live: the frozen base's last hidden states with a per-row adapter, and its LM head."""
+
+    vocab_size: int
+
+    def hidden_states(self, adapters: list[str], input_ids: torch.Tensor,
+                      attention_mask: torch.Tensor) -> torch.Tensor: ...
+
+    def lm_head(self, hidden: torch.Tensor) -> torch.Tensor: ...
+
+
+# ---------------------------------------------------------------- advantages (spec §5)
+
+def group_advantages(rewards: Sequence[float], groups: Sequence[tuple[str, str]], eps: float = 1e-6) -> torch.Tensor:
+    """A_i = (r_i - mean_g) / (std_g + eps) inside each group g = (task type, role) (spec §5).
+
+    std is the population standard deviation of the group. A group of one, or of equal rewards, gets A = 0: it
+    says nothing about which response was better.
+    """
+    r = torch.tensor(list(rewards), dtype=torch.float64)
+    adv = torch.zeros_like(r)
+    for g in set(groups):
+        idx = torch.tensor([i for i, key in enumerate(groups) if key == g])
+        rg = r[idx]
+        adv[idx] = (rg - rg.mean()) / (rg.std(unbiased=False) + eps)
+    return adv.float()
+
+
+# ---------------------------------------------------------------- rows and micro-batches
+
+@dataclass
+class Row:
+    """One rollout as a training row: prompt + response ids; each response token weighs 1 / N_adapter."""
+
+    job: int
+    ids: list[int]
+    n_prompt: int
+    advantage: float
+    inv_tokens: float
+    old_logprobs: torch.Tensor | None = None
+
+    @property
+    def n_response(self) -> int:
+        return len(self.ids) - self.n_prompt
+
+
+@dataclass
+class MicroBatch:
+    rows: list[Row]
+    adapters: list[str]
+    input_ids: torch.Tensor  # (B, T), right-padded
+    attention_mask: torch.Tensor  # (B, T)
+    pred_rows: torch.Tensor  # (N,) row of each response token
+    pred_pos: torch.Tensor  # (N,) position whose hidden state predicts it (t predicts t+1)
+    targets: torch.Tensor  # (N,) the response token ids
+    advantages: torch.Tensor  # (N,) the row's A on each of its tokens
+    inv_tokens: torch.Tensor  # (N,) 1 / N_adapter
+    token_job: torch.Tensor  # (N,) index of the job each token belongs to
+    row_slices: list[slice] = field(default_factory=list)  # each row's tokens inside the (N,) vectors
+
+
+def make_rows(jobs: Sequence[UpdateJob], eps: float) -> tuple[list[Row], list[torch.Tensor]]:
+    """Every job's rollouts as rows, with group-normalised advantages; also each job's advantage vector."""
+    rows, advantages = [], []
+    for j, job in enumerate(jobs):
+        adv = group_advantages([r.reward for r in job.rollouts], [(r.task_type, r.role) for r in job.rollouts], eps)
+        n_tokens = sum(len(r.response) for r in job.rollouts)
+        for r, a in zip(job.rollouts, adv.tolist(), strict=True):
+            old = torch.tensor(r.old_logprobs, dtype=torch.float32) if r.old_logprobs else None
+            rows.append(Row(j, list(r.prompt) + list(r.response), len(r.prompt), a, 1.0 / n_tokens, old))
+        advantages.append(adv)
+    return rows, advantages
+
+
+def pack(rows: list[Row], budget: int) -> list[list[Row]]:
+    """Rows into micro-batches whose padded size (rows x longest row) stays within `budget` tokens.
+
+    Longest rows first, so rows of similar length share a batch and little is padding.
+    """
+    batches: list[list[Row]] = []
+    current: list[Row] = []
+    for row in sorted(rows, key=lambda r: len(r.ids), reverse=True):
+        if len(row.ids) > budget:
+            raise ValueError(f"a rollout of {len(row.ids)} tokens (prompt + response) exceeds the micro-batch budget "
+                             f"trainer.micro_batch_tokens={budget}; raise it or shorten the rollouts")
+        longest = len(current[0].ids) if current else len(row.ids)
+        if current and (len(current) + 1) * longest > budget:
+            batches.append(current)
+            current = []
+        current.append(row)
+    if current:
+        batches.append(current)
+    return batches
+
+
+def collate(rows: list[Row], adapter_names: list[str], device: torch.device) -> MicroBatch:
+    """Right-pad rows into (B, T) tensors and index every response token they hold."""
+    width = max(len(r.ids) for r in rows)
+    input_ids = torch.zeros(len(rows), width, dtype=torch.long)
+    mask = torch.zeros(len(rows), width, dtype=torch.long)
+    pred_rows, pred_pos, adv, inv_tokens, token_job, slices = [], [], [], [], [], []
+    start = 0
+    for b, r in enumerate(rows):
+        input_ids[b, : len(r.ids)] = torch.tensor(r.ids)
+        mask[b, : len(r.ids)] = 1
+        n = r.n_response
+        pred_rows += [b] * n
+        pred_pos += range(r.n_prompt - 1, len(r.ids) - 1)
+        adv += [r.advantage] * n
+        inv_tokens += [r.inv_tokens] * n
+        token_job += [r.job] * n
+        slices.append(slice(start, start + n))
+        start += n
+    return MicroBatch(rows, [adapter_names[r.job] for r in rows], input_ids.to(device), mask.to(device),
+                      torch.tensor(pred_rows, device=device), torch.tensor(pred_pos, device=device),
+                      input_ids[torch.tensor(pred_rows), torch.tensor(pred_pos) + 1].to(device),
+                      torch.tensor(adv, device=device), torch.tensor(inv_tokens, device=device),
+                      torch.tensor(token_job, device=device), slices)
+
+
+# ---------------------------------------------------------------- log pi of the response tokens
+
+def _head_logprobs(lm_head, hidden: torch.Tensor, targets: torch.Tensor,
+                   with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    logits = lm_head(hidden).float()  # (n, V)
+    logp_all = torch.log_softmax(logits, dim=-1)
+    logp = logp_all.gather(-1, targets[:, None]).squeeze(-1)  # (n,)
+    entropy = -(logp_all.exp() * logp_all).sum(-1) if with_entropy else torch.zeros_like(logp)
+    return logp, entropy
+
+
+def response_logprobs(policy: Policy, mb: MicroBatch, with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """log pi(y_t | x, y_<t) of every response token (N,), and the entropy of pi at that position (N,).
+
+    Only response positions go through the LM head, a chunk at a time under activation checkpointing, so the
+    (tokens x vocab) logits never exist all at once (a 150k vocabulary makes them the largest tensor by far).
+    """
+    hidden = policy.hidden_states(mb.adapters, mb.input_ids, mb.attention_mask)  # (B, T, H)
+    h = hidden[mb.pred_rows, mb.pred_pos]  # (N, H)
+    chunk = max(1, HEAD_CHUNK_ELEMENTS // policy.vocab_size)
+    parts = [checkpoint(_head_logprobs, policy.lm_head, h[i: i + chunk], mb.targets[i: i + chunk], with_entropy,
+                        use_reentrant=False) for i in range(0, h.shape[0], chunk)]
+    return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
+
+
+# ---------------------------------------------------------------- the loss (spec §5)
+
+def token_objective(logp: torch.Tensor, old_logp: torch.Tensor | None, adv: torch.Tensor,
+                    clip: float) -> torch.Tensor:
+    """Per-token objective to maximise: A · log pi on-policy; PPO's min(rho A, clip(rho, 1±eps) A) otherwise.
+
+    rho = pi / pi_old. At the first epoch pi_old = pi (detached): rho = 1 and the gradient equals that of A log pi.
+    """
+    if old_logp is None:
+        return adv * logp
+    ratio = torch.exp(logp - old_logp)
+    return torch.minimum(ratio * adv, ratio.clamp(1 - clip, 1 + clip) * adv)
+
+
+def trr_update(policy: Policy, jobs: Sequence[UpdateJob], settings: TrrSettings,
+               device: torch.device) -> list[StepStats]:
+    """One TRR++ update of every job's adapter, all rows in shared passes (spec §5).
+
+    loss_a = - (1/N_a) sum_{t in responses of a} A_t log pi_a(y_t) - c_ent (1/N_a) sum_t H_t,
+    summed over adapters, accumulated over micro-batches, then per adapter: clip ||g_a|| to grad_clip, AdamW step.
+    With epochs > 1 the later epochs use PPO's clipped ratio against the log-probs of the first epoch (or the
+    rollouts' own `old_logprobs` when given).
+    """
+    start = time.perf_counter()
+    adapters = [job.adapter for job in jobs]
+    rows, advantages = make_rows(jobs, settings.adv_eps)
+    batches = pack(rows, settings.micro_batch_tokens)
+    stats = [StepStats(rollouts=len(job.rollouts), tokens=sum(len(r.response) for r in job.rollouts),
+                       mean_abs_advantage=float(adv.abs().mean())) for job, adv in zip(jobs, advantages, strict=True)]
+    use_old = settings.epochs > 1
+    for epoch in range(settings.epochs):
+        losses = torch.zeros(len(jobs), dtype=torch.float64)
+        for rows_mb in batches:
+            mb = collate(rows_mb, adapters, device)
+            logp, entropy = response_logprobs(policy, mb, settings.entropy_coef > 0)
+            old = _old_logprobs(mb, logp) if use_old else None
+            per_token = -mb.inv_tokens * token_objective(logp, old, mb.advantages, settings.ppo_clip)
+            if settings.entropy_coef > 0:
+                per_token = per_token - settings.entropy_coef * mb.inv_tokens * entropy
+            per_token.sum().backward()
+            losses.index_add_(0, mb.token_job.cpu(), per_token.detach().double().cpu())
+        for j, job in enumerate(jobs):
+            norm = torch.nn.utils.clip_grad_norm_(job.params, settings.grad_clip)
+            job.optimizer.step()
+            job.optimizer.zero_grad(set_to_none=True)
+            if epoch == 0:
+                stats[j].loss, stats[j].grad_norm = float(losses[j]), float(norm)
+    seconds = time.perf_counter() - start
+    for s in stats:
+        s.seconds = seconds
+    return stats
+
+
+def _old_logprobs(mb: MicroBatch, logp: torch.Tensor) -> torch.Tensor:
+    """pi_old for PPO: the rollout's own log-probs where it carries them, else the row's log-probs the first time
+    it is seen (epoch 0), kept on the row for the later epochs."""
+    for row, sl in zip(mb.rows, mb.row_slices, strict=True):
+        if row.old_logprobs is None:
+            row.old_logprobs = logp[sl].detach().cpu()
+    return torch.cat([row.old_logprobs for row in mb.rows]).to(logp.device)
