@@ -1,0 +1,237 @@
+"""Rank-r LoRA algebra in factored form: exact SVD of B·Aᵀ, refactoring a spectrum, Cayley rotations, norms.
+
+Layout (PEFT): `lora_a` is r x d_in, `lora_b` is d_out x r, and a module's update is ΔW = scaling · lora_b @ lora_a.
+Spec §9 writes A = lora_aᵀ (d_in x r), so ΔW ∝ B·Aᵀ; the functions here take PEFT's layout and never form ΔW.
+
+Every function works on the r x r Gram matrices of the factors plus one tall product per side, so one module
+costs O((d_in + d_out)·r²) flops, against O(d_in·d_out·min(d_in, d_out)) for a dense SVD of ΔW.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+# Eigenvalues of a factor's Gram below this fraction of the largest are its null space: singular values of the
+# factor below sqrt(1e-14) = 1e-7 of its largest are treated as zero (float64 Grams resolve ~1e-8).
+GRAM_RTOL = 1e-14
+# A singular value of ΔW below this fraction of the largest does not count towards the effective rank.
+EFFECTIVE_RANK_RTOL = 1e-6
+
+
+@dataclass
+class Span:
+    """An orthonormal basis of the column space of a tall d x k matrix X, kept implicit: Q = X @ to_q.
+
+    X = Q @ r with Q (d x m) orthonormal, r (m x k), m = rank(X). This is the thin QR of §9 up to an m x m
+    rotation (r need not be triangular), which changes nothing downstream since only Q·r and Qᵀ·Q = I are used.
+    """
+
+    to_q: torch.Tensor  # (k, m) float64
+    r: torch.Tensor  # (m, k) float64
+
+
+@dataclass
+class Spectrum:
+    """The SVD of ΔW = B·Aᵀ (B d_out x k, A d_in x k) in factored form, spec §9.
+
+    U = B @ u_map (d_out x mb) and V = A @ v_map (d_in x ma) are orthonormal; ΔW = U[:, :n]·diag(s)·V[:, :n]ᵀ with
+    n = len(s). Columns of V beyond n span the rest of A's column space (directions with singular value 0).
+    """
+
+    s: torch.Tensor  # (n,) float64, descending
+    u_map: torch.Tensor  # (k, mb) float64
+    v_map: torch.Tensor  # (k, ma) float64
+
+
+def gram(x: torch.Tensor) -> torch.Tensor:
+    """Xᵀ·X in float64 for a tall X (d x k)."""
+    x64 = x.to(torch.float64)
+    return x64.T @ x64
+
+
+def span_from_gram(g: torch.Tensor, rtol: float = GRAM_RTOL) -> Span:
+    """Orthonormal basis of X's columns from G = XᵀX = W·Λ·Wᵀ: Q = X·W_m·Λ_m^(-1/2), r = Λ_m^(1/2)·W_mᵀ.
+
+    Rank-revealing: eigenvalues below rtol·λ_max are dropped, so a factor with zero columns (M3, a fresh
+    zero-initialised B) gets a smaller basis instead of a division by zero.
+    """
+    lam, w = torch.linalg.eigh(g)  # ascending
+    top = float(lam[-1]) if lam.numel() else 0.0
+    keep = lam > max(top, 0.0) * rtol if top > 0 else torch.zeros_like(lam, dtype=torch.bool)
+    lam, w = lam[keep].flip(0), w[:, keep].flip(1)
+    root = lam.sqrt()
+    return Span(to_q=w / root, r=root[:, None] * w.T)
+
+
+def spectrum_from_grams(gb: torch.Tensor, ga: torch.Tensor) -> Spectrum:
+    """SVD of B·Aᵀ from Gb = BᵀB and Ga = AᵀA (both k x k), spec §9.
+
+    With B = Qb·Rb and A = Qa·Ra: B·Aᵀ = Qb·(Rb·Raᵀ)·Qaᵀ, and the small core Rb·Raᵀ = Uc·S·Vcᵀ gives
+    ΔW ∝ (Qb·Uc)·S·(Qa·Vc)ᵀ, an exact SVD because Qb and Qa have orthonormal columns.
+    """
+    sb, sa = span_from_gram(gb), span_from_gram(ga)
+    core = sb.r @ sa.r.T  # (mb, ma)
+    if core.numel() == 0:
+        return Spectrum(s=core.new_zeros(0), u_map=sb.to_q, v_map=sa.to_q)
+    uc, s, vch = torch.linalg.svd(core, full_matrices=True)
+    return Spectrum(s=s, u_map=sb.to_q @ uc, v_map=sa.to_q @ vch.T)
+
+
+def spectrum(lora_b: torch.Tensor, lora_a: torch.Tensor) -> Spectrum:
+    """The factored SVD of lora_b @ lora_a (PEFT layout, any number k of stacked components)."""
+    return spectrum_from_grams(gram(lora_b), gram(lora_a.T))
+
+
+def factored_svd(lora_b: torch.Tensor, lora_a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Explicit (U, S, V) with lora_b @ lora_a = U·diag(S)·Vᵀ, U d_out x n, V d_in x n (float64), spec §9."""
+    sp = spectrum(lora_b, lora_a)
+    n = sp.s.numel()
+    u = lora_b.to(torch.float64) @ sp.u_map[:, :n]
+    v = lora_a.to(torch.float64).T @ sp.v_map[:, :n]
+    return u, sp.s, v
+
+
+def singular_values(lora_b: torch.Tensor, lora_a: torch.Tensor) -> torch.Tensor:
+    return spectrum(lora_b, lora_a).s
+
+
+def effective_rank(s: torch.Tensor, rtol: float = EFFECTIVE_RANK_RTOL) -> int:
+    """Number of singular values above rtol · the largest (0 for a zero update)."""
+    if s.numel() == 0 or float(s.max()) <= 0:
+        return 0
+    return int((s > rtol * s.max()).sum())
+
+
+def cayley(k: torch.Tensor) -> torch.Tensor:
+    """Cayley rotation R = (I - K)(I + K)⁻¹ of a skew-symmetric K (§9, M1); exactly orthogonal for any K."""
+    eye = torch.eye(k.shape[0], dtype=k.dtype)
+    # R·(I + K) = I - K  <=>  (I + K)ᵀ·Rᵀ = (I - K)ᵀ  <=>  (I - K)·Rᵀ = (I + K)
+    return torch.linalg.solve(eye - k, eye + k).T
+
+
+def random_rotation(r: int, epsilon: float, gen: torch.Generator) -> torch.Tensor:
+    """Cayley rotation with K = ε·(M - Mᵀ)/2, M ~ N(0, 1) r x r (§9, M1); the identity at ε = 0."""
+    m = torch.randn(r, r, generator=gen, dtype=torch.float64)
+    return cayley(epsilon * (m - m.T) / 2)
+
+
+@dataclass
+class Components:
+    """A child module as r components in the span of source factors (PEFT layout, float64).
+
+    lora_b' = src_b @ b_map (d_out x r) and lora_a' = a_mapᵀ @ src_a (r x d_in), where src_b is d_out x k and
+    src_a is k x d_in. `extra_a_rows` (p x d_in) are appended directions when the sources span fewer than r.
+    """
+
+    src_b: torch.Tensor
+    src_a: torch.Tensor
+    b_map: torch.Tensor  # (k, c)
+    a_map: torch.Tensor  # (k, c)
+    extra_a_rows: torch.Tensor | None = None
+
+    def factors(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(lora_b', lora_a'): one tall product per side."""
+        b = self.src_b.to(torch.float64) @ self.b_map
+        a = self.a_map.T @ self.src_a.to(torch.float64)
+        if self.extra_a_rows is not None and self.extra_a_rows.shape[0]:
+            a = torch.cat([a, self.extra_a_rows])
+            b = torch.cat([b, b.new_zeros(b.shape[0], self.extra_a_rows.shape[0])], dim=1)
+        return b, a
+
+
+def compose(sp: Spectrum, s_new: torch.Tensor, rank: int, src_b: torch.Tensor, src_a: torch.Tensor,
+            gen: torch.Generator, rot_u: torch.Tensor | None = None, rot_v: torch.Tensor | None = None,
+            fallback_a_norm: float | None = None) -> Components:
+    """Refactor a spectrum into rank-r factors: B' = (Qb·Uc·R_u)·sqrt(S'), A' = (Qa·Vc·R_v)·sqrt(S') (§9).
+
+    `s_new` gives the first len(s_new) <= rank singular values (the rest are 0). A component with singular value 0
+    keeps B' = 0, so ΔW' is exactly Σ s'_j u_j v_jᵀ, but its A' row is a unit direction of the parent's A span (or a
+    fresh random one when that span is too small) scaled like the live rows: as with PEFT's own initialisation
+    (A random, B zero) the component contributes nothing yet receives gradient, so the child keeps r trainable
+    directions instead of dead ones.
+    """
+    k = sp.u_map.shape[0]
+    n = s_new.numel()
+    if n > rank:
+        raise ValueError(f"spectrum of {n} components does not fit rank {rank}")
+    s_full = torch.zeros(rank, dtype=torch.float64)
+    s_full[:n] = s_new.clamp_min(0)
+    u = _take_columns(sp.u_map, rank)  # (k, rank), zero columns beyond the span
+    v = _take_columns(sp.v_map, rank)
+    if rot_u is not None:
+        u = u @ rot_u
+    if rot_v is not None:
+        v = v @ rot_v
+    root = s_full.sqrt()
+    b_map = u * root
+    a_map = v * root
+    live = s_full > 0
+    if bool(live.any()):
+        dead_norm = float(root[live].mean())
+    else:
+        dead_norm = fallback_a_norm if fallback_a_norm is not None else _rms_row_norm(src_a)
+    dead = ~live
+    a_map[:, dead] = v[:, dead] * dead_norm
+    n_basis = min(sp.v_map.shape[1], rank)
+    extra = None
+    missing = rank - n_basis
+    if missing > 0:
+        # Rows n_basis.. of a_map are zero (no direction left in A's span): replace them with random directions.
+        a_map = a_map[:, :n_basis]
+        b_map = b_map[:, :n_basis]
+        d_in = src_a.shape[1]
+        extra = torch.randn(missing, d_in, generator=gen, dtype=torch.float64)
+        extra = extra / extra.norm(dim=1, keepdim=True).clamp_min(1e-30) * dead_norm
+    del k
+    return Components(src_b=src_b, src_a=src_a, b_map=b_map, a_map=a_map, extra_a_rows=extra)
+
+
+def _take_columns(m: torch.Tensor, n: int) -> torch.Tensor:
+    if m.shape[1] >= n:
+        return m[:, :n].clone()
+    return torch.cat([m, m.new_zeros(m.shape[0], n - m.shape[1])], dim=1)
+
+
+def _rms_row_norm(lora_a: torch.Tensor) -> float:
+    """Root-mean-square row norm of a factor; PEFT's kaiming-uniform init has row norm about sqrt(1/3)."""
+    if lora_a.numel() == 0:
+        return math.sqrt(1 / 3)
+    value = float(lora_a.to(torch.float64).pow(2).sum(dim=1).mean().sqrt())
+    return value if value > 0 else math.sqrt(1 / 3)
+
+
+@dataclass
+class ModuleStats:
+    """Squared Frobenius norms (in units of B·Aᵀ, without the alpha/r scaling) and the child's spectrum."""
+
+    diff_sq: float  # ||ΔW_child - ΔW_parent||²
+    parent_sq: float  # ||ΔW_parent||²
+    child_sq: float  # ||ΔW_child||²
+    child_s: torch.Tensor  # singular values of ΔW_child
+
+
+def compare(child_b: torch.Tensor, child_a: torch.Tensor, parent_b: torch.Tensor,
+            parent_a: torch.Tensor) -> ModuleStats:
+    """Norms of ΔW_child - ΔW_parent in factored form, and the child's singular values.
+
+    With Xb = [B_c, B_p] and Xa = [A_c, A_p] (stacked columns), Gb = XbᵀXb and Ga = XaᵀXa:
+    ||B_c A_cᵀ - B_p A_pᵀ||² = tr(D·Gb·D·Ga) with D = diag(1,..,1,-1,..,-1), computed in float64.
+    """
+    if child_b is parent_b and child_a is parent_a:
+        gb, ga = gram(child_b), gram(child_a.T)
+        sq = float((gb * ga).sum())
+        return ModuleStats(0.0, sq, sq, spectrum_from_grams(gb, ga).s)
+    r = child_b.shape[1]
+    gb = gram(torch.cat([child_b, parent_b], dim=1))  # (2r, 2r)
+    ga = gram(torch.cat([child_a, parent_a], dim=0).T)
+    sign = torch.ones(gb.shape[0], dtype=torch.float64)
+    sign[r:] = -1
+    # tr(X·Y) = Σ X ∘ Yᵀ, and both Grams are symmetric.
+    diff_sq = float(((sign[:, None] * gb * sign[None, :]) * ga).sum())
+    child_sq = float((gb[:r, :r] * ga[:r, :r]).sum())
+    parent_sq = float((gb[r:, r:] * ga[r:, r:]).sum())
+    s = spectrum_from_grams(gb[:r, :r], ga[:r, :r]).s
+    return ModuleStats(max(diff_sq, 0.0), max(parent_sq, 0.0), max(child_sq, 0.0), s)
