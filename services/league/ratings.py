@@ -118,11 +118,11 @@ def rate_game(env: trueskill.TrueSkill, teacher: Skill, student: Skill, result: 
     t = env.create_rating(teacher.mu, teacher.sigma)
     s = env.create_rating(student.mu, student.sigma)
     if result is Result.STUDENT_WINS:
-        s2, t2 = env.rate_1vs1(s, t)
+        s2, t2 = trueskill.rate_1vs1(s, t, env=env)
     elif result is Result.TEACHER_WINS:
-        t2, s2 = env.rate_1vs1(t, s)
+        t2, s2 = trueskill.rate_1vs1(t, s, env=env)
     else:
-        t2, s2 = env.rate_1vs1(t, s, drawn=True)
+        t2, s2 = trueskill.rate_1vs1(t, s, drawn=True, env=env)
     return Skill(t2.mu, t2.sigma), Skill(s2.mu, s2.sigma)
 
 

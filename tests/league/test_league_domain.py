@@ -1,0 +1,171 @@
+"""Domain math of the league: TrueSkill against the trueskill package, outcome rules, PFSP, selection, payoff."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import numpy as np
+import pytest
+import trueskill
+
+from services.league.payoff import PayoffCell, update_cell
+from services.league.pfsp import PfspParams, draw, f_hard, f_var, pfsp_probabilities
+from services.league.ratings import (
+    RatingParams,
+    Result,
+    Skill,
+    conservative_skill,
+    match_outcome,
+    rate_match,
+    win_probability,
+    win_probability_matrix,
+)
+from services.league.selection import Member, n_to_replace, select_for_replacement
+
+PARAMS = RatingParams()
+
+
+def test_environment_has_the_spec_defaults():
+    env = PARAMS.environment()
+    assert (env.mu, env.sigma, env.beta, env.tau, env.draw_probability) == pytest.approx(
+        (25.0, 25.0 / 3, 25.0 / 6, 25.0 / 300, 0.10))
+    assert env is not trueskill.global_env()
+
+
+def test_ratings_equal_the_trueskill_package_over_a_random_season():
+    rng = random.Random(7)
+    env = PARAMS.environment()
+    ours = {n: Skill(25.0, 25.0 / 3) for n in ("T0", "T1", "S0", "S1", "S2")}
+    ref_env = trueskill.TrueSkill(mu=25.0, sigma=25.0 / 3, beta=25.0 / 6, tau=25.0 / 300, draw_probability=0.1)
+    ref = {n: ref_env.create_rating() for n in ours}
+    for _ in range(300):
+        t, s = rng.choice(["T0", "T1"]), rng.choice(["S0", "S1", "S2"])
+        rhos = [rng.choice([0.0, 0.25, 0.5, 0.75, 1.0]) for _ in range(rng.randint(1, 4))]
+        results = match_outcome(rhos, "aggregate", 0.05)
+        ours[t], ours[s] = rate_match(env, ours[t], ours[s], results)
+        mean = sum(rhos) / len(rhos)
+        if mean > 0.55:
+            ref[s], ref[t] = trueskill.rate_1vs1(ref[s], ref[t], env=ref_env)
+        elif mean < 0.45:
+            ref[t], ref[s] = trueskill.rate_1vs1(ref[t], ref[s], env=ref_env)
+        else:
+            ref[t], ref[s] = trueskill.rate_1vs1(ref[t], ref[s], drawn=True, env=ref_env)
+    for name in ours:
+        assert ours[name].mu == pytest.approx(ref[name].mu, abs=1e-12)
+        assert ours[name].sigma == pytest.approx(ref[name].sigma, abs=1e-12)
+        assert ours[name].conservative(3.0) == pytest.approx(ref_env.expose(ref[name]), abs=1e-12)
+
+
+def test_win_probability_formula():
+    a, b = Skill(30.0, 4.0), Skill(25.0, 6.0)
+    beta = 25.0 / 6
+    z = (30.0 - 25.0) / math.sqrt(2 * beta ** 2 + 16 + 36)
+    expected = 0.5 * (1 + math.erf(z / math.sqrt(2)))
+    assert win_probability(a, b, beta) == pytest.approx(expected, abs=1e-12)
+    assert win_probability(a, b, beta) + win_probability(b, a, beta) == pytest.approx(1.0)
+    assert win_probability(a, a, beta) == pytest.approx(0.5)
+    m = win_probability_matrix(np.array([30.0, 25.0]), np.array([4.0, 6.0]), np.array([25.0, 30.0]),
+                               np.array([6.0, 4.0]), beta)
+    assert m[0, 0] == pytest.approx(expected, abs=1e-6)  # the vectorised erfc is trueskill's, |err| < 1.2e-7
+    assert m[1, 1] == pytest.approx(1 - expected, abs=1e-6)
+
+
+def test_conservative_skill():
+    assert conservative_skill(25.0, 25.0 / 3) == pytest.approx(0.0)
+    assert conservative_skill(30.0, 2.0, k=2.0) == pytest.approx(26.0)
+
+
+@pytest.mark.parametrize("rhos,expected", [
+    ([0.56], Result.STUDENT_WINS), ([0.55], Result.DRAW), ([0.5], Result.DRAW), ([0.45], Result.DRAW),
+    ([0.44], Result.TEACHER_WINS), ([1.0, 0.0], Result.DRAW), ([1.0, 0.5], Result.STUDENT_WINS),
+    ([0.0, 0.25, 0.5], Result.TEACHER_WINS)])
+def test_aggregate_outcome_with_margin(rhos, expected):
+    assert match_outcome(rhos, "aggregate", 0.05) == [expected]
+
+
+def test_per_task_outcome_plays_one_game_per_task():
+    assert match_outcome([1.0, 0.0, 0.5], "per_task", 0.05) == [Result.STUDENT_WINS, Result.TEACHER_WINS,
+                                                                 Result.DRAW]
+    with pytest.raises(ValueError, match="unknown outcome rule"):
+        match_outcome([0.5], "best_of_three", 0.05)
+    with pytest.raises(ValueError, match="at least one rho"):
+        match_outcome([], "aggregate", 0.05)
+
+
+@pytest.mark.parametrize("weighting", ["var", "hard"])
+def test_pfsp_probabilities_follow_the_formula_and_sum_to_one(weighting):
+    x = np.array([0.0, 0.1, 0.5, 0.9, 0.999])
+    params = PfspParams(weighting, p=2.0, floor=0.01)
+    probs = pfsp_probabilities(x, params)
+    f = f_var if weighting == "var" else f_hard
+    w = np.array([max(float(f(np.array(xi), 2.0)), 0.01) for xi in x])
+    assert probs.sum() == pytest.approx(1.0)
+    np.testing.assert_allclose(probs, w / w.sum())
+    assert (probs > 0).all()  # the floor keeps every pairing possible
+
+
+def test_pfsp_weightings():
+    assert f_var(np.array(0.5)) == pytest.approx(0.25)
+    assert f_var(np.array(0.9)) == pytest.approx(0.09)
+    assert f_hard(np.array(0.25), 2.0) == pytest.approx(0.5625)
+    assert f_hard(np.array(0.25), 3.0) == pytest.approx(0.421875)
+    with pytest.raises(ValueError, match="unknown PFSP weighting"):
+        PfspParams("easy")
+
+
+def test_pfsp_matrix_rows_and_mask():
+    rng = np.random.default_rng(0)
+    x = rng.random((50, 40))
+    allowed = rng.random((50, 40)) > 0.3
+    allowed[:, 0] = True
+    probs = pfsp_probabilities(x, PfspParams(), allowed)
+    np.testing.assert_allclose(probs.sum(axis=1), 1.0)
+    assert (probs[~allowed] == 0).all()
+
+
+def test_draw_follows_the_probabilities():
+    probs = np.tile(np.array([[0.1, 0.6, 0.3]]), (20000, 1))
+    idx = draw(probs, np.random.default_rng(1).random(20000))
+    freq = np.bincount(idx, minlength=3) / 20000
+    np.testing.assert_allclose(freq, [0.1, 0.6, 0.3], atol=0.015)
+    edges = draw(np.array([[0.5, 0.5], [0.5, 0.5], [0.0, 1.0]]), np.array([0.0, 0.999999, 0.0]))
+    assert edges.tolist() == [0, 1, 1]
+
+
+@pytest.mark.parametrize("n,gamma,expected", [(4, 0.25, 1), (8, 0.25, 2), (5, 0.25, 2), (1, 0.25, 0),
+                                              (2, 0.9, 1), (3, 0.5, 2)])
+def test_number_replaced(n, gamma, expected):
+    assert n_to_replace(n, gamma) == expected
+
+
+def test_selection_retires_the_worst_and_draws_parents_from_the_top_half():
+    members = [Member(f"S{i}", float(i)) for i in range(8)]  # S7 best, S0 worst
+    rng = random.Random(3)
+    for _ in range(50):
+        plans = select_for_replacement("student", members, 0.25, 2, rng)
+        assert [p.retire_id for p in plans] == ["S0", "S1"]
+        for p in plans:
+            assert p.role == "student"
+            assert len(p.parent_ids) == 2 and len(set(p.parent_ids)) == 2
+            assert set(p.parent_ids) <= {"S7", "S6", "S5"}  # survivors S2..S7, top half S5..S7
+            skills = [int(pid[1:]) for pid in p.parent_ids]
+            assert skills[0] > skills[1]  # better first
+
+
+def test_selection_with_a_single_survivor_gives_one_parent():
+    plans = select_for_replacement("teacher", [Member("T0", 1.0), Member("T1", 2.0)], 0.5, 2, random.Random(0))
+    assert [(p.retire_id, p.parent_ids) for p in plans] == [("T0", ["T1"])]
+    assert select_for_replacement("both", [Member("B", 0.0)], 0.25, 2, random.Random(0)) == []
+
+
+def test_payoff_is_an_exponentially_weighted_mean():
+    cell = PayoffCell()
+    assert cell.solve_rate is None
+    rhos = [1.0, 0.0, 0.5, 0.25]
+    for rho in rhos:
+        cell = update_cell(cell, rho, 0.9)
+    weights = [0.9 ** (len(rhos) - 1 - i) for i in range(len(rhos))]
+    assert cell.solve_rate == pytest.approx(sum(w * r for w, r in zip(weights, rhos)) / sum(weights))
+    assert cell.matches == 4
+    assert update_cell(PayoffCell(), 0.3, 0.5).solve_rate == pytest.approx(0.3)
