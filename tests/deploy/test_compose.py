@@ -1,0 +1,167 @@
+"""docker-compose.yml and docker-compose.cpu.yml: valid for docker-compose, and consistent with the CLI, the config
+schema, the health checks and the isolation the sandbox needs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.deploy.deployment import (
+    COMPOSE_FILES,
+    CONFIG_PATH,
+    DUMMY_SECRETS,
+    ROOT,
+    SERVICES,
+    Container,
+    check_container,
+    compose_config,
+    raw_compose,
+    rendered_compose,
+)
+
+POPULORA = (*SERVICES, "coordinator")
+SANDBOX_PEERS = {"sandbox", "coordinator", "league", "postgres"}
+
+
+@pytest.fixture(scope="module", params=COMPOSE_FILES)
+def compose(request) -> tuple[str, dict]:
+    return request.param, rendered_compose(request.param)
+
+
+@pytest.mark.parametrize("file", COMPOSE_FILES)
+def test_docker_compose_config_passes(file):
+    assert rendered_compose(file)["services"], f"{file}: no services"
+
+
+@pytest.mark.parametrize("file", COMPOSE_FILES)
+def test_secrets_are_required_not_stored(file):
+    """Without POSTGRES_PASSWORD / POPULORA_TOKEN the file refuses to render: no default secret values."""
+    for missing in DUMMY_SECRETS:
+        env = {k: v for k, v in DUMMY_SECRETS.items() if k != missing}
+        out = compose_config(file, env=env)
+        assert out.returncode != 0 and missing in out.stderr, f"{file} renders without {missing}"
+    for name, svc in raw_compose(file)["services"].items():
+        for key, value in (svc.get("environment") or {}).items():
+            if any(s in key for s in ("PASSWORD", "TOKEN")):
+                assert str(value).startswith("${"), f"{file}: services.{name}.{key} holds a literal secret"
+
+
+def _volume(spec: str) -> tuple[str, str]:
+    source, target = spec.split(":")[:2]
+    return source, target
+
+
+def _container(file: str, name: str, svc: dict) -> Container:
+    mounts = dict(reversed(_volume(v)) for v in svc.get("volumes", []))
+    assert CONFIG_PATH in mounts, f"{file}: services.{name} does not mount a config file at {CONFIG_PATH}"
+    health = svc.get("healthcheck", {})
+    ports = {int(p) for p in svc.get("expose", [])} | {int(p["target"]) if isinstance(p, dict) else
+                                                       int(str(p).rsplit(":", 1)[-1]) for p in svc.get("ports", [])}
+    health_ports = []
+    test = health.get("test", [])
+    if test and test[0] == "CMD" and test[1:4] == ["python", "-m", "populora.healthcheck"]:
+        from populora.healthcheck import build_parser
+
+        address = build_parser().parse_args(test[4:]).address
+        assert address and address.startswith("127.0.0.1:"), f"{file}: {name} health check must ask 127.0.0.1"
+        health_ports.append(int(address.rsplit(":", 1)[1]))
+    return Container(f"{file}: services.{name}", name, [str(a) for a in svc["command"]],
+                     {k: str(v) for k, v in (svc.get("environment") or {}).items()},
+                     Path(mounts[CONFIG_PATH]), ports, health_ports)
+
+
+def test_every_service_matches_cli_and_config(compose):
+    file, doc = compose
+    services = doc["services"]
+    assert set(POPULORA) | {"postgres", "redis"} <= set(services), f"{file}: services missing"
+    for name in POPULORA:
+        cfg = check_container(_container(file, name, services[name]))
+        if name in ("inference", "trainer", "evolver", "coordinator"):
+            mounts = dict(reversed(_volume(v)) for v in services[name]["volumes"])
+            assert mounts.get("/data") == "data", f"{file}: {name} must mount the shared volume `data` at /data"
+        if name == "league":
+            published = {int(p["target"]) for p in services[name].get("ports", [])}
+            assert cfg.services.league.rest_port in published, f"{file}: the league's REST port is not published"
+        if name in ("inference", "trainer") and cfg.model.name.startswith("/"):
+            mounts = dict(reversed(_volume(v)) for v in services[name]["volumes"])
+            assert any(cfg.model.name.startswith(t + "/") for t in mounts), \
+                f"{file}: {name} loads {cfg.model.name}, which no volume provides"
+
+
+def test_health_checks_and_dependencies(compose):
+    file, doc = compose
+    services = doc["services"]
+    for name, svc in services.items():
+        test = svc.get("healthcheck", {}).get("test", ["NONE"])
+        if name != "coordinator":
+            assert test != ["NONE"], f"{file}: {name} has no health check"
+        for dep, cond in (svc.get("depends_on") or {}).items():
+            assert cond["condition"] == "service_healthy", f"{file}: {name} should wait for {dep} to be healthy"
+            assert services[dep].get("healthcheck", {}).get("test", ["NONE"]) != ["NONE"], \
+                f"{file}: {name} waits for {dep} to be healthy, but {dep} has no health check"
+    assert set(services["coordinator"]["depends_on"]) >= set(SERVICES) | {"postgres", "redis"}
+
+
+def test_sandbox_isolation(compose):
+    file, doc = compose
+    sandbox = doc["services"]["sandbox"]
+    assert sandbox.get("runtime") == "runsc", f"{file}: the sandbox must run under gVisor (runtime: runsc)"
+    assert sandbox.get("read_only") is True, f"{file}: the sandbox's root filesystem must be read-only"
+    assert any(t.split(":")[0] == "/tmp" for t in sandbox.get("tmpfs", [])), f"{file}: the sandbox needs tmpfs /tmp"
+    assert "ALL" in sandbox.get("cap_drop", []), f"{file}: the sandbox must drop every capability"
+    assert not sandbox.get("ports"), f"{file}: the sandbox must not publish ports"
+    networks = doc["networks"]
+    for net in sandbox["networks"]:
+        assert networks[net].get("internal") is True, f"{file}: sandbox network {net} must be internal"
+        members = {n for n, s in doc["services"].items() if net in (s.get("networks") or {})}
+        assert members <= SANDBOX_PEERS, f"{file}: {sorted(members - SANDBOX_PEERS)} can reach the sandbox"
+    assert {"coordinator", "league"} <= {n for n, s in doc["services"].items()
+                                         if set(s.get("networks") or {}) & set(sandbox["networks"])}
+
+
+def _gpu_devices(svc: dict) -> list[dict]:
+    return svc.get("deploy", {}).get("resources", {}).get("reservations", {}).get("devices", [])
+
+
+def test_gpu_reservations():
+    gpu = rendered_compose("docker-compose.yml")["services"]
+    for name in ("inference", "trainer"):
+        devices = _gpu_devices(gpu[name])
+        assert any(d.get("driver") == "nvidia" and "gpu" in d.get("capabilities", []) for d in devices), \
+            f"docker-compose.yml: {name} reserves no NVIDIA GPU"
+    cpu = rendered_compose("docker-compose.cpu.yml")["services"]
+    assert not any(_gpu_devices(s) for s in cpu.values()), "docker-compose.cpu.yml must not reserve GPUs"
+
+
+def test_images_and_backends():
+    """GPU file: cuda image with the vLLM backend; CPU file: cpu image with the `tiny` model and `hf` backend."""
+    from populora.config import load_config
+    from tests.deploy.deployment import only_env
+
+    for file, variant, backend, model in (("docker-compose.yml", "cuda", "vllm", None),
+                                          ("docker-compose.cpu.yml", "cpu", "hf", "tiny")):
+        inference = rendered_compose(file)["services"]["inference"]
+        assert inference["image"].endswith(f"-{variant}") and inference["build"]["args"]["VARIANT"] == variant
+        mounts = dict(reversed(_volume(v)) for v in inference["volumes"])
+        with only_env({k: str(v) for k, v in inference["environment"].items()}):
+            cfg = load_config(path=mounts[CONFIG_PATH])
+        assert cfg.generation.backend == backend, f"{file}: inference backend is {cfg.generation.backend}"
+        if model:
+            assert cfg.model.name == model and cfg.model.device == "cpu"
+
+
+def test_compose_files_define_the_same_system():
+    gpu, cpu = (rendered_compose(f) for f in COMPOSE_FILES)
+    assert set(gpu["services"]) == set(cpu["services"])
+    assert set(gpu["volumes"]) == set(cpu["volumes"]) and set(gpu["networks"]) == set(cpu["networks"])
+    for name in gpu["services"]:
+        g, c = gpu["services"][name], cpu["services"][name]
+        assert set(g.get("expose", [])) == set(c.get("expose", [])), f"{name}: exposed ports differ"
+        assert g.get("command") == c.get("command"), f"{name}: commands differ"
+        assert set(g.get("networks") or {}) == set(c.get("networks") or {}), f"{name}: networks differ"
+
+
+def test_no_model_weights_or_secrets_files_in_the_repository_root():
+    assert not (ROOT / ".env").exists() or ".env" in (ROOT / ".gitignore").read_text(), \
+        ".env holds secrets and must not be committed"
