@@ -1,0 +1,266 @@
+"""Proposal validation (spec 3) and answer checking (spec 2), batched over one executor call each.
+
+Everything model-written is run through a `Runner` (the sandbox); this module only parses, applies the static
+rules, builds the jobs and judges plain-data results. Comparisons with gold values happen here, outside the
+child that ran the code: a result is data, never a verdict.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from populora.tasks.complexity import complexity
+from populora.tasks.jobs import Job, JobResult, Runner
+from populora.tasks.parsing import (
+    ParseError,
+    extract_answer,
+    fenced_blocks,
+    python_program,
+    rename_entry,
+    strip_fence,
+)
+from populora.tasks.rules import arguments_violation, expression_violation, program_violation
+from populora.tasks.triplet import TASK_TYPES, Triplet
+
+# Executor statuses -> proposal rejection reasons (spec 3.5).
+_RUN_REASONS = {"timeout": "timeout", "memory": "memory", "error": "runtime_error", "output_limit": "output_limit",
+                "killed": "killed", "sandbox_error": "sandbox_error"}
+REASONS = ("ok", "no_answer", "no_program", "no_input", "too_few_inputs", "no_message", "no_given_program",
+           "syntax_error", "not_one_def", "banned_import", "banned_call", "banned_name", "banned_attribute",
+           "not_restricted", "timeout", "memory", "runtime_error", "output_limit", "killed", "sandbox_error",
+           "unsupported_output", "nondeterministic", "output_too_long", "output_not_literal", "unknown_task_type")
+
+
+class ValidationSettings(Protocol):
+    """The fields of `TasksConfig` validation reads."""
+
+    timeout_s: float
+    deterministic_runs: int
+    max_output_repr: int
+    restricted_expressions: bool
+    code_f_inputs: int
+
+
+@dataclass
+class Proposal:
+    proposal_id: str
+    task_type: str
+    response_text: str
+    given_program: str = ""
+    teacher_id: str = ""
+
+
+@dataclass
+class Validation:
+    """The verdict on one proposal: `reason` is "ok" or the code of the first failed check (spec 3)."""
+
+    proposal_id: str
+    valid: bool
+    reason: str
+    detail: str = ""
+    task: Triplet | None = None
+
+
+@dataclass
+class Attempt:
+    attempt_id: str
+    task: Triplet
+    response_text: str
+
+
+@dataclass
+class Check:
+    """The verdict on one student attempt: correct | wrong | malformed | verifier_error."""
+
+    attempt_id: str
+    outcome: str
+    detail: str = ""
+    verifier: str = "sandbox"
+
+
+@dataclass
+class _Parsed:
+    proposal: Proposal
+    program: str
+    inputs: list[str]
+    message: str = ""
+    jobs: list[Job] = field(default_factory=list)
+
+
+class _Reject(Exception):
+    def __init__(self, reason: str, detail: str):
+        super().__init__(detail)
+        self.reason, self.detail = reason, detail
+
+
+def _static_program(program: str) -> str:
+    program = rename_entry(program)
+    bad = program_violation(program)
+    if bad:
+        raise _Reject(bad.reason, bad.detail)
+    return program
+
+
+def _restricted_input(text: str, settings: ValidationSettings, what: str) -> None:
+    bad = arguments_violation(text, what)
+    if bad and (settings.restricted_expressions or bad.reason == "syntax_error"):
+        raise _Reject(bad.reason, bad.detail)
+
+
+def _parse_proposal(p: Proposal, settings: ValidationSettings) -> _Parsed:
+    """Spec 3.1-3.4: format, blocks, one def renamed to f, static rules, restricted inputs."""
+    if p.task_type not in TASK_TYPES:
+        raise _Reject("unknown_task_type", f"task type {p.task_type!r} is not one of {list(TASK_TYPES)}")
+    answer = extract_answer(p.response_text)
+    blocks = fenced_blocks(answer)
+    inputs = [b.body.strip() for b in blocks if b.lang == "input"]
+    if p.task_type == "code_f":
+        if not p.given_program.strip():
+            raise _Reject("no_given_program", "a code_f proposal needs the program the teacher was given")
+        n = settings.code_f_inputs
+        if len(inputs) < n:
+            raise _Reject("too_few_inputs", f"{len(inputs)} ```input blocks; code_f needs at least {n}")
+        inputs = inputs[-n:]
+        messages = [b.body.strip() for b in blocks if b.lang == "message"]
+        if not messages or not messages[-1]:
+            raise _Reject("no_message", "no ```message block describing the function")
+        program = _static_program(p.given_program)
+        message = messages[-1]
+    else:
+        program = _static_program(python_program(blocks))
+        if not inputs:
+            raise _Reject("no_input", "no ```input block in the answer")
+        inputs, message = inputs[:1], ""
+    for k, text in enumerate(inputs):
+        _restricted_input(text, settings, f"input {k + 1}")
+    return _Parsed(p, program, inputs, message)
+
+
+def _gold(parsed: _Parsed, results: list[JobResult], settings: ValidationSettings) -> list[str]:
+    """Spec 3.5-3.7: every run ok, the same reprs in every fresh process, each output short and a literal."""
+    first = results[0]
+    for r in results:
+        if r.status != "ok":
+            reason = _RUN_REASONS.get(r.status, "sandbox_error")
+            if r.status == "error" and r.error.startswith("UnsupportedOutput"):
+                reason = "unsupported_output"
+            raise _Reject(reason, r.error or r.status)
+        if r.reprs != first.reprs:
+            raise _Reject("nondeterministic", "two fresh runs gave different outputs")
+    for text in first.reprs:
+        if len(text) > settings.max_output_repr:
+            raise _Reject("output_too_long", f"output repr has {len(text)} characters; at most "
+                                             f"{settings.max_output_repr}")
+        if expression_violation(text, "output") is not None:
+            raise _Reject("output_not_literal", f"output {text[:80]!r} cannot be written back as a literal")
+    return list(first.reprs)
+
+
+def validate_proposals(proposals: list[Proposal], settings: ValidationSettings, runner: Runner) -> list[Validation]:
+    """Validate a batch of teacher proposals (spec 3) with ONE runner call: each parsed proposal is run
+    `deterministic_runs` times, each run a fresh process. Valid ones come back with a Triplet whose outputs are
+    the verifier's reprs and whose complexity is filled in (spec 11)."""
+    verdicts: dict[int, Validation] = {}
+    parsed: dict[int, _Parsed] = {}
+    jobs: list[Job] = []
+    for idx, p in enumerate(proposals):
+        try:
+            item = _parse_proposal(p, settings)
+        except ParseError as e:
+            verdicts[idx] = Validation(p.proposal_id, False, e.reason, e.detail)
+            continue
+        except _Reject as e:
+            verdicts[idx] = Validation(p.proposal_id, False, e.reason, e.detail)
+            continue
+        calls = [f"f({text})" for text in item.inputs]
+        item.jobs = [Job(f"{p.proposal_id}#run{k}", item.program, calls=calls, timeout_s=settings.timeout_s)
+                     for k in range(settings.deterministic_runs)]
+        parsed[idx] = item
+        jobs.extend(item.jobs)
+    results = runner(jobs) if jobs else []
+    cursor = 0
+    for idx, item in parsed.items():
+        mine = results[cursor:cursor + len(item.jobs)]
+        cursor += len(item.jobs)
+        p = item.proposal
+        try:
+            outputs = _gold(item, mine, settings)
+        except _Reject as e:
+            verdicts[idx] = Validation(p.proposal_id, False, e.reason, e.detail)
+            continue
+        task = Triplet(task_type=p.task_type, program=item.program, inputs=item.inputs, outputs=outputs,
+                       message=item.message, teacher_id=p.teacher_id, task_id=p.proposal_id,
+                       complexity=complexity(item.program))
+        verdicts[idx] = Validation(p.proposal_id, True, "ok", "", task)
+    return [verdicts[i] for i in range(len(proposals))]
+
+
+def _attempt_job(a: Attempt, settings: ValidationSettings) -> tuple[Job, int]:
+    """The job that checks one attempt and how many (value, gold) pairs it yields; raises _Reject(malformed)."""
+    t = a.task
+    answer = extract_answer(a.response_text, require_think=True)
+    job_id = f"{a.attempt_id}#check"
+    if t.task_type == "code_o":
+        pred = strip_fence(answer)
+        bad = expression_violation(pred, "predicted output")
+        if bad and (settings.restricted_expressions or bad.reason == "syntax_error"):
+            raise _Reject("malformed", f"{bad.reason}: {bad.detail}")
+        return Job(job_id, "", literals=[pred, t.outputs[0]], timeout_s=settings.timeout_s), 1
+    if t.task_type == "code_i":
+        pred = strip_fence(answer)
+        bad = arguments_violation(pred, "predicted input")
+        if bad and (settings.restricted_expressions or bad.reason == "syntax_error"):
+            raise _Reject("malformed", f"{bad.reason}: {bad.detail}")
+        return Job(job_id, t.program, calls=[f"f({pred})"], literals=[t.outputs[0]],
+                   timeout_s=settings.timeout_s), 1
+    half = len(t.inputs) // 2
+    hidden_in, hidden_out = t.inputs[half:], t.outputs[half:]
+    try:
+        program = _static_program(python_program(fenced_blocks(answer), fallback=answer))
+    except (ParseError, _Reject) as e:
+        raise _Reject("malformed", f"{e.reason}: {e.detail}") from None
+    return Job(job_id, program, calls=[f"f({i})" for i in hidden_in], literals=list(hidden_out),
+               timeout_s=settings.timeout_s), len(hidden_in)
+
+
+def _judge(task_type: str, r: JobResult, pairs: int) -> tuple[str, str]:
+    if r.status == "sandbox_error" and task_type != "code_f":
+        return "verifier_error", r.error or "sandbox_error"
+    if r.status != "ok":
+        return "wrong", f"{r.status}: {r.error}".strip(": ")
+    if len(r.values) != 2 * pairs:
+        return "verifier_error", f"expected {2 * pairs} values, got {len(r.values)}"
+    got, gold = r.values[:pairs], r.values[pairs:]
+    for k, (x, y) in enumerate(zip(got, gold)):
+        if not x == y:  # both sides are exact builtin types rebuilt by trusted code
+            return "wrong", f"pair {k + 1}: got {r.reprs[k][:200]}, expected {r.reprs[pairs + k][:200]}"
+    return "correct", ""
+
+
+def check_answers(attempts: list[Attempt], settings: ValidationSettings, runner: Runner) -> list[Check]:
+    """Check a batch of student attempts (spec 2) with ONE runner call.
+
+    code_o: the predicted expression's value == the gold output's value. code_i: f(predicted input) == gold
+    (any input that gives it is right). code_f: the student's program reproduces every hidden pair (the last
+    N/2). Malformed: no `<think>` then `<answer>`, or an answer that breaks the static rules.
+    """
+    verdicts: dict[int, Check] = {}
+    pending: list[tuple[int, int]] = []
+    jobs: list[Job] = []
+    for idx, a in enumerate(attempts):
+        try:
+            job, pairs = _attempt_job(a, settings)
+        except ParseError as e:
+            verdicts[idx] = Check(a.attempt_id, "malformed", f"{e.reason}: {e.detail}")
+            continue
+        except _Reject as e:
+            verdicts[idx] = Check(a.attempt_id, "malformed", e.detail)
+            continue
+        pending.append((idx, pairs))
+        jobs.append(job)
+    results = runner(jobs) if jobs else []
+    for (idx, pairs), r in zip(pending, results):
+        outcome, detail = _judge(attempts[idx].task.task_type, r, pairs)
+        verdicts[idx] = Check(attempts[idx].attempt_id, outcome, detail)
+    return [verdicts[i] for i in range(len(attempts))]

@@ -1,0 +1,389 @@
+"""The code that runs inside the sandbox: the zygote loop, the per-job child and the trusted epilogue.
+
+Standard library only: the zygote runs as `python -P -S -s payload.py zygote` inside a bubblewrap namespace
+that holds nothing but the interpreter tree and this file. The host (executors.py) decides every status from
+what this file reports; nothing here is trusted to judge a result (spec 2: comparisons happen outside).
+
+Child, per job (forked from the warm zygote): pipes on fds 1/2 (output) and 3 (result), a fresh private
+directory as cwd, setgid/setuid to the worker's own unprivileged uid (capabilities go with it), rlimits
+(CPU, address space, file size, processes, open files, core), no_new_privs, one precompiled seccomp filter
+loaded with a single prctl, then the program. The trusted epilogue converts each value to plain data by
+exact type and writes ONE frame `MAGIC nonce length payload` to fd 3, then `os._exit(0)` at once.
+"""
+
+import json
+import os
+import resource
+import sys
+import time
+
+MAGIC = b"PLRS1"
+RESULT_FD = 3
+_PLAIN_NAMES = ("dict", "set", "frozenset", "tuple", "list", "range", "int", "float", "complex", "str", "bytes",
+                "bool")
+
+
+def encode(value, _type=type, _int=int, _float=float, _complex=complex, _str=str, _bytes=bytes, _bool=bool,
+           _list=list, _tuple=tuple, _dict=dict, _set=set, _frozenset=frozenset, _id=id, _hex=hex,
+           _fhex=float.hex, _bhex=bytes.hex, _sencode=str.encode, _items=dict.items, _join=",".join,
+           _TypeError=TypeError, _tname=type.__dict__["__name__"].__get__):
+    """JSON text of plain data by EXACT type (`type(x) is int`, never isinstance): a subclass with a forged
+    __eq__ or __repr__ is not plain data. Every string in the output is a tag or hex digits, so the text is built
+    by concatenation without calling json (a program could have patched the json module). Builtins are bound
+    as defaults at import, so rebinding names cannot change this function. Raises TypeError for anything else,
+    cycles included. The host rebuilds the values (executors.decode_value)."""
+    seen = _set()
+    tags = {_list: "l", _tuple: "u", _set: "e", _frozenset: "z"}
+
+    def enc(x, depth):
+        if depth > 200:
+            raise _TypeError("nested deeper than 200")
+        t = _type(x)
+        if t is _bool:
+            return '["?",1]' if x is True else '["?",0]'
+        if t is _int:
+            return '["i","' + _hex(x) + '"]'
+        if t is _float:
+            return '["f","' + _fhex(x) + '"]'
+        if t is _str:
+            return '["s","' + _bhex(_sencode(x, "utf-8", "surrogatepass")) + '"]'
+        if x is None:
+            return '["n"]'
+        if t is _complex:
+            return '["c","' + _fhex(x.real) + '","' + _fhex(x.imag) + '"]'
+        if t is _bytes:
+            return '["b","' + _bhex(x) + '"]'
+        if t is _list or t is _tuple or t is _dict or t is _set or t is _frozenset:
+            key = _id(x)
+            if key in seen:
+                raise _TypeError("a container that contains itself")
+            seen.add(key)
+            if t is _dict:
+                out = '["d",[' + _join(["[" + enc(k, depth + 1) + "," + enc(v, depth + 1) + "]"
+                                        for k, v in _items(x)]) + "]]"
+            else:
+                out = '["' + tags[t] + '",[' + _join([enc(v, depth + 1) for v in x]) + "]]"
+            seen.discard(key)
+            return out
+        raise _TypeError("a value of type " + _tname(t) + " is not plain data")
+
+    return enc(value, 0)
+
+
+def _error_line(exc):
+    """`Type: message` of an exception. The message comes from the program's own __str__, so it is only data:
+    the status is chosen by the exception's exact type, never by this text."""
+    name = type(exc).__name__
+    try:
+        text = str(exc)
+        if type(text) is not str:
+            text = ""
+    except BaseException:  # noqa: BLE001 - a hostile __str__ must not reach the epilogue
+        text = "<unprintable>"
+    text = text.strip().splitlines()[-1] if text.strip() else ""
+    return f"{name}: {text}"[:2000] if text else name
+
+
+def run_job(job, nonce, result_fd=RESULT_FD, _stdout=None):
+    """Run one job in this process, write its ONE result frame to RESULT_FD, and exit at once.
+
+    Everything the epilogue uses is bound before the program runs, so the program cannot swap it out by
+    rebinding module or builtin names; what stays reachable through frames is closed off by the static rules
+    (spec 3.4) for every program whose result earns a reward.
+    """
+    import builtins
+
+    plain = {name: getattr(builtins, name) for name in _PLAIN_NAMES}
+    write, exit_now, enc, err_line = os.write, os._exit, encode, _error_line
+    compile_, exec_, eval_, join, hexs = compile, exec, eval, ",".join, bytes.hex
+    str_encode, magic, fd, mem_error = str.encode, MAGIC, result_fd, MemoryError
+    stdout = _stdout or sys.stdout
+    status, values, error = "ok", [], ""
+    try:
+        scope = {"__name__": "__main__", "__builtins__": builtins}
+        exec_(compile_(job.get("program", ""), "<program>", "exec"), scope)
+        for expr in job.get("calls", ()):
+            values.append(eval_(compile_(expr, "<call>", "eval"), scope))
+        for expr in job.get("literals", ()):
+            values.append(eval_(compile_(expr, "<literal>", "eval"), {"__builtins__": {}, **plain}))
+        try:
+            values = [enc(v) for v in values]
+        except (TypeError, RecursionError) as e:
+            status, values, error = "error", [], "UnsupportedOutput: " + err_line(e)
+    except mem_error:
+        status, values, error = "memory", [], "MemoryError"
+    except BaseException as e:  # noqa: BLE001 - SystemExit, KeyboardInterrupt included: all are the program's
+        status, values, error = "error", [], err_line(e)
+    try:
+        stdout.flush()
+    except BaseException:  # noqa: BLE001
+        pass
+    payload = ('{"status":"' + status + '","values":[' + join(values) + '],"error":"'
+               + hexs(str_encode(error, "utf-8", "surrogatepass")) + '"}').encode()
+    frame = magic + nonce + b"%012d" % len(payload) + payload
+    while frame:
+        frame = frame[write(fd, frame):]
+    exit_now(0)
+
+
+# ----------------------------------------------------------------------------------------------------- zygote
+def _read_exact(fd, n):
+    buf = b""
+    while len(buf) < n:
+        chunk = os.read(fd, n - len(buf))
+        if not chunk:
+            raise EOFError
+        buf += chunk
+    return buf
+
+
+def _recv(fd):
+    size = int.from_bytes(_read_exact(fd, 4), "big")
+    return json.loads(_read_exact(fd, size))
+
+
+def _send(fd, msg):
+    data = json.dumps(msg).encode()
+    data = len(data).to_bytes(4, "big") + data
+    while data:
+        data = data[os.write(fd, data):]
+
+
+class _Seccomp:
+    """A compiled BPF program (exported once by the host) loaded with one prctl per child."""
+
+    def __init__(self, bpf):
+        import ctypes
+
+        class SockFprog(ctypes.Structure):
+            _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+        self._buf = ctypes.create_string_buffer(bpf, len(bpf))
+        self._prog = SockFprog(len(bpf) // 8, ctypes.cast(self._buf, ctypes.c_void_p))
+        self._libc = ctypes.CDLL(None, use_errno=True)
+        self._ref = ctypes.byref(self._prog)
+        self._ctypes = ctypes
+
+    def load(self):
+        libc = self._libc
+        if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
+            raise OSError(self._ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
+        if libc.prctl(22, 2, self._ref, 0, 0) != 0:  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
+            raise OSError(self._ctypes.get_errno(), "prctl(PR_SET_SECCOMP) failed")
+
+
+def _limits(job, cfg):
+    cpu = int(job["timeout_s"]) + 1
+    mem = int(job["memory_mb"]) * 1024 * 1024
+    setr = resource.setrlimit
+    setr(resource.RLIMIT_CPU, (cpu, cpu + 1))
+    setr(resource.RLIMIT_AS, (mem, mem))
+    setr(resource.RLIMIT_FSIZE, (cfg["fsize"], cfg["fsize"]))
+    setr(resource.RLIMIT_NOFILE, (cfg["nofile"], cfg["nofile"]))
+    setr(resource.RLIMIT_CORE, (0, 0))
+    setr(resource.RLIMIT_NPROC, (cfg["nproc"], cfg["nproc"]))
+
+
+def _child(job, cfg, nonce, out_w, res_w, jobdir, seccomp):
+    """In the forked child: wire fds, drop to the worker's uid, set limits, load seccomp, run the job."""
+    try:
+        os.dup2(out_w, 1)
+        os.dup2(out_w, 2)
+        os.dup2(res_w, RESULT_FD)
+        os.closerange(RESULT_FD + 1, 65536)
+        os.chdir(jobdir)
+        uid = cfg["uid"]
+        if uid is not None:
+            os.setgroups([])
+            os.setresgid(uid, uid, uid)
+            os.setresuid(uid, uid, uid)
+        _limits(job, cfg)
+        if seccomp is not None:
+            seccomp.load()
+    except BaseException as e:  # noqa: BLE001 - any set-up failure is the sandbox's, reported as such
+        try:
+            os.write(2, f"sandbox set-up failed: {e}".encode())
+        finally:
+            os._exit(120)
+    run_job(job, nonce)
+
+
+def _drain(fd, chunks, budget):
+    try:
+        data = os.read(fd, 65536)
+    except BlockingIOError:
+        return True, budget
+    if not data:
+        return False, budget
+    chunks.append(data)
+    return True, budget - len(data)
+
+
+def _supervise(pid, out_r, res_r, deadline, limit):
+    """Collect the child's output and result until it exits; kill it at the wall-clock deadline or when it
+    writes more than `limit` bytes. A job that wrote a result and keeps running is still killed."""
+    import select
+
+    pidfd = os.pidfd_open(pid)
+    out, res = [], []
+    open_fds = {out_r: out, res_r: res}
+    budget, timed_out, exceeded, exited = limit, False, False, False
+    poller = select.poll()
+    for fd in (out_r, res_r, pidfd):
+        poller.register(fd, select.POLLIN)
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            timed_out = not exited
+            break
+        events = poller.poll(left * 1000)
+        for fd, _ in events:
+            if fd == pidfd:
+                exited = True
+                poller.unregister(pidfd)
+                continue
+            alive, budget = _drain(fd, open_fds[fd], budget)
+            if not alive:
+                poller.unregister(fd)
+                del open_fds[fd]
+        if budget < 0:
+            exceeded = True
+            break
+        if exited and not open_fds:
+            break
+        if exited:
+            # the child is gone: whatever is left in the pipes is readable now
+            for fd in list(open_fds):
+                while True:
+                    alive, budget = _drain(fd, open_fds[fd], budget)
+                    if not alive or budget < 0:
+                        break
+                poller.unregister(fd)
+                del open_fds[fd]
+            exceeded = budget < 0
+            break
+    if not exited or timed_out or exceeded:
+        try:
+            os.kill(pid, 9)
+        except ProcessLookupError:
+            pass
+    _, wstatus = os.waitpid(pid, 0)
+    os.close(pidfd)
+    code = os.waitstatus_to_exitcode(wstatus)
+    return {"exit": code, "timed_out": timed_out, "output_exceeded": exceeded,
+            "stdout": b"".join(out)[:limit].decode("latin-1"), "result": b"".join(res)[:limit].decode("latin-1")}
+
+
+def _fresh_dir(path, uid):
+    import shutil
+
+    if os.path.isdir(path) and not os.path.islink(path):
+        if os.listdir(path):
+            shutil.rmtree(path, ignore_errors=True)
+    elif os.path.lexists(path):
+        os.unlink(path)
+    if not os.path.isdir(path):
+        os.mkdir(path)
+    os.chmod(path, 0o700)
+    if uid is not None:
+        os.chown(path, uid, uid)
+
+
+def _run_one(job, cfg, seccomp):
+    nonce = bytes.fromhex(job.pop("nonce"))
+    jobdir = os.path.join(cfg["tmp"], "job")
+    _fresh_dir(jobdir, cfg["uid"])
+    out_r, out_w = os.pipe()
+    res_r, res_w = os.pipe()
+    start = time.monotonic()
+    pid = os.fork()
+    if pid == 0:
+        os.close(out_r)
+        os.close(res_r)
+        _child(job, cfg, nonce, out_w, res_w, jobdir, seccomp)
+    os.close(out_w)
+    os.close(res_w)
+    os.set_blocking(out_r, False)
+    os.set_blocking(res_r, False)
+    try:
+        report = _supervise(pid, out_r, res_r, start + job["timeout_s"], job["output_bytes"])
+    finally:
+        os.close(out_r)
+        os.close(res_r)
+    report["id"] = job.get("id", "")
+    report["seconds"] = time.monotonic() - start
+    return report
+
+
+def _warm_up():
+    """The first compile() and exec after fork are slow when nothing was compiled before: do it here once."""
+    scope = {}
+    exec(compile("def f(a, b=2):\n    return [a * b for _ in range(3)]\n", "<warm>", "exec"), scope)
+    encode(eval(compile("f(1)", "<warm>", "eval"), scope))
+
+
+def _private_mounts(cfg):
+    """`unshare` isolation: in the new mount namespace, stop propagation, put a private tmpfs on /tmp and
+    make / read-only (bwrap does all of this itself)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    ms_rdonly, ms_nosuid, ms_nodev, ms_remount, ms_bind, ms_rec, ms_private = 1, 2, 4, 32, 4096, 16384, 1 << 18
+    steps = [(b"none", b"/", None, ms_rec | ms_private, None),
+             (b"tmpfs", cfg["tmp"].encode(), b"tmpfs", ms_nosuid | ms_nodev,
+              b"size=%dm,mode=0755" % cfg["tmp_mb"]),
+             (b"/", b"/", None, ms_bind | ms_remount | ms_rdonly, None)]
+    for src, dst, fstype, flags, data in steps:
+        if libc.mount(src, dst, fstype, flags, data) != 0:
+            raise OSError(ctypes.get_errno(), f"mount {dst!r} failed")
+
+
+def zygote_main():
+    proto_in, proto_out = os.dup(0), os.dup(1)
+    null = os.open(os.devnull, os.O_RDWR)
+    os.dup2(null, 0)
+    os.dup2(null, 1)
+    cfg = _recv(proto_in)
+    if cfg.get("mount_setup"):
+        _private_mounts(cfg)
+    seccomp = _Seccomp(bytes.fromhex(cfg["seccomp"])) if cfg.get("seccomp") else None
+    _warm_up()
+    _send(proto_out, {"ready": True, "pid": os.getpid()})
+    while True:
+        try:
+            job = _recv(proto_in)
+        except EOFError:
+            return
+        _send(proto_out, _run_one(job, cfg, seccomp))
+
+
+def one_main():
+    """`subprocess` and `gvisor` backends: one job from stdin; the result frame on the original stdout, the
+    program's own output moved to stderr (limits were set by the host before exec)."""
+    job = json.loads(sys.stdin.buffer.read())
+    nonce = bytes.fromhex(job.pop("nonce"))
+    result_fd = os.dup(1)
+    os.dup2(2, 1)
+    os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+    run_job(job, nonce, result_fd)
+
+
+def pool_run(job):
+    """Unisolated runner for the benchmark's upper bound: exec in a warm process, like AZR's process pool. Returns
+    (status, encoded values, error line); nothing protects the host here."""
+    import builtins
+
+    plain = {name: getattr(builtins, name) for name in _PLAIN_NAMES}
+    try:
+        scope = {"__name__": "__main__", "__builtins__": builtins}
+        exec(compile(job.get("program", ""), "<program>", "exec"), scope)  # noqa: S102
+        values = [eval(compile(e, "<call>", "eval"), scope) for e in job.get("calls", ())]  # noqa: S307
+        values += [eval(compile(e, "<literal>", "eval"), {"__builtins__": {}, **plain})  # noqa: S307
+                   for e in job.get("literals", ())]
+        return "ok", [encode(v) for v in values], ""
+    except BaseException as e:  # noqa: BLE001
+        return "error", [], _error_line(e)
+
+
+if __name__ == "__main__":
+    {"zygote": zygote_main, "one": one_main}[sys.argv[1]]()
