@@ -94,6 +94,8 @@ def group_advantages(rewards: Sequence[float], groups: Sequence[tuple[str, str]]
     for g in set(groups):
         idx = torch.tensor([i for i, key in enumerate(groups) if key == g])
         rg = r[idx]
+        if bool((rg == rg[0]).all()):  # exactly 0, not the rounding error of (r - mean) / eps
+            continue
         adv[idx] = (rg - rg.mean()) / (rg.std(unbiased=False) + eps)
     return adv.float()
 
