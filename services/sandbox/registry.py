@@ -1,0 +1,97 @@
+"""The external-verifier registry: one table (`external_verifiers`) in the shared database, so every sandbox
+replica sees the same verifiers. Created here if missing; separate from the league's Alembic-managed tables."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+
+from populora.tasks.triplet import TASK_TYPES
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+metadata = sa.MetaData()
+external_verifiers = sa.Table(
+    "external_verifiers", metadata,
+    sa.Column("name", sa.String(64), primary_key=True),
+    sa.Column("url", sa.Text, nullable=False),
+    sa.Column("task_types", sa.Text, nullable=False),  # JSON list
+    sa.Column("created_at", sa.Float, nullable=False),
+)
+
+
+class RegistryError(ValueError):
+    """A registration that cannot be accepted; `field` names the offending field."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+@dataclass
+class VerifierRecord:
+    name: str
+    url: str
+    task_types: list[str]
+    created_at: float = 0.0
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "url": self.url, "task_types": list(self.task_types),
+                "created_at": self.created_at}
+
+
+def check_record(name: str, url: str, task_types: list[str]) -> None:
+    if not _NAME.match(name or ""):
+        raise RegistryError("name", "1-64 characters of letters, digits, '_', '.', '-', starting with a letter "
+                                    "or digit")
+    if not re.match(r"^https?://[^\s/]+", url or ""):
+        raise RegistryError("url", f"{url!r} is not an http:// or https:// URL")
+    if not task_types:
+        raise RegistryError("task_types", "name at least one task type")
+    unknown = sorted(set(task_types) - set(TASK_TYPES))
+    if unknown:
+        raise RegistryError("task_types", f"unknown task type(s) {unknown}; allowed: {list(TASK_TYPES)}")
+
+
+class VerifierRegistry:
+    """CRUD over the `external_verifiers` table."""
+
+    def __init__(self, db_url: str):
+        self.engine = sa.create_engine(db_url, pool_pre_ping=True)
+        metadata.create_all(self.engine, tables=[external_verifiers], checkfirst=True)
+
+    def register(self, name: str, url: str, task_types: list[str]) -> VerifierRecord:
+        """Add or replace a verifier (registration is idempotent by name)."""
+        check_record(name, url, task_types)
+        rec = VerifierRecord(name, url, sorted(set(task_types)), time.time())
+        row = {"name": rec.name, "url": rec.url, "task_types": json.dumps(rec.task_types),
+               "created_at": rec.created_at}
+        with self.engine.begin() as conn:
+            conn.execute(external_verifiers.delete().where(external_verifiers.c.name == name))
+            conn.execute(external_verifiers.insert().values(**row))
+        return rec
+
+    def get(self, name: str) -> VerifierRecord | None:
+        with self.engine.connect() as conn:
+            row = conn.execute(external_verifiers.select().where(external_verifiers.c.name == name)).first()
+        return self._record(row) if row else None
+
+    def list(self) -> list[VerifierRecord]:
+        with self.engine.connect() as conn:
+            rows = conn.execute(external_verifiers.select().order_by(external_verifiers.c.name)).all()
+        return [self._record(r) for r in rows]
+
+    def delete(self, name: str) -> bool:
+        with self.engine.begin() as conn:
+            return conn.execute(external_verifiers.delete().where(external_verifiers.c.name == name)).rowcount > 0
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    @staticmethod
+    def _record(row) -> VerifierRecord:
+        return VerifierRecord(row.name, row.url, json.loads(row.task_types), float(row.created_at))
