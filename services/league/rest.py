@@ -9,7 +9,7 @@ import json
 import threading
 import time
 from collections.abc import Callable
-from typing import Literal
+from typing import Annotated, Literal
 
 import grpc
 import sqlalchemy as sa
@@ -27,6 +27,7 @@ HTTP_STATUS = {grpc.StatusCode.INVALID_ARGUMENT: 400, grpc.StatusCode.NOT_FOUND:
                grpc.StatusCode.UNAUTHENTICATED: 401, grpc.StatusCode.PERMISSION_DENIED: 403}
 Role = Literal["teacher", "student", "both"]
 TaskType = Literal["code_i", "code_o", "code_f"]
+Rho = Annotated[float, Field(ge=0.0, le=1.0)]
 
 
 class Model(BaseModel):
@@ -136,7 +137,7 @@ class MatchIn(Model):
     student_id: str
     task_type: TaskType
     step: int = Field(ge=0)
-    rhos: list[float] = Field(min_length=1, description="per task: the student's mean correctness, each in [0, 1]")
+    rhos: list[Rho] = Field(min_length=1, description="per task: the student's mean correctness, each in [0, 1]")
 
 
 class MatchesIn(Model):
