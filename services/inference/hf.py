@@ -1,0 +1,322 @@
+"""The `hf` backend: transformers on CPU (or a small GPU) with every adapter in one batch per decoding step.
+
+The LoRA path is `batched` (populora.lora.MultiLoraModel: rows sorted by adapter, per-adapter rank-r matmuls on
+slices of the batch) or `peft` (PEFT's `adapter_names` mixed-batch forward, kept for comparison). The decoding
+loop is our own: left padding, positions from the attention mask, a DynamicCache, finished rows dropped from
+the batch and cache, per-row seeded sampling (temperature, top-p), eos and stop strings.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import torch
+
+from populora.lora import MultiLoraModel
+from populora.models import BaseModel, load_from_config
+from populora.store import AdapterRef, ArtifactStore
+from services.inference.backend import (
+    Completion,
+    InferenceBackend,
+    LoadOutcome,
+    Request,
+    ResidentAdapters,
+    Result,
+    Sampling,
+    encode_prompt,
+    register_backend,
+    validate_requests,
+)
+
+BASE = None  # the adapter name of base rows
+
+
+# ---- LoRA paths: how the per-row adapters enter the forward pass
+class BatchedPath:
+    """populora.lora.MultiLoraModel: our per-row batched LoRA layer."""
+
+    sort_rows = True  # contiguous rows per adapter: slices, no gathers
+
+    def __init__(self, model: torch.nn.Module, target_modules: list[str], max_rank: int):
+        self.lora = MultiLoraModel(model, target_modules, max_rank)
+
+    def add(self, name: str, weights: dict[str, torch.Tensor], config: dict) -> None:
+        self.lora.add_adapter(name, weights, config)
+
+    def remove(self, name: str) -> None:
+        self.lora.remove_adapter(name)
+
+    def forward(self, names: list[str | None], **kw):
+        with self.lora.use_rows(names):
+            return self.lora.model(**kw)
+
+
+class PeftPath:
+    """PEFT's LoraModel with `adapter_names` per row (its mixed-batch loop over adapters in every layer)."""
+
+    sort_rows = False
+
+    def __init__(self, model: torch.nn.Module, target_modules: list[str], max_rank: int):
+        self.model = model
+        self.target_modules = target_modules
+        self.peft = None
+
+    def add(self, name: str, weights: dict[str, torch.Tensor], config: dict) -> None:
+        from peft import LoraConfig, get_peft_model, set_peft_model_state_dict
+
+        lcfg = LoraConfig(r=int(config["r"]), lora_alpha=float(config.get("lora_alpha", config["r"])),
+                          target_modules=list(config.get("target_modules") or self.target_modules),
+                          use_rslora=bool(config.get("use_rslora", False)))
+        if self.peft is None:
+            self.peft = get_peft_model(self.model, lcfg, adapter_name=name)
+        else:
+            self.peft.add_adapter(name, lcfg)
+        set_peft_model_state_dict(self.peft, weights, adapter_name=name)
+        self.peft.eval()
+
+    def remove(self, name: str) -> None:
+        self.peft.delete_adapter(name)
+
+    def forward(self, names: list[str | None], **kw):
+        if self.peft is None or all(n is None for n in names):
+            with self._disabled():
+                return (self.peft or self.model)(**kw)
+        return self.peft(adapter_names=["__base__" if n is None else n for n in names], **kw)
+
+    def _disabled(self):
+        from contextlib import nullcontext
+
+        return self.peft.disable_adapter() if self.peft is not None else nullcontext()
+
+
+LORA_PATHS = {"batched": BatchedPath, "peft": PeftPath}
+
+
+# ---- decoding
+@dataclass
+class Row:
+    """One completion being decoded."""
+
+    request: int
+    index: int
+    adapter: str | None
+    prompt_ids: list[int]
+    sampling: Sampling
+    generator: torch.Generator | None
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    finish_reason: str = ""
+    text: str = ""
+
+
+def _top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Keep the smallest set of tokens whose probability mass reaches top_p (nucleus sampling); (V,) -> (V,)."""
+    sorted_logits, order = torch.sort(logits, descending=True)
+    cum = torch.softmax(sorted_logits, dim=-1).cumsum(dim=-1)
+    drop = cum - torch.softmax(sorted_logits, dim=-1) >= top_p  # mass before this token already reaches top_p
+    sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
+    return torch.empty_like(logits).scatter_(0, order, sorted_logits)
+
+
+def choose_tokens(logits: torch.Tensor, rows: list[Row]) -> torch.Tensor:
+    """Next token per row: argmax for greedy rows, a draw from softmax(logits / T) (top-p filtered) with the
+    row's own generator otherwise, so a row's sample does not depend on the other rows of the batch. (B, V) -> (B,)"""
+    tokens = logits.argmax(dim=-1)
+    for i, row in enumerate(rows):
+        s = row.sampling
+        if s.temperature > 0:
+            scaled = logits[i].float() / s.temperature
+            if s.top_p < 1:
+                scaled = _top_p_filter(scaled, s.top_p)
+            probs = torch.softmax(scaled, dim=-1)
+            tokens[i] = torch.multinomial(probs, 1, generator=row.generator)[0]
+    return tokens
+
+
+class Decoder:
+    """Turns a list of rows into finished completions with one batched forward per step."""
+
+    def __init__(self, path, tokenizer, eos_ids: list[int], device: torch.device, lock: threading.Lock):
+        self.path = path
+        self.tokenizer = tokenizer
+        self.eos = set(eos_ids)
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos_ids[0]
+        self.device = device
+        self.lock = lock  # held per forward, so adapters can be added between steps of a running batch
+        self.steps = 0
+
+    def _forward(self, names, **kw):
+        with self.lock, torch.inference_mode():
+            out = self.path.forward(names, use_cache=True, logits_to_keep=1, **kw)
+        self.steps += 1
+        return out.logits[:, -1, :]  # (B, V)
+
+    def run(self, rows: list[Row]) -> Iterator[Row]:
+        """Decode until every row is finished; yields each row as it finishes."""
+        from transformers import DynamicCache
+
+        batch = len(rows)
+        width = max(len(r.prompt_ids) for r in rows)
+        ids = torch.full((batch, width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((batch, width), dtype=torch.long)
+        for i, row in enumerate(rows):  # left padding
+            ids[i, width - len(row.prompt_ids):] = torch.tensor(row.prompt_ids)
+            mask[i, width - len(row.prompt_ids):] = 1
+        ids, mask = ids.to(self.device), mask.to(self.device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)  # (B, T): real tokens at 0..len-1 whatever the padding
+        cache = DynamicCache()
+        names = [r.adapter for r in rows]
+        logits = self._forward(names, input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache)
+        last_pos = positions[:, -1]
+        active = list(rows)
+        while active:
+            tokens = choose_tokens(logits, active)
+            lps = self._logprobs(logits, tokens, active)
+            keep = []
+            for i, (row, tok) in enumerate(zip(active, tokens.tolist())):
+                row.token_ids.append(tok)
+                if lps is not None:
+                    row.logprobs.append(float(lps[i]))
+                if self._finished(row):
+                    yield row
+                else:
+                    keep.append(i)
+            if not keep:
+                return
+            if len(keep) < len(active):  # drop finished rows from the batch and the cache
+                index = torch.tensor(keep, device=self.device)
+                cache.batch_select_indices(index)
+                mask, tokens, last_pos = mask[index], tokens[index], last_pos[index]
+                active = [active[i] for i in keep]
+                names = [r.adapter for r in active]
+            mask = torch.cat([mask, mask.new_ones((len(active), 1))], dim=1)
+            last_pos = last_pos + 1
+            logits = self._forward(names, input_ids=tokens[:, None], attention_mask=mask,
+                                   position_ids=last_pos[:, None], cache=cache)
+
+    @staticmethod
+    def _logprobs(logits: torch.Tensor, tokens: torch.Tensor, rows: list[Row]) -> torch.Tensor | None:
+        if not any(r.sampling.logprobs for r in rows):
+            return None
+        return torch.log_softmax(logits.float(), dim=-1).gather(1, tokens[:, None])[:, 0]
+
+    def _finished(self, row: Row) -> bool:
+        tok = row.token_ids[-1]
+        if tok in self.eos:
+            row.finish_reason = "stop"
+        elif row.sampling.stop and self._hit_stop(row):
+            row.finish_reason = "stop"
+            return True
+        elif len(row.token_ids) >= row.sampling.max_new_tokens:
+            row.finish_reason = "length"
+        else:
+            return False
+        row.text = self.tokenizer.decode(row.token_ids, skip_special_tokens=True)
+        return True
+
+    def _hit_stop(self, row: Row) -> bool:
+        """Stop strings: check the tail first (cheap), then cut the full text after the first stop string."""
+        longest = max(len(s) for s in row.sampling.stop)
+        tail = self.tokenizer.decode(row.token_ids[-(longest + 2):], skip_special_tokens=True)
+        if not any(s in tail for s in row.sampling.stop):
+            return False
+        text = self.tokenizer.decode(row.token_ids, skip_special_tokens=True)
+        cut = min(text.find(s) + len(s) for s in row.sampling.stop if s in text)
+        row.text = text[:cut]
+        return True
+
+
+@register_backend("hf")
+class HfBackend(InferenceBackend):
+    """transformers + batched multi-LoRA; adapters from the artifact store, resident up to a limit (LRU)."""
+
+    name = "hf"
+
+    def __init__(self, base: BaseModel, store: ArtifactStore | None, target_modules: list[str], max_rank: int,
+                 max_batch: int = 256, max_resident: int = 32, lora_path: str = "batched",
+                 chat_template: bool = True):
+        self.base = base
+        self.base_model = base.name
+        self.store = store
+        self.max_batch, self.max_resident = max_batch, max_resident
+        self.chat_template = chat_template
+        self.path = LORA_PATHS[lora_path](base.model, target_modules, max_rank)
+        self._model_lock = threading.Lock()
+        self.resident = ResidentAdapters(max_resident, store, self._load, self._unload)
+        device = next(base.model.parameters()).device
+        self.decoder = Decoder(self.path, base.tokenizer, base.eos_token_ids, device, self._model_lock)
+
+    @classmethod
+    def from_config(cls, cfg, store: ArtifactStore | None = None, base: BaseModel | None = None) -> HfBackend:
+        base = base or load_from_config(cfg)
+        store = store if store is not None else ArtifactStore(cfg.store_root)
+        g = cfg.generation
+        return cls(base, store, list(cfg.lora.target_modules), max(cfg.lora.rank, g.max_lora_rank),
+                   max_batch=g.max_batch, max_resident=g.max_resident_adapters, lora_path=g.lora_path,
+                   chat_template=cfg.model.chat_template)
+
+    # ---- adapters
+    def _load(self, ref: AdapterRef) -> None:
+        version = self.store.read(ref)  # disk I/O outside the model lock
+        with self._model_lock:
+            self.path.add(ref.key, version.weights, version.config)
+
+    def _unload(self, ref: AdapterRef) -> None:
+        with self._model_lock:
+            self.path.remove(ref.key)
+
+    def load_adapter(self, ref: AdapterRef) -> LoadOutcome:
+        return self.resident.ensure(self.resident.resolve(ref))
+
+    def unload_adapter(self, ref: AdapterRef) -> int:
+        return self.resident.remove(ref)
+
+    def adapters(self) -> list[AdapterRef]:
+        return self.resident.refs()
+
+    # ---- generation
+    def generate(self, requests: list[Request]) -> Iterator[Result]:
+        """Checks everything it can before it returns (bad requests, limits, unknown adapters); the returned
+        iterator pins the versions it resolved now for the whole batch and yields results as they finish."""
+        validate_requests(requests, self.max_batch)
+        prompts = [encode_prompt(self.base.tokenizer, r, self.chat_template) for r in requests]
+        served = self.resident.resolve_batch([r.adapter for r in requests])
+        return self._serve(requests, prompts, served)
+
+    def _serve(self, requests: list[Request], prompts: list[list[int]],
+               served: list[AdapterRef | None]) -> Iterator[Result]:
+        pinned = self.resident.acquire(r for r in served if r is not None)
+        try:
+            rows = self._rows(requests, prompts, served)
+            pending = {i: requests[i].sampling.n for i in range(len(requests))}
+            done: dict[int, list[Row]] = {i: [] for i in pending}
+            for row in self.decoder.run(rows):
+                done[row.request].append(row)
+                pending[row.request] -= 1
+                if pending[row.request] == 0:
+                    yield self._result(requests[row.request], prompts[row.request], served[row.request],
+                                       done.pop(row.request))
+        finally:
+            self.resident.release(pinned)
+
+    def _rows(self, requests: list[Request], prompts: list[list[int]],
+              served: list[AdapterRef | None]) -> list[Row]:
+        rows = []
+        for i, (req, ids, ref) in enumerate(zip(requests, prompts, served)):
+            for k in range(req.sampling.n):
+                gen = None
+                if req.sampling.temperature > 0:
+                    gen = torch.Generator().manual_seed(int(req.sampling.seed) + k)
+                rows.append(Row(i, k, ref.key if ref is not None else BASE, ids, req.sampling, gen))
+        if self.path.sort_rows:
+            rows.sort(key=lambda r: (r.adapter is not None, r.adapter or ""))
+        return rows
+
+    @staticmethod
+    def _result(req: Request, prompt: list[int], ref: AdapterRef | None, rows: list[Row]) -> Result:
+        rows.sort(key=lambda r: r.index)
+        completions = [Completion(r.index, r.text, r.token_ids, r.finish_reason,
+                                  r.logprobs if r.sampling.logprobs else []) for r in rows]
+        return Result(req.request_id, list(prompt), completions, ref)
