@@ -124,9 +124,10 @@ def _expression_violation(tree: ast.AST, what: str) -> Violation | None:
                                                "calls only)")
         if isinstance(node, ast.Call):
             if not (isinstance(node.func, ast.Name) and node.func.id in CONSTRUCTORS):
-                callee = node.func.id if isinstance(node.func, ast.Name) else type(node.func).__name__
-                return Violation("not_restricted", f"{what}: call of '{callee}' is not allowed; only "
-                                                   f"{', '.join(CONSTRUCTORS)}")
+                callee = (f"'{node.func.id}'" if isinstance(node.func, ast.Name)
+                          else f"a {type(node.func).__name__.lower()} expression")
+                return Violation("not_restricted", f"{what}: calling {callee} is not allowed; only "
+                                                   f"{', '.join(CONSTRUCTORS)} may be called")
             if any(k.arg is None for k in node.keywords):
                 return Violation("not_restricted", f"{what}: ** unpacking is not allowed")
         if isinstance(node, ast.Name) and node.id not in CONSTRUCTORS:

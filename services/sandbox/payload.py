@@ -70,13 +70,13 @@ def encode(value, _type=type, _int=int, _float=float, _complex=complex, _str=str
     return enc(value, 0)
 
 
-def _error_line(exc):
+def _error_line(exc, _type=type, _str=str, _tname=type.__dict__["__name__"].__get__):
     """`Type: message` of an exception. The message comes from the program's own __str__, so it is only data:
     the status is chosen by the exception's exact type, never by this text."""
-    name = type(exc).__name__
+    name = _tname(_type(exc))
     try:
-        text = str(exc)
-        if type(text) is not str:
+        text = _str(exc)
+        if _type(text) is not _str:
             text = ""
     except BaseException:  # noqa: BLE001 - a hostile __str__ must not reach the epilogue
         text = "<unprintable>"
