@@ -206,7 +206,10 @@ def _attempt_job(a: Attempt, settings: ValidationSettings) -> tuple[Job, int]:
         bad = expression_violation(pred, "predicted output")
         if bad and (settings.restricted_expressions or bad.reason == "syntax_error"):
             raise _Reject("malformed", f"{bad.reason}: {bad.detail}")
-        return Job(job_id, "", literals=[pred, t.outputs[0]], timeout_s=settings.timeout_s), 1
+        if settings.restricted_expressions:
+            return Job(job_id, "", literals=[pred, t.outputs[0]], timeout_s=settings.timeout_s), 1
+        # unrestricted (off by config): the prediction may use any builtin, so it is evaluated as a call
+        return Job(job_id, "", calls=[pred], literals=[t.outputs[0]], timeout_s=settings.timeout_s), 1
     if t.task_type == "code_i":
         pred = strip_fence(answer)
         bad = arguments_violation(pred, "predicted input")
