@@ -1,0 +1,134 @@
+"""Executors and the result channel: frame parsing, exact-type decoding, statuses, the subprocess backend,
+replacement of a dead zygote, the circuit breaker."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+
+import pytest
+
+from populora.config import SandboxConfig
+from populora.tasks.jobs import Job
+from services.sandbox.codec import FrameError, decode_value, parse_frame
+from services.sandbox.executors import (
+    SandboxUnavailable,
+    SubprocessExecutor,
+    classify,
+    make_executor,
+    seccomp_bpf,
+)
+from services.sandbox.external import CircuitBreaker
+from services.sandbox.payload import MAGIC, encode
+
+NONCE = b"n" * 16
+
+
+def frame(payload: bytes, nonce: bytes = NONCE) -> bytes:
+    return MAGIC + nonce + b"%012d" % len(payload) + payload
+
+
+def test_encode_decode_round_trip_exact_types():
+    value = {1: [2.5, -0.0, (3, "s\udc80é"), {4, 5}], "b": frozenset({b"\x00"}), None: (True, 1 + 2j), 10**400: []}
+    back = decode_value(json.loads(encode(value)))
+    assert back == value and repr(back) == repr(value)
+    assert type(decode_value(json.loads(encode(True)))) is bool
+
+
+@pytest.mark.parametrize("bad", [type("I", (int,), {})(1), type("S", (str,), {})("x"), object(), print,
+                                 [type("F", (float,), {})(1.0)], {1: type("L", (list,), {})()}])
+def test_encode_refuses_anything_but_exact_plain_types(bad):
+    with pytest.raises(TypeError):
+        encode(bad)
+
+
+def test_encode_refuses_cycles_and_depth():
+    a: list = []
+    a.append(a)
+    with pytest.raises(TypeError):
+        encode(a)
+    deep: list = []
+    for _ in range(300):
+        deep = [deep]
+    with pytest.raises(TypeError):
+        encode(deep)
+
+
+def test_parse_frame_accepts_exactly_one_frame_with_the_nonce():
+    ok = b'{"status":"ok","values":[["i","0x2a"]],"error":""}'
+    assert parse_frame(frame(ok), NONCE)["values"] == [42]
+    for bad, why in [(b"", "without"), (frame(ok) + frame(ok), "more than one"), (frame(ok)[:-3], "truncated"),
+                     (frame(ok, b"x" * 16), "nonce"), (b"junk" + frame(ok), "does not start"),
+                     (frame(b'{"status":"ok"}'), "malformed"), (frame(b'{"status":"yes","values":[],"error":""}'),
+                                                                 "unknown status"),
+                     (frame(b'{"status":"ok","values":[["q",1]],"error":""}'), "malformed")]:
+        with pytest.raises(FrameError, match=why):
+            parse_frame(bad, NONCE)
+
+
+def test_classify_maps_raw_facts_to_statuses():
+    job = Job("j", "")
+    ok = frame(b'{"status":"ok","values":[["s","6869"]],"error":""}')
+    assert classify(job, {"exit": 0, "result": ok}, NONCE).values == ["hi"]
+    assert classify(job, {"exit": 0, "result": ok, "timed_out": True}, NONCE).status == "timeout"
+    assert classify(job, {"exit": 0, "output_exceeded": True}, NONCE).status == "output_limit"
+    assert classify(job, {"exit": -signal.SIGXCPU}, NONCE).status == "timeout"
+    assert classify(job, {"exit": -signal.SIGSEGV}, NONCE).status == "killed"
+    assert classify(job, {"exit": 120, "stdout": "setuid failed"}, NONCE).status == "sandbox_error"
+    assert classify(job, {"exit": 0, "result": b""}, NONCE).status == "sandbox_error"
+    assert classify(job, {"exit": 3, "result": ok}, NONCE).status == "sandbox_error"
+    err = frame(b'{"status":"error","values":[],"error":"' + b"ValueError: x".hex().encode() + b'"}')
+    r = classify(job, {"exit": 0, "result": err}, NONCE)
+    assert (r.status, r.error) == ("error", "ValueError: x")
+
+
+def test_seccomp_filter_compiles_to_bpf():
+    bpf = seccomp_bpf()
+    assert len(bpf) % 8 == 0 and len(bpf) > 8 * 20
+
+
+def test_subprocess_backend_statuses():
+    ex = SubprocessExecutor(workers=2)
+    jobs = [Job("ok", "def f(a):\n    print('out')\n    return [a]", calls=["f(1)"]),
+            Job("err", "raise KeyError('k')"), Job("mem", "x = ' ' * 10**10"),
+            Job("loop", "while True: pass", timeout_s=0.5), Job("big", "print('x' * 10**6)"),
+            Job("exit", "import os\nos._exit(0)")]
+    got = {r.job_id: r for r in ex.run(jobs)}
+    assert (got["ok"].status, got["ok"].values, got["ok"].stdout) == ("ok", [[1]], "out\n")
+    assert (got["err"].status, got["err"].error) == ("error", "KeyError: 'k'")
+    assert [got[k].status for k in ("mem", "loop", "big", "exit")] == ["memory", "timeout", "output_limit",
+                                                                       "sandbox_error"]
+    assert "fresh process per job" in ex.isolation()
+
+
+def test_a_dead_zygote_is_replaced(zygote):
+    victim = zygote._workers[0]
+    os.killpg(victim.proc.pid, signal.SIGKILL)
+    results = zygote.run([Job(str(i), "", calls=[f"{i} * 2"]) for i in range(20)])
+    failed = [r for r in results if r.status != "ok"]
+    assert len(failed) <= 1 and all(r.status == "sandbox_error" for r in failed)
+    again = zygote.run([Job(str(i), "", calls=[f"{i} * 2"]) for i in range(20)])
+    assert [r.values for r in again] == [[2 * i] for i in range(20)]
+    assert all(w.proc.poll() is None for w in zygote._workers)
+
+
+def test_make_executor_and_unavailable_backends():
+    ex = make_executor(SandboxConfig(backend="subprocess", workers=1))
+    assert isinstance(ex, SubprocessExecutor)
+    if shutil.which("runsc") is None:
+        with pytest.raises(SandboxUnavailable, match="runsc"):
+            make_executor(SandboxConfig(backend="gvisor"))
+
+
+def test_circuit_breaker_opens_and_half_opens():
+    b = CircuitBreaker(failures=2, reset_s=10)
+    assert b.allow(0) and b.state == "closed"
+    b.record(False, 0)
+    assert b.allow(1)
+    b.record(False, 1)
+    assert b.state == "open" and not b.allow(5)
+    assert b.allow(12) and not b.allow(12.5)  # one call through after reset_s
+    b.record(True, 13)
+    assert b.state == "closed" and b.allow(13)
