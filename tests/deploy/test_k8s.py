@@ -254,3 +254,22 @@ def test_compose_and_k8s_cpu_configs_agree(tmp_path):
     for tree in (k8s, compose):
         tree["run"].pop("run_id")
     assert k8s == compose
+
+
+def test_populora_pods_meet_the_restricted_pod_security_profile():
+    """Non-root, no privilege escalation, no capabilities, the runtime's seccomp profile (Pod Security
+    Standards `restricted`), for every PopuLoRA pod and Redis."""
+    for overlay in OVERLAYS:
+        for d in rendered(overlay):
+            spec = pod_spec(d)
+            if spec is None or d["metadata"]["name"] == "postgres":
+                continue
+            where = f"overlay {overlay}: {d['kind']}/{d['metadata']['name']}"
+            pod_sc = spec.get("securityContext", {})
+            assert pod_sc.get("runAsNonRoot") is True and pod_sc.get("runAsUser", 0) != 0, f"{where}: runs as root"
+            assert pod_sc.get("seccompProfile", {}).get("type") == "RuntimeDefault", f"{where}: no seccomp profile"
+            assert spec.get("automountServiceAccountToken") is False, f"{where}: mounts an API token it never uses"
+            for c in spec["containers"]:
+                sc = c.get("securityContext", {})
+                assert sc.get("allowPrivilegeEscalation") is False, f"{where}: allows privilege escalation"
+                assert sc.get("capabilities", {}).get("drop") == ["ALL"], f"{where}: keeps capabilities"
