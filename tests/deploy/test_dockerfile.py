@@ -6,6 +6,10 @@ from __future__ import annotations
 import fnmatch
 import re
 import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 from tests.deploy.deployment import CONFIG_PATH, ROOT, rendered_compose
 
@@ -93,3 +97,35 @@ def test_copied_sources_exist_and_are_not_ignored():
 def test_python_version_matches_the_project():
     text = (ROOT / "Dockerfile").read_text()
     assert "python:3.11" in text and '>=3.11' in (ROOT / "pyproject.toml").read_text()
+
+
+
+def _copy_context(src: str, dest: Path) -> None:
+    """COPY src dest, as the builder sees it: the build context is the checkout minus .dockerignore."""
+    source = ROOT / src
+    if source.is_dir():
+        shutil.copytree(source, dest, ignore=lambda d, names: [
+            n for n in names if ignored(str((Path(d) / n).relative_to(ROOT)))])
+    else:
+        dest.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(source, dest / source.name)
+
+
+def test_the_image_source_tree_is_self_sufficient(tmp_path):
+    """What the Dockerfile copies into /app (minus .dockerignore) is enough to generate the gRPC stubs, find the
+    presets and import every service's server: the image needs nothing else from the checkout."""
+    app = tmp_path / "app"
+    for word, args in instructions():
+        if word != "COPY" or "--from=" in args:
+            continue
+        *sources, dest = [a for a in shlex.split(args) if not a.startswith("--")]
+        for src in sources:
+            _copy_context(src, app / dest.removeprefix("./").rstrip("/") if dest not in ("./", ".") else app)
+    code = (f"import populora, coordinator.cli, importlib; assert populora.__file__.startswith({str(app)!r});"
+            "from populora.config import load_config; load_config(preset='gpu-7b-4t4s', env=False);"
+            "[importlib.import_module('services.' + s + '.server') for s in coordinator.cli.SERVICES];"
+            "import populora.healthcheck")
+    env = {"PYTHONPATH": str(app), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "HF_HUB_OFFLINE": "1"}
+    for cmd in ([sys.executable, "-m", "populora.pb", "--force"], [sys.executable, "-c", code]):
+        out = subprocess.run(cmd, cwd=app, env=env, capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, f"{' '.join(cmd[1:3])} in the image's /app failed:\n{out.stdout}{out.stderr}"
