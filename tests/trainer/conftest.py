@@ -12,6 +12,18 @@ from populora.config import load_config
 from populora.pb import trainer_pb2
 
 
+@pytest.fixture(autouse=True)
+def one_thread():
+    """The tiny model's matmuls are too small to gain from intra-op threads, and on a shared 2-core box idle-spinning
+    threads made these tests ten times slower; restored afterwards for the rest of the suite."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture
 def fresh_base(tiny):
     """A deep copy of the session's tiny base, so injected LoRA layers never leak into other tests."""
