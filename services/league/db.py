@@ -9,6 +9,7 @@ reported twice, even by two reporters at once, is applied once.
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from populora.config import TASK_TYPES
 from populora.rpc import invalid, not_found
 from services.league import tables as t
+from services.league.bulk import bulk_writer
 from services.league.payoff import PayoffCell, update_cell
 from services.league.ratings import RatingParams, Result, Skill, match_outcome, rate_match
 
@@ -165,6 +167,7 @@ class LeagueDB:
             self.engine = sa.create_engine(url, pool_size=pool_size, max_overflow=2 * pool_size,
                                            pool_pre_ping=True)
             self.read_engine = self.engine
+        self.bulk = bulk_writer(self.dialect)
         self._env = self.rules.params.environment()
         # Bumped by every write made through this object; readers use it to invalidate caches.
         self.generation = 0
@@ -183,6 +186,7 @@ class LeagueDB:
         """Upgrade the schema to `revision` (the service does this on start)."""
         from alembic import command
 
+        logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)
         with self.engine.begin() as conn:
             command.upgrade(self._alembic_config(conn), revision)
 
@@ -271,7 +275,8 @@ class LeagueDB:
         ids = sorted(set(ids))
         if not ids:
             return {}
-        q = sa.select(t.adapters).where(t.adapters.c.adapter_id.in_(ids)).order_by(t.adapters.c.adapter_id)
+        q = sa.select(t.adapters).where(self.bulk.any_of(t.adapters.c.adapter_id, ids)).order_by(
+            t.adapters.c.adapter_id)
         if lock:
             q = q.with_for_update()
         return {r.adapter_id: r for r in map(_row_to_adapter, conn.execute(q))}
@@ -290,6 +295,15 @@ class LeagueDB:
             rows = [_row_to_adapter(r) for r in conn.execute(q)]
         k = self.rules.params.k
         return sorted(rows, key=lambda a: (-(a.mu - k * a.sigma), a.adapter_id))
+
+    def active_skills(self, run_id: str) -> list[tuple[str, str, float, float]]:
+        """(adapter_id, role, mu, sigma) of a run's active adapters, by id: all that matchmaking reads."""
+        c = t.adapters.c
+        q = (sa.select(c.adapter_id, c.role, c.mu, c.sigma).where(c.run_id == run_id, c.status == "active")
+             .order_by(c.adapter_id))
+        with self.read_engine.connect() as conn:
+            self._require_run(conn, run_id)
+            return [tuple(r) for r in conn.execute(q)]
 
     def adapter(self, adapter_id: str) -> AdapterRow:
         with self.read_engine.connect() as conn:
@@ -357,14 +371,12 @@ class LeagueDB:
                      task_type=m.task_type, step=m.step, rho=sum(m.rhos) / len(m.rhos),
                      rhos_json=json.dumps(list(m.rhos)), outcome=",".join(r.value for r in results))
                 for m, results in batch]
-        stmt = (self._insert(t.matches).on_conflict_do_nothing(index_elements=["match_id"])
-                .returning(t.matches.c.match_id))
-        inserted = set(conn.execute(stmt, rows).scalars())
+        inserted = self.bulk.insert_new(conn, t.matches, rows, "match_id")
         return [(m, results) for m, results in batch if m.match_id in inserted]
 
     def _apply(self, conn: sa.Connection, run_id: str, fresh: Sequence[tuple[MatchReport, list[Result]]],
                adapters: dict[str, AdapterRow]) -> set[str]:
-        history: dict[tuple[str, int], AdapterRow] = {}
+        history: dict[tuple[str, int], tuple[float, float, int]] = {}
         cells = self._payoff_cells(conn, run_id, {(m.teacher_id, m.student_id) for m, _ in fresh})
         for m, results in fresh:
             teacher, student = adapters[m.teacher_id], adapters[m.student_id]
@@ -384,40 +396,31 @@ class LeagueDB:
             key = (m.teacher_id, m.student_id)
             cells[key] = update_cell(cells.get(key, PayoffCell()), sum(m.rhos) / len(m.rhos),
                                      self.rules.payoff_decay)
-            history[(teacher.adapter_id, m.step)] = teacher
-            history[(student.adapter_id, m.step)] = student
+            for a in (teacher, student):  # the rating after this step's last match of the adapter
+                history[(a.adapter_id, m.step)] = (a.mu, a.sigma, a.matches)
         touched = {m.teacher_id for m, _ in fresh} | {m.student_id for m, _ in fresh}
         if not fresh:
             return touched
-        a = t.adapters.c
-        conn.execute(t.adapters.update().where(a.adapter_id == sa.bindparam("b_id")).values(
-            mu=sa.bindparam("b_mu"), sigma=sa.bindparam("b_sigma"), matches=sa.bindparam("b_matches"),
-            wins=sa.bindparam("b_wins"), losses=sa.bindparam("b_losses"), draws=sa.bindparam("b_draws")),
-            [dict(b_id=x.adapter_id, b_mu=x.mu, b_sigma=x.sigma, b_matches=x.matches, b_wins=x.wins,
-                  b_losses=x.losses, b_draws=x.draws) for x in (adapters[i] for i in sorted(touched))])
-        hist = self._insert(t.rating_history)
-        conn.execute(hist.on_conflict_do_update(
-            index_elements=["adapter_id", "step"],
-            set_={"mu": hist.excluded.mu, "sigma": hist.excluded.sigma, "matches": hist.excluded.matches}),
-            [dict(adapter_id=aid, step=step, mu=x.mu, sigma=x.sigma, matches=x.matches)
-             for (aid, step), x in sorted(history.items())])
-        pay = self._insert(t.payoff)
-        conn.execute(pay.on_conflict_do_update(
-            index_elements=["run_id", "teacher_id", "student_id"],
-            set_={"weighted_sum": pay.excluded.weighted_sum, "weight": pay.excluded.weight,
-                  "matches": pay.excluded.matches}),
-            [dict(run_id=run_id, teacher_id=k[0], student_id=k[1], weighted_sum=c.weighted_sum, weight=c.weight,
-                  matches=c.matches) for k, c in sorted(cells.items())])
+        self.bulk.update(conn, t.adapters, [
+            dict(adapter_id=x.adapter_id, mu=x.mu, sigma=x.sigma, matches=x.matches, wins=x.wins, losses=x.losses,
+                 draws=x.draws) for x in (adapters[i] for i in sorted(touched))], "adapter_id")
+        self.bulk.upsert(conn, t.rating_history, [
+            dict(adapter_id=aid, step=step, mu=mu, sigma=sigma, matches=n)
+            for (aid, step), (mu, sigma, n) in sorted(history.items())], ["adapter_id", "step"])
+        self.bulk.upsert(conn, t.payoff, [
+            dict(run_id=run_id, teacher_id=k[0], student_id=k[1], weighted_sum=c.weighted_sum, weight=c.weight,
+                 matches=c.matches) for k, c in sorted(cells.items())], ["run_id", "teacher_id", "student_id"])
         return touched
 
     def _payoff_cells(self, conn: sa.Connection, run_id: str,
                       pairs: set[tuple[str, str]]) -> dict[tuple[str, str], PayoffCell]:
         if not pairs:
             return {}
-        teachers = sorted({p[0] for p in pairs})
-        q = sa.select(t.payoff).where(t.payoff.c.run_id == run_id, t.payoff.c.teacher_id.in_(teachers))
+        c = t.payoff.c
+        q = sa.select(t.payoff).where(c.run_id == run_id, self.bulk.any_pair(c.teacher_id, c.student_id,
+                                                                             sorted(pairs)))
         return {(r.teacher_id, r.student_id): PayoffCell(r.weighted_sum, r.weight, r.matches)
-                for r in conn.execute(q) if (r.teacher_id, r.student_id) in pairs}
+                for r in conn.execute(q)}
 
     def list_matches(self, run_id: str, *, adapter_id: str = "", teacher_id: str = "", student_id: str = "",
                      task_type: str = "", step_min: int | None = None, step_max: int | None = None,

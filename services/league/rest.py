@@ -14,6 +14,7 @@ from typing import Annotated, Literal
 import grpc
 import sqlalchemy as sa
 from fastapi import Depends, FastAPI, Header, Query, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -166,11 +167,19 @@ class _ReadCache:
         self._entries: dict[tuple, tuple[int, float, bytes]] = {}
         self._lock = threading.Lock()
 
-    def get(self, key: tuple, build: Callable[[], object]) -> bytes:
-        gen, now = self.generation(), time.monotonic()
+    def _hit(self, key: tuple) -> bytes | None:
         hit = self._entries.get(key)
-        if hit is not None and hit[0] == gen and now - hit[1] < self.ttl:
+        if hit is not None and hit[0] == self.generation() and time.monotonic() - hit[1] < self.ttl:
             return hit[2]
+        return None
+
+    async def get(self, key: tuple, build: Callable[[], object]) -> bytes:
+        """A hit answers on the event loop; a miss queries the database on the thread pool."""
+        body = self._hit(key)
+        return body if body is not None else await run_in_threadpool(self._build, key, build)
+
+    def _build(self, key: tuple, build: Callable[[], object]) -> bytes:
+        gen, now = self.generation(), time.monotonic()
         body = json.dumps(build(), separators=(",", ":")).encode()
         if self.ttl > 0:
             with self._lock:
@@ -214,17 +223,17 @@ def create_app(service: LeagueService) -> FastAPI:
         return Response(generate_latest(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
     @app.get("/v1/runs", response_model=list[RunInfo], tags=["read"])
-    def runs() -> Response:
-        return _json(cache.get(("runs",), service.db.list_runs))
+    async def runs() -> Response:
+        return _json(await cache.get(("runs",), service.db.list_runs))
 
     @app.get("/v1/runs/{run_id}/leaderboard", response_model=Leaderboard, tags=["read"])
-    def leaderboard(run_id: str, role: Role | None = None, include_retired: bool = True) -> Response:
+    async def leaderboard(run_id: str, role: Role | None = None, include_retired: bool = True) -> Response:
         """Best conservative skill (mu - k*sigma) first; `role=teacher` also lists a `both` adapter."""
         def build():
             return {"run_id": run_id, "role": role or "", "k": service.rules.params.k,
                     "rows": service.leaderboard(run_id, role or "", include_retired)}
 
-        return _json(cache.get(("leaderboard", run_id, role, include_retired), build))
+        return _json(await cache.get(("leaderboard", run_id, role, include_retired), build))
 
     @app.get("/v1/adapters/{adapter_id}/lineage", response_model=Lineage, tags=["read"])
     def lineage(adapter_id: str) -> dict:
@@ -248,8 +257,8 @@ def create_app(service: LeagueService) -> FastAPI:
         return {"matches": page, "next_after": page[-1]["seq"] if len(page) == limit else None}
 
     @app.get("/v1/runs/{run_id}/payoff", response_model=Payoff, tags=["read"])
-    def payoff(run_id: str) -> Response:
-        return _json(cache.get(("payoff", run_id), lambda: service.payoff_matrix(run_id)))
+    async def payoff(run_id: str) -> Response:
+        return _json(await cache.get(("payoff", run_id), lambda: service.payoff_matrix(run_id)))
 
     # ---- writes ---------------------------------------------------------------------------------------------------
     @app.post("/v1/runs", tags=["write"], dependencies=[Depends(require_token)])

@@ -35,7 +35,8 @@ class SelectionParams:
 
 
 def match_id(run_id: str, step: int, teacher_id: str, task_type: str) -> str:
-    """The deterministic match id `<run>/<step>/<teacher>/<task_type>`: a retried step reports the same ids."""
+    """The deterministic match id `<run>/<step>/<teacher>/<task_type>` (Matchmake builds the same string inline):
+    a retried step reports the same ids."""
     return f"{run_id}/{step}/{teacher_id}/{task_type}"
 
 
@@ -103,39 +104,42 @@ class LeagueService:
         for i, tt in enumerate(task_types):
             if tt not in TASK_TYPES:
                 raise invalid(f"task_types[{i}]: '{tt}' is not one of {list(TASK_TYPES)}")
-        active = self.db.adapters(request.run_id)
-        teachers = sorted((a for a in active if a.role in TEACHER_ROLES), key=lambda a: a.adapter_id)
-        students = sorted((a for a in active if a.role in STUDENT_ROLES), key=lambda a: a.adapter_id)
+        active = self.db.active_skills(request.run_id)  # (id, role, mu, sigma), by id
+        teachers = [a for a in active if a[1] in TEACHER_ROLES]
+        students = [a for a in active if a[1] in STUDENT_ROLES]
         if not teachers or not students:
             raise precondition(f"run '{request.run_id}' has {len(teachers)} active teacher(s) and {len(students)} "
                                "active student(s); register both roles before matchmaking")
         probs = self._pfsp_matrix(teachers, students)  # (T, S)
         rng = np.random.Generator(np.random.PCG64(stable_seed(request.run_id, request.step, request.seed)))
         uniforms = rng.random((len(teachers), len(task_types)))  # (T, K)
-        pairings = []
+        run, step = request.run_id, request.step
+        teacher_ids = [a[0] for a in teachers]
+        student_ids = [a[0] for a in students]
+        resp = league_pb2.MatchmakeResponse()
         for k, tt in enumerate(task_types):
             picks = draw(probs, uniforms[:, k])  # (T,)
-            for i, j in enumerate(picks.tolist()):
-                teacher, student = teachers[i], students[j]
-                pairings.append(league_pb2.Pairing(
-                    match_id=match_id(request.run_id, request.step, teacher.adapter_id, tt),
-                    teacher_id=teacher.adapter_id, student_id=student.adapter_id, task_type=tt, step=request.step,
-                    p_student=float(probs[i, j])))
-        return league_pb2.MatchmakeResponse(pairings=pairings)
+            p_picked = probs[np.arange(len(teachers)), picks].tolist()
+            resp.pairings.extend(
+                league_pb2.Pairing(match_id=f"{run}/{step}/{t}/{tt}", teacher_id=t, student_id=student_ids[j],
+                                   task_type=tt, step=step, p_student=p)
+                for t, j, p in zip(teacher_ids, picks.tolist(), p_picked))
+        return resp
 
-    def _pfsp_matrix(self, teachers: list[AdapterRow], students: list[AdapterRow]) -> np.ndarray:
+    def _pfsp_matrix(self, teachers: list[tuple], students: list[tuple]) -> np.ndarray:
         """P(teacher i draws student j), x_ij = P(teacher i beats student j) (spec 6-7); self-pairs allowed only
-        where a teacher has no other candidate."""
-        mu_t = np.array([a.mu for a in teachers])
-        sg_t = np.array([a.sigma for a in teachers])
-        mu_s = np.array([a.mu for a in students])
-        sg_s = np.array([a.sigma for a in students])
-        x = win_probability_matrix(mu_t, sg_t, mu_s, sg_s, self.rules.params.beta)  # (T, S)
-        t_ids = np.array([a.adapter_id for a in teachers], dtype=object)
-        s_ids = np.array([a.adapter_id for a in students], dtype=object)
-        allowed = t_ids[:, None] != s_ids[None, :]  # (T, S)
-        alone = ~allowed.any(axis=1)
-        allowed[alone] = ~allowed[alone]  # the only candidate is the teacher itself
+        where a teacher has no other candidate. Rows are (adapter_id, role, mu, sigma)."""
+        x = win_probability_matrix(np.array([a[2] for a in teachers]), np.array([a[3] for a in teachers]),
+                                   np.array([a[2] for a in students]), np.array([a[3] for a in students]),
+                                   self.rules.params.beta)  # (T, S)
+        both = [i for i, a in enumerate(teachers) if a[1] == "both"]
+        if not both:
+            return pfsp_probabilities(x, self.pfsp)
+        # Only `both` adapters can meet themselves: mask those cells, unless that is the teacher's only candidate.
+        column = {a[0]: j for j, a in enumerate(students)}
+        allowed = np.ones(x.shape, dtype=bool)
+        for i in both:
+            allowed[i, column[teachers[i][0]]] = len(students) == 1
         return pfsp_probabilities(x, self.pfsp, allowed)
 
     def ReportMatches(self, request: league_pb2.ReportMatchesRequest) -> league_pb2.ReportMatchesResponse:

@@ -169,3 +169,28 @@ def test_payoff_is_an_exponentially_weighted_mean():
     assert cell.solve_rate == pytest.approx(sum(w * r for w, r in zip(weights, rhos)) / sum(weights))
     assert cell.matches == 4
     assert update_cell(PayoffCell(), 0.3, 0.5).solve_rate == pytest.approx(0.3)
+
+
+@pytest.mark.parametrize("params", [RatingParams(), RatingParams(mu=0.0, sigma=2.0, beta=1.5, tau=0.2,
+                                                                 draw_probability=0.3)])
+def test_closed_form_game_equals_the_factor_graph_everywhere(params):
+    """rate_game's closed form against trueskill.rate_1vs1 on a grid of skills, including lopsided ones."""
+    from services.league.ratings import rate_game
+
+    env = params.environment()
+    for mu_t, sg_t, mu_s, sg_s in [(25, 8.3, 25, 8.3), (40, 1.0, 5, 1.0), (5, 0.5, 45, 0.5), (25, 0.1, 26, 12.0),
+                                   (100, 1.0, 0, 1.0), (30, 3.0, 20, 6.0)]:
+        for result in Result:
+            t, s = rate_game(env, Skill(mu_t, sg_t), Skill(mu_s, sg_s), result)
+            rt, rs = env.create_rating(mu_t, sg_t), env.create_rating(mu_s, sg_s)
+            try:
+                if result is Result.STUDENT_WINS:
+                    rs, rt = trueskill.rate_1vs1(rs, rt, env=env)
+                else:
+                    rt, rs = trueskill.rate_1vs1(rt, rs, drawn=result is Result.DRAW, env=env)
+            except FloatingPointError:  # beyond the float backend: we keep the ratings instead of failing
+                assert (t, s) == (Skill(mu_t, sg_t), Skill(mu_s, sg_s))
+                continue
+            for ours, ref in ((t, rt), (s, rs)):
+                assert ours.mu == pytest.approx(ref.mu, rel=1e-9, abs=1e-9), (mu_t, mu_s, result)
+                assert ours.sigma == pytest.approx(ref.sigma, rel=1e-9, abs=1e-9), (mu_t, mu_s, result)
