@@ -34,6 +34,14 @@ PEFT_PREFIX = "base_model.model."
 MODES = ("segments", "gather")
 
 
+def cache_kwarg(model: nn.Module) -> str:
+    """The name of the KV-cache argument of a HF causal LM's forward (`cache` in transformers >= 5.20)."""
+    import inspect
+
+    params = inspect.signature(model.forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
+
+
 class LoraError(ValueError):
     """An adapter that does not fit the model (unknown module, wrong shape, rank too large, unknown name)."""
 
@@ -368,10 +376,11 @@ class MultiLoraModel(nn.Module):
                 adapter_names: Sequence[str | None] | None = None, **kw):
         """The base model's forward; with `adapter_names` (one per row) the rows use those adapters.
 
-        `past_key_values` is the KV cache (a transformers Cache, updated in place); passed on as `cache`.
+        `past_key_values` is the KV cache (a transformers Cache, updated in place); passed on under the name the
+        installed transformers uses (`cache` from 5.20, `past_key_values` before).
         """
         if past_key_values is not None:
-            kw["cache"] = past_key_values
+            kw[cache_kwarg(self.model)] = past_key_values
         if adapter_names is None:
             return self.model(input_ids=input_ids, attention_mask=attention_mask, **kw)
         if len(adapter_names) != input_ids.shape[0]:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from populora.lora import MultiLoraModel
+from populora.lora import MultiLoraModel, cache_kwarg
 from populora.models import BaseModel, load_from_config
 from populora.store import AdapterRef, ArtifactStore
 from services.inference.backend import (
@@ -40,6 +40,7 @@ class BatchedPath:
     sort_rows = True  # contiguous rows per adapter: slices, no gathers
 
     def __init__(self, model: torch.nn.Module, target_modules: list[str], max_rank: int):
+        self.base = model
         self.lora = MultiLoraModel(model, target_modules, max_rank)
 
     def add(self, name: str, weights: dict[str, torch.Tensor], config: dict) -> None:
@@ -59,7 +60,7 @@ class PeftPath:
     sort_rows = False
 
     def __init__(self, model: torch.nn.Module, target_modules: list[str], max_rank: int):
-        self.model = model
+        self.model = self.base = model
         self.target_modules = target_modules
         self.peft = None
 
@@ -146,6 +147,7 @@ class Decoder:
         self.device = device
         self.lock = lock  # held per forward, so adapters can be added between steps of a running batch
         self.steps = 0
+        self.cache_arg = cache_kwarg(path.base)
 
     def _forward(self, names, **kw):
         with self.lock, torch.inference_mode():
@@ -168,7 +170,8 @@ class Decoder:
         positions = (mask.cumsum(-1) - 1).clamp(min=0)  # (B, T): real tokens at 0..len-1 whatever the padding
         cache = DynamicCache()
         names = [r.adapter for r in rows]
-        logits = self._forward(names, input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache)
+        logits = self._forward(names, input_ids=ids, attention_mask=mask, position_ids=positions,
+                               **{self.cache_arg: cache})
         last_pos = positions[:, -1]
         active = list(rows)
         while active:
@@ -194,7 +197,7 @@ class Decoder:
             mask = torch.cat([mask, mask.new_ones((len(active), 1))], dim=1)
             last_pos = last_pos + 1
             logits = self._forward(names, input_ids=tokens[:, None], attention_mask=mask,
-                                   position_ids=last_pos[:, None], cache=cache)
+                                   position_ids=last_pos[:, None], **{self.cache_arg: cache})
 
     @staticmethod
     def _logprobs(logits: torch.Tensor, tokens: torch.Tensor, rows: list[Row]) -> torch.Tensor | None:
