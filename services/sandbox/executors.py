@@ -209,6 +209,13 @@ def unshare_command() -> list[str]:
             "--kill-child", *python_command(), str(PAYLOAD), "zygote"]
 
 
+def _hidden_trees() -> list[list[str]]:
+    """[tree, ancestor] for an interpreter tree under a directory other users cannot traverse."""
+    tree = os.path.realpath(sys.base_prefix)
+    blocked = [str(p) for p in reversed(Path(tree).parents) if str(p) != "/" and not os.stat(p).st_mode & 0o001]
+    return [[tree, blocked[0]]] if blocked else []
+
+
 def _works(cmd: list[str]) -> bool:
     try:
         return subprocess.run(cmd, capture_output=True, timeout=20).returncode == 0
@@ -258,7 +265,8 @@ class _Worker:
                                      env=env, close_fds=True, start_new_session=True)
         cfg = {"uid": self.uid, "tmp": tmp, "fsize": self.limits.fsize_bytes, "nofile": self.limits.nofile,
                "nproc": self.limits.nproc, "seccomp": seccomp_bpf().hex() if self.seccomp else "",
-               "mount_setup": self.isolation == "unshare", "tmp_mb": self.limits.tmp_mb}
+               "mount_setup": self.isolation == "unshare", "tmp_mb": self.limits.tmp_mb,
+               "expose": _hidden_trees() if self.isolation == "unshare" else []}
         try:
             self._send(cfg)
             hello = self._recv(timeout=30.0)

@@ -333,7 +333,17 @@ def _private_mounts(cfg):
              (b"tmpfs", cfg["tmp"].encode(), b"tmpfs", ms_nosuid | ms_nodev,
               b"size=%dm,mode=0755" % cfg["tmp_mb"]),
              (b"/", b"/", None, ms_bind | ms_remount | ms_rdonly, None)]
-    for src, dst, fstype, flags, data in steps:
+    for tree, hidden_under in cfg.get("expose", ()):
+        # the interpreter lives under a directory jobs cannot traverse (a mode-0700 home): stash a bind of it,
+        # cover that directory with a traversable tmpfs, and bind the tree back at its own path
+        stash = os.path.join(cfg["tmp"], ".interpreter")
+        steps.insert(2, (tree.encode(), stash.encode(), None, ms_bind | ms_rec, None, stash))
+        steps.insert(3, (b"tmpfs", hidden_under.encode(), b"tmpfs", ms_nosuid | ms_nodev, b"size=1m,mode=0755",
+                         None))
+        steps.insert(4, (stash.encode(), tree.encode(), None, ms_bind | ms_rec, None, tree))
+    for src, dst, fstype, flags, data, *make in steps:
+        if make and make[0]:
+            os.makedirs(make[0], exist_ok=True)
         if libc.mount(src, dst, fstype, flags, data) != 0:
             raise OSError(ctypes.get_errno(), f"mount {dst!r} failed")
 

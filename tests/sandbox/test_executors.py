@@ -133,3 +133,17 @@ def test_circuit_breaker_opens_and_half_opens():
     assert b.allow(12) and not b.allow(12.5)  # one call through after reset_s
     b.record(True, 13)
     assert b.state == "closed" and b.allow(13)
+
+
+def test_unshare_fallback_isolates_too():
+    from tests.sandbox.conftest import zygote_or_skip
+
+    ex = zygote_or_skip(workers=1, isolation="unshare")
+    try:
+        got = ex.run([Job("ok", "", calls=["sorted({3, 1})"]), Job("sock", "import socket\nsocket.socket()"),
+                      Job("usr", "open('/usr/evil', 'w')"), Job("tmp", "open('/tmp/evil', 'w')"),
+                      Job("exec", "import os\nos.execv('/bin/true', ['true'])")])
+        assert got[0].values == [[1, 3]] and "unshare" in ex.isolation()[0]
+        assert [r.status for r in got[1:]] == ["error"] * 4
+    finally:
+        ex.close()
