@@ -95,9 +95,21 @@ def stop(svc: Running) -> int | None:
     return svc.proc.returncode
 
 
+@pytest.fixture(scope="module")
+def started(tmp_path_factory) -> dict[str, Running]:
+    """All five started at once (their start-up is mostly waiting on imports and model set-up), each in its own
+    directory; every test then checks and stops its own."""
+    running = {name: start(name, tmp_path_factory.mktemp(name)) for name in SERVICES}
+    yield running
+    for svc in running.values():
+        if svc.proc.poll() is None:
+            svc.proc.kill()
+            svc.proc.wait(timeout=10)
+
+
 @pytest.mark.parametrize("name", SERVICES)
-def test_service_exposes_metrics(name, tmp_path):
-    svc = start(name, tmp_path)
+def test_service_exposes_metrics(name, started):
+    svc = started[name]
     try:
         wait_serving(svc)
         response = get(f"http://127.0.0.1:{svc.http_port}/metrics")
