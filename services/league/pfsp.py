@@ -34,27 +34,34 @@ class PfspParams:
             raise ValueError(f"unknown PFSP weighting '{self.weighting}'; allowed: {sorted(WEIGHTINGS)}")
 
 
-def pfsp_probabilities(x: np.ndarray, params: PfspParams, allowed: np.ndarray | None = None) -> np.ndarray:
-    """P(pick c) = w_c / sum_d w_d with w_c = max(f(x_c), floor), x_c = P(learner beats c) (spec 7).
+def pfsp_weights(x: np.ndarray, params: PfspParams, allowed: np.ndarray | None = None) -> np.ndarray:
+    """Unnormalised PFSP weights w_c = max(f(x_c), floor), x_c = P(learner beats c) (spec 7); 0 where not allowed.
 
-    `x` may be a vector (one learner) or a matrix (one learner per row); rows sum to 1. `allowed` (same shape,
-    bool) removes candidates (a learner is never its own opponent); every row needs one allowed candidate.
+    `x` may be a vector (one learner) or a matrix (one learner per row). `allowed` (same shape, bool) removes
+    candidates (a learner is never its own opponent); every row needs one allowed candidate. A row whose weights are
+    all zero (floor 0 and every x exactly 0 or 1) falls back to uniform over the allowed candidates.
     """
     weights = np.maximum(WEIGHTINGS[params.weighting](x, params.p), params.floor)
     if allowed is not None:
         weights = np.where(allowed, weights, 0.0)
     if params.floor <= 0:
-        # All-zero rows (every x exactly 0 or 1) fall back to uniform rather than dividing by zero.
         fallback = 1.0 if allowed is None else allowed.astype(float)
         weights = np.where(weights.sum(axis=-1, keepdims=True) > 0, weights, fallback)
+    return weights
+
+
+def pfsp_probabilities(x: np.ndarray, params: PfspParams, allowed: np.ndarray | None = None) -> np.ndarray:
+    """P(pick c) = w_c / sum_d w_d (spec 7); rows sum to 1. See `pfsp_weights`."""
+    weights = pfsp_weights(x, params, allowed)
     return weights / weights.sum(axis=-1, keepdims=True)
 
 
-def draw(probabilities: np.ndarray, uniforms: np.ndarray) -> np.ndarray:
-    """Inverse-CDF draws: for row i and uniform u_i in [0, 1), the index j with cdf_{j-1} <= u_i < cdf_j.
-
-    probabilities: (L, C) rows summing to 1; uniforms: (L,) -> (L,) indices in [0, C).
+def draw(weights: np.ndarray, uniforms: np.ndarray, cdf: np.ndarray | None = None) -> np.ndarray:
+    """Inverse-CDF draws with P(j) = w_ij / sum_k w_ik: for row i and u_i in [0, 1), the j with
+    cdf_{j-1} <= u_i * total < cdf_j. weights: (L, C), rows need not be normalised; uniforms: (L,) -> (L,) indices.
+    Pass `cdf = cumsum(weights, axis=1)` to reuse it across several draws.
     """
-    cdf = np.cumsum(probabilities, axis=1)  # (L, C)
+    if cdf is None:
+        cdf = np.cumsum(weights, axis=1)  # (L, C)
     idx = (cdf <= uniforms[:, None] * cdf[:, -1:]).sum(axis=1)  # (L,)
-    return np.minimum(idx, probabilities.shape[1] - 1)
+    return np.minimum(idx, weights.shape[1] - 1)

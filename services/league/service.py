@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from populora.config import TASK_TYPES, Config
+from populora.metrics import BATCH_SIZE
 from populora.pb import league_pb2
 from populora.rpc import invalid, not_found, precondition
 from services.league.db import (
@@ -21,7 +22,7 @@ from services.league.db import (
     MatchReport,
     RatingRules,
 )
-from services.league.pfsp import PfspParams, draw, pfsp_probabilities
+from services.league.pfsp import PfspParams, draw, pfsp_weights
 from services.league.ratings import RatingParams, win_probability_matrix
 from services.league.selection import Member, select_for_replacement
 
@@ -110,7 +111,9 @@ class LeagueService:
         if not teachers or not students:
             raise precondition(f"run '{request.run_id}' has {len(teachers)} active teacher(s) and {len(students)} "
                                "active student(s); register both roles before matchmaking")
-        probs = self._pfsp_matrix(teachers, students)  # (T, S)
+        weights = self._pfsp_weights(teachers, students)  # (T, S), rows unnormalised
+        cdf = np.cumsum(weights, axis=1)  # (T, S)
+        rows = np.arange(len(teachers))
         rng = np.random.Generator(np.random.PCG64(stable_seed(request.run_id, request.step, request.seed)))
         uniforms = rng.random((len(teachers), len(task_types)))  # (T, K)
         run, step = request.run_id, request.step
@@ -118,33 +121,34 @@ class LeagueService:
         student_ids = [a[0] for a in students]
         resp = league_pb2.MatchmakeResponse()
         for k, tt in enumerate(task_types):
-            picks = draw(probs, uniforms[:, k])  # (T,)
-            p_picked = probs[np.arange(len(teachers)), picks].tolist()
+            picks = draw(weights, uniforms[:, k], cdf)  # (T,)
+            p_picked = (weights[rows, picks] / cdf[:, -1]).tolist()
             resp.pairings.extend(
                 league_pb2.Pairing(match_id=f"{run}/{step}/{t}/{tt}", teacher_id=t, student_id=student_ids[j],
                                    task_type=tt, step=step, p_student=p)
                 for t, j, p in zip(teacher_ids, picks.tolist(), p_picked))
         return resp
 
-    def _pfsp_matrix(self, teachers: list[tuple], students: list[tuple]) -> np.ndarray:
-        """P(teacher i draws student j), x_ij = P(teacher i beats student j) (spec 6-7); self-pairs allowed only
-        where a teacher has no other candidate. Rows are (adapter_id, role, mu, sigma)."""
+    def _pfsp_weights(self, teachers: list[tuple], students: list[tuple]) -> np.ndarray:
+        """PFSP weights of teacher i drawing student j, x_ij = P(teacher i beats student j) (spec 6-7); self-pairs
+        allowed only where a teacher has no other candidate. Rows are (adapter_id, role, mu, sigma)."""
         x = win_probability_matrix(np.array([a[2] for a in teachers]), np.array([a[3] for a in teachers]),
                                    np.array([a[2] for a in students]), np.array([a[3] for a in students]),
                                    self.rules.params.beta)  # (T, S)
         both = [i for i, a in enumerate(teachers) if a[1] == "both"]
         if not both:
-            return pfsp_probabilities(x, self.pfsp)
+            return pfsp_weights(x, self.pfsp)
         # Only `both` adapters can meet themselves: mask those cells, unless that is the teacher's only candidate.
         column = {a[0]: j for j, a in enumerate(students)}
         allowed = np.ones(x.shape, dtype=bool)
         for i in both:
             allowed[i, column[teachers[i][0]]] = len(students) == 1
-        return pfsp_probabilities(x, self.pfsp, allowed)
+        return pfsp_weights(x, self.pfsp, allowed)
 
     def ReportMatches(self, request: league_pb2.ReportMatchesRequest) -> league_pb2.ReportMatchesResponse:
         reports = [MatchReport(m.match_id, m.teacher_id, m.student_id, m.task_type, m.step, tuple(m.rhos))
                    for m in request.matches]
+        BATCH_SIZE.labels("league", "ReportMatches").observe(len(reports))
         out = self.db.report_matches(request.run_id, reports)
         return league_pb2.ReportMatchesResponse(applied=out.applied, duplicates=out.duplicates,
                                                 ratings=[self._pb(a) for a in out.ratings])
