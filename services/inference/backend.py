@@ -43,6 +43,7 @@ class Sampling:
     seed: int = 0
     n: int = 1
     logprobs: bool = False
+    ignore_eos: bool = False  # decode to max_new_tokens whatever comes (benchmarks: same work in every run)
 
 
 @dataclass

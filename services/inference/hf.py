@@ -207,7 +207,7 @@ class Decoder:
 
     def _finished(self, row: Row) -> bool:
         tok = row.token_ids[-1]
-        if tok in self.eos:
+        if tok in self.eos and not row.sampling.ignore_eos:
             row.finish_reason = "stop"
         elif row.sampling.stop and self._hit_stop(row):
             row.finish_reason = "stop"

@@ -128,7 +128,8 @@ class VllmBackend(InferenceBackend):
         return SamplingParams(n=1, temperature=s.temperature, top_p=s.top_p, max_tokens=s.max_new_tokens,
                               stop=list(s.stop) or None, include_stop_str_in_output=True,
                               seed=int(s.seed) + k if s.temperature > 0 else None,
-                              logprobs=0 if s.logprobs else None, skip_special_tokens=True)
+                              logprobs=0 if s.logprobs else None, skip_special_tokens=True,
+                              ignore_eos=s.ignore_eos)
 
     def _serve(self, requests: list[Request], prompts: list[list[int]],
                served: list[AdapterRef | None]) -> Iterator[Result]:
