@@ -207,11 +207,13 @@ class AdapterPool:
                 for h, it in zip(helds, items, strict=True)]
         snapshots = [snapshot(h) for h in helds]
         try:
-            with _seeded(items[0].seed, self.policy.device):
-                if batched and self.policy.batched:
-                    stats = trr_update(self.policy, jobs, self.trr, self.policy.device)
-                else:
-                    stats = [trr_update(self.policy, [job], self.trr, self.policy.device)[0] for job in jobs]
+            if batched and self.policy.batched:  # the batched layer has no dropout: nothing random to seed
+                stats = trr_update(self.policy, jobs, self.trr, self.policy.device)
+            else:
+                stats = []
+                for job, it in zip(jobs, items, strict=True):
+                    with _seeded(it.seed, self.policy.device):  # LoRA dropout draws from this seed
+                        stats.append(trr_update(self.policy, [job], self.trr, self.policy.device)[0])
             refs = []
             for h, it, s in zip(helds, items, stats, strict=True):
                 h.version += 1

@@ -20,8 +20,9 @@ from typing import Protocol
 import torch
 from torch.utils.checkpoint import checkpoint
 
-# Logit elements (tokens x vocab) materialised at once by the LM head; the rest is recomputed in backward.
-HEAD_CHUNK_ELEMENTS = 1 << 24
+# Logit elements (tokens x vocab) materialised at once by the LM head (64M floats = 256 MB per copy); beyond it the
+# head runs in chunks under activation checkpointing.
+HEAD_CHUNK_ELEMENTS = 1 << 26
 
 
 @dataclass
@@ -206,12 +207,15 @@ def _head_logprobs(lm_head, hidden: torch.Tensor, targets: torch.Tensor,
 def response_logprobs(policy: Policy, mb: MicroBatch, with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """log pi(y_t | x, y_<t) of every response token (N,), and the entropy of pi at that position (N,).
 
-    Only response positions go through the LM head, a chunk at a time under activation checkpointing, so the
-    (tokens x vocab) logits never exist all at once (a 150k vocabulary makes them the largest tensor by far).
+    Only response positions go through the LM head. When their logits would pass HEAD_CHUNK_ELEMENTS, the head
+    runs a chunk at a time under activation checkpointing, so the (tokens x vocab) logits never exist all at once
+    (with a 150k vocabulary and a small model they are the largest tensor by far).
     """
     hidden = policy.hidden_states(mb.adapters, mb.input_ids, mb.attention_mask)  # (B, T, H)
     h = hidden[mb.pred_rows, mb.pred_pos]  # (N, H)
     chunk = max(1, HEAD_CHUNK_ELEMENTS // policy.vocab_size)
+    if h.shape[0] <= chunk:  # fits: no recomputation
+        return _head_logprobs(policy.lm_head, h, mb.targets, with_entropy)
     parts = [checkpoint(_head_logprobs, policy.lm_head, h[i: i + chunk], mb.targets[i: i + chunk], with_entropy,
                         use_reentrant=False) for i in range(0, h.shape[0], chunk)]
     return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
