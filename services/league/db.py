@@ -230,7 +230,7 @@ class LeagueDB:
         with self.read_engine.connect() as conn:
             return [{"run_id": r.run_id, "mode": r.mode, "created_at": r.created_at.isoformat() if r.created_at
                      else None, "adapters": int(r.adapters or 0), "active": int(r.active or 0)}
-                    for r in conn.execute(q)]
+                    for r in conn.execute(q).all()]
 
     def _require_run(self, conn: sa.Connection, run_id: str) -> None:
         if conn.execute(sa.select(t.runs.c.run_id).where(t.runs.c.run_id == run_id)).first() is None:
@@ -253,8 +253,7 @@ class LeagueDB:
         p = self.rules.params
         with self.engine.begin() as conn:
             self._require_run(conn, run_id)
-            existing = {r.adapter_id: r for r in map(_row_to_adapter, conn.execute(
-                sa.select(t.adapters).where(t.adapters.c.adapter_id.in_(ids))))} if ids else {}
+            existing = self._adapters_by_id(conn, ids)
             for i, spec in enumerate(specs):
                 old = existing.get(spec.adapter_id)
                 if old is not None and (old.run_id != run_id or old.role != spec.role):
@@ -279,7 +278,7 @@ class LeagueDB:
             t.adapters.c.adapter_id)
         if lock:
             q = q.with_for_update()
-        return {r.adapter_id: r for r in map(_row_to_adapter, conn.execute(q))}
+        return {r.adapter_id: r for r in map(_row_to_adapter, conn.execute(q).all())}
 
     def adapters(self, run_id: str, role: str = "", include_retired: bool = False) -> list[AdapterRow]:
         """A run's adapters; `role` teacher/student also matches `both`; best conservative skill first."""
@@ -292,7 +291,7 @@ class LeagueDB:
             q = q.where(t.adapters.c.status == "active")
         with self.read_engine.connect() as conn:
             self._require_run(conn, run_id)
-            rows = [_row_to_adapter(r) for r in conn.execute(q)]
+            rows = [_row_to_adapter(r) for r in conn.execute(q).all()]
         k = self.rules.params.k
         return sorted(rows, key=lambda a: (-(a.mu - k * a.sigma), a.adapter_id))
 
@@ -303,7 +302,7 @@ class LeagueDB:
              .order_by(c.adapter_id))
         with self.read_engine.connect() as conn:
             self._require_run(conn, run_id)
-            return [tuple(r) for r in conn.execute(q)]
+            return [tuple(r) for r in conn.execute(q).all()]
 
     def adapter(self, adapter_id: str) -> AdapterRow:
         with self.read_engine.connect() as conn:
@@ -420,7 +419,7 @@ class LeagueDB:
         q = sa.select(t.payoff).where(c.run_id == run_id, self.bulk.any_pair(c.teacher_id, c.student_id,
                                                                              sorted(pairs)))
         return {(r.teacher_id, r.student_id): PayoffCell(r.weighted_sum, r.weight, r.matches)
-                for r in conn.execute(q)}
+                for r in conn.execute(q).all()}
 
     def list_matches(self, run_id: str, *, adapter_id: str = "", teacher_id: str = "", student_id: str = "",
                      task_type: str = "", step_min: int | None = None, step_max: int | None = None,
@@ -445,7 +444,7 @@ class LeagueDB:
             self._require_run(conn, run_id)
             return [{"seq": r.id, "match_id": r.match_id, "teacher_id": r.teacher_id, "student_id": r.student_id,
                      "task_type": r.task_type, "step": r.step, "rho": r.rho, "rhos": json.loads(r.rhos_json),
-                     "outcome": r.outcome} for r in conn.execute(q)]
+                     "outcome": r.outcome} for r in conn.execute(q).all()]
 
     def payoff(self, run_id: str) -> list[tuple[str, str, PayoffCell]]:
         """Every (teacher, student, cell) of a run's payoff matrix."""
@@ -454,7 +453,7 @@ class LeagueDB:
         with self.read_engine.connect() as conn:
             self._require_run(conn, run_id)
             return [(r.teacher_id, r.student_id, PayoffCell(r.weighted_sum, r.weight, r.matches))
-                    for r in conn.execute(q)]
+                    for r in conn.execute(q).all()]
 
     def rating_history(self, adapter_id: str) -> list[dict]:
         """(step, mu, sigma, matches) of one adapter, by step."""

@@ -56,12 +56,23 @@ def pfsp_probabilities(x: np.ndarray, params: PfspParams, allowed: np.ndarray | 
     return weights / weights.sum(axis=-1, keepdims=True)
 
 
+def row_cdf(weights: np.ndarray) -> np.ndarray:
+    """Each row's normalised cumulative weights, offset by the row index so the flattened matrix is non-decreasing
+    (row i spans [i, i+1]): one `searchsorted` then draws for every row at once. (L, C) -> (L, C) float64."""
+    cdf = np.cumsum(weights, axis=1, dtype=np.float64)  # (L, C)
+    cdf /= cdf[:, -1:]
+    cdf += np.arange(weights.shape[0], dtype=np.float64)[:, None]
+    return cdf
+
+
 def draw(weights: np.ndarray, uniforms: np.ndarray, cdf: np.ndarray | None = None) -> np.ndarray:
-    """Inverse-CDF draws with P(j) = w_ij / sum_k w_ik: for row i and u_i in [0, 1), the j with
-    cdf_{j-1} <= u_i * total < cdf_j. weights: (L, C), rows need not be normalised; uniforms: (L,) -> (L,) indices.
-    Pass `cdf = cumsum(weights, axis=1)` to reuse it across several draws.
+    """Inverse-CDF draws with P(j) = w_ij / sum_k w_ik: for row i and u_i in [0, 1), the first j whose cumulative
+    share exceeds u_i. weights: (L, C), rows need not be normalised; uniforms: (L,) -> (L,) column indices.
+    Pass `cdf = row_cdf(weights)` to reuse it across several draws.
     """
     if cdf is None:
-        cdf = np.cumsum(weights, axis=1)  # (L, C)
-    idx = (cdf <= uniforms[:, None] * cdf[:, -1:]).sum(axis=1)  # (L,)
-    return np.minimum(idx, weights.shape[1] - 1)
+        cdf = row_cdf(weights)
+    n_rows, n_cols = weights.shape
+    offsets = np.arange(n_rows, dtype=np.float64)
+    flat = np.searchsorted(cdf.ravel(), uniforms + offsets, side="right")  # (L,)
+    return np.minimum(flat - offsets.astype(np.int64) * n_cols, n_cols - 1)
