@@ -118,7 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
     _config_args(t, default_preset="cpu-smol")
     t.add_argument("--steps", type=int, default=None, help="training steps (default: run.steps)")
     t.add_argument("--run-id", default=None, help="run id (default: generated)")
-    t.add_argument("--resume", action="store_true", help="continue the run given by --run-id")
+    t.add_argument("--resume", action="store_true", help="continue the run given by --run-id (start it if it does not exist)")
     t.add_argument("--mode", choices=("population", "baseline", "embedded", "distributed"), action="append",
                    default=[], help="`baseline` for AZR single-adapter self-play; `distributed` for gRPC + Redis")
     t.add_argument("--no-report", action="store_true", help="skip writing the HTML report at the end")

@@ -19,6 +19,7 @@ from coordinator.stepmetrics import MetricsWriter, step_metrics
 from coordinator.worker import Worker
 from populora.config import Config, ConfigError, load_config
 from populora.logs import run_id_var, setup_logging, step_var
+from populora.metrics import QUEUE_DEPTH
 from populora.store import ArtifactStore
 
 log = logging.getLogger(__name__)
@@ -65,6 +66,7 @@ class Coordinator:
         if self.state.get(self.run_id, step, phase) is not None:
             return
         self.queue.publish(PhaseJob(self.run_id, step, phase))
+        QUEUE_DEPTH.labels(self.run_id).set(self.queue.depth())
         if self.cfg.queue.backend != "redis":
             delivery = self.queue.consume("coordinator", block_ms=0)
             Worker(self.ctx, self.queue, "coordinator").process(delivery, raise_errors=True)
@@ -148,8 +150,12 @@ def _resolve(args) -> tuple[Config, str, bool]:
         state = StateStore(cfg.league_db_url)
         run = state.get_run(args.run_id)
         state.close()
-        if run is None:
-            raise ConfigError(f"--resume: run '{args.run_id}' not found in {cfg.league_db_url}")
+        if run is None:  # nothing to resume: start it (so a restarted coordinator container just works)
+            log.info("run %s not found in the state store: starting it", args.run_id)
+            if args.steps is not None:
+                cfg.run.steps = args.steps
+            cfg.run.run_id = args.run_id
+            return Config.model_validate(cfg.model_dump()), args.run_id, True
         with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
             f.write(run["config_yaml"])
         stored = load_config(path=f.name, env=False)

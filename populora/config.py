@@ -309,6 +309,18 @@ class ServicesConfig(Section):
     grpc_timeout_s: float = Field(600.0, gt=0)
     """Deadline of one gRPC call from the coordinator."""
 
+    @model_validator(mode="before")
+    @classmethod
+    def _merge_endpoint_defaults(cls, data: Any) -> Any:
+        # `--set services.evolver.metrics_port=9999` gives a partial endpoint; fill the rest from the defaults.
+        if isinstance(data, dict):
+            data = dict(data)
+            for name, field_info in cls.model_fields.items():
+                given = data.get(name)
+                if isinstance(given, dict) and isinstance(field_info.default, ServiceEndpoint):
+                    data[name] = {**field_info.default.model_dump(), **given}
+        return data
+
 
 class StoreConfig(Section):
     root: str = "{output_dir}/store"

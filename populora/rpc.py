@@ -91,8 +91,11 @@ def make_server(add_servicers: Iterable[Callable[[grpc.Server], None]], port: in
 
 
 def channel(address: str) -> grpc.Channel:
+    # round_robin spreads calls over every address a name resolves to (e.g. a headless k8s Service of sandbox
+    # replicas: use "dns:///sandbox:50054"); with one address it behaves like the default.
     opts = [("grpc.max_send_message_length", MAX_MESSAGE_BYTES), ("grpc.max_receive_message_length",
-                                                                    MAX_MESSAGE_BYTES)]
+                                                                    MAX_MESSAGE_BYTES),
+            ("grpc.lb_policy_name", "round_robin")]
     return grpc.insecure_channel(address, options=opts)
 
 

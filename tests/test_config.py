@@ -89,3 +89,10 @@ def test_config_file_roundtrip(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text(cfg.to_yaml())
     assert load_config(path=path, env=False) == cfg
+
+
+def test_partial_service_endpoint_keeps_defaults():
+    cfg = load_config(preset="cpu-tiny", overrides=["services.evolver.metrics_port=9999"], env=False)
+    assert cfg.services.evolver.port == 50055 and cfg.services.evolver.metrics_port == 9999
+    cfg = load_config(preset="cpu-tiny", overrides=["services.inference.port=6000"], env=False)
+    assert cfg.services.inference.metrics_port == 9101
