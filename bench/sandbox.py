@@ -107,9 +107,9 @@ def hostile_report(executor) -> dict:
         meta = dict(re.findall(r"^# (expect|timeout_s|phase): (\S+)$", text, re.M))
         corpus.append((path.stem, text, meta))
     first = [c for c in corpus if meta_phase(c) != 2]
-    results = executor.run([Job(n, t, timeout_s=float(m.get("timeout_s", 2.0))) for n, t, m in first])
+    results = executor.run([Job(n, t, timeout_s=float(m.get("timeout_s", 5.0))) for n, t, m in first])
     later = [c for c in corpus if meta_phase(c) == 2]
-    results += executor.run([Job(n, t, timeout_s=2.0) for n, t, m in later])
+    results += executor.run([Job(n, t, timeout_s=5.0) for n, t, m in later])
     for (name, _, meta), r in zip(first + later, results):
         total += 1
         if r.status == meta["expect"] and "ESCAPED" not in r.stdout:

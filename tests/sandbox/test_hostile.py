@@ -52,11 +52,11 @@ def test_hostile_corpus_is_contained(zygote):
     corpus = load_corpus()
     main = [c for c in corpus if c["phase"] != 2]
     checks = [c for c in corpus if c["phase"] == 2]
-    results = zygote.run([Job(c["name"], c["program"], timeout_s=c["timeout_s"] or 2.0) for c in main])
+    results = zygote.run([Job(c["name"], c["program"], timeout_s=c["timeout_s"] or 5.0) for c in main])
     # the state checks run on every worker after the writers, several times each
     writers = [c for c in main if c["phase"] == 1]
-    zygote.run([Job(c["name"], c["program"]) for c in writers for _ in range(4)])
-    check_results = zygote.run([Job(c["name"], c["program"]) for c in checks for _ in range(4)])
+    zygote.run([Job(c["name"], c["program"], timeout_s=5.0) for c in writers for _ in range(4)])
+    check_results = zygote.run([Job(c["name"], c["program"], timeout_s=5.0) for c in checks for _ in range(4)])
     wrong = []
     for c, r in zip(main + [c for c in checks for _ in range(4)], results + check_results):
         if r.status != c["expect"] or "ESCAPED" in r.stdout:

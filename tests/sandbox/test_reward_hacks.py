@@ -89,4 +89,5 @@ def test_honest_answers_still_earn_rewards(zygote):
     attempts = [Attempt("o", Triplet("code_o", **TASK_IO), "<think>t</think><answer>42</answer>"),
                 Attempt("i", Triplet("code_i", **TASK_IO), "<think>t</think><answer>21</answer>"),
                 Attempt("f", TASK_F, "<think>t</think><answer>```python\ndef g(x):\n    return 1 + x\n```</answer>")]
-    assert [c.outcome for c in check_answers(attempts, SETTINGS, zygote.run)] == ["correct"] * 3
+    settings = TasksConfig(timeout_s=5.0)
+    assert [c.outcome for c in check_answers(attempts, settings, zygote.run)] == ["correct"] * 3

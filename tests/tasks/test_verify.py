@@ -7,7 +7,7 @@ import pytest
 from populora.config import TasksConfig
 from populora.tasks import REASONS, Attempt, JobResult, Proposal, Triplet, check_answers, validate_proposals
 
-SETTINGS = TasksConfig(timeout_s=1.0)
+SETTINGS = TasksConfig(timeout_s=3.0)  # generous: the machine may be shared
 
 
 def teacher(program: str, inp: str = "1", think: bool = True) -> str:
@@ -147,6 +147,6 @@ def test_sandbox_failure_is_a_verifier_error_for_expressions_only():
 
 @pytest.mark.parametrize("restricted, outcome", [(True, "malformed"), (False, "correct")])
 def test_restricted_expressions_can_be_switched_off(zygote, restricted, outcome):
-    settings = TasksConfig(timeout_s=1.0, restricted_expressions=restricted)
+    settings = TasksConfig(timeout_s=3.0, restricted_expressions=restricted)
     [c] = check_answers([attempt("x", TASK, "abs(-2)")], settings, zygote.run)
     assert c.outcome == outcome
