@@ -91,7 +91,10 @@ def classify(job: Job, raw: dict, nonce: bytes) -> JobResult:
     if code != 0:
         return JobResult(status="sandbox_error", error=f"exited with code {code} after its result", **base)
     values = frame["values"] if frame["status"] == "ok" else []
-    reprs = [repr(v) for v in values]
+    try:
+        reprs = [repr(v) for v in values]
+    except ValueError as e:  # an int past Python's 4300-digit str limit
+        return JobResult(status="error", error=f"UnsupportedOutput: {e}", **base)
     return JobResult(status=frame["status"], values=values, reprs=reprs, error=frame["error"], **base)
 
 
@@ -309,6 +312,8 @@ class _Worker:
 
     def send_job(self, job: Job) -> tuple[bytes, float]:
         """Queue one job on the zygote; returns (nonce, timeout) for reading its report later."""
+        if self.proc is None or self.proc.poll() is not None:
+            self.restart()  # an earlier restart failed or the zygote exited while idle
         nonce = os.urandom(16)
         msg = _job_message(job, self.limits, nonce)
         self._send(msg)
@@ -388,35 +393,45 @@ class ZygoteExecutor(Executor):
 
     def _serve(self, worker: _Worker) -> None:
         """Keep up to PIPELINE jobs queued at the zygote, so it starts the next job the moment one ends instead
-        of waiting for this thread to be scheduled; reports come back in order."""
+        of waiting for this thread to be scheduled; reports come back in order. Never dies: any failure is the
+        queued jobs' sandbox_error and a fresh zygote."""
         inflight: deque = deque()
-        stopping = False
-        while not (stopping and not inflight):
-            while not stopping and len(inflight) < PIPELINE:
-                try:
-                    item = self._queue.get(block=not inflight)
-                except queue.Empty:
-                    break
-                if item is None:
-                    stopping = True
-                    break
-                job, fut = item
-                try:
-                    nonce, timeout_s = worker.send_job(job)
-                except (OSError, ValueError) as e:
-                    self._fail_all(worker, inflight, e, (job, fut))
-                    continue
-                inflight.append((job, fut, nonce, timeout_s))
-            if not inflight:
-                continue
-            job, fut, nonce, timeout_s = inflight[0]
+        state = {"stopping": False}
+        while not (state["stopping"] and not inflight):
             try:
-                raw = worker.recv_report(timeout_s)
-            except (OSError, EOFError, TimeoutError, ValueError) as e:
+                self._serve_once(worker, inflight, state)
+            except Exception as e:  # noqa: BLE001 - a waiting caller must always get an answer
                 self._fail_all(worker, inflight, e)
+
+    def _serve_once(self, worker: _Worker, inflight: deque, state: dict) -> None:
+        while not state["stopping"] and len(inflight) < PIPELINE:
+            try:
+                item = self._queue.get(block=not inflight)
+            except queue.Empty:
+                break
+            if item is None:
+                state["stopping"] = True
+                break
+            job, fut = item
+            try:
+                nonce, timeout_s = worker.send_job(job)
+            except Exception as e:  # noqa: BLE001 - includes a zygote that cannot be restarted
+                self._fail_all(worker, inflight, e, (job, fut))
                 continue
-            inflight.popleft()
+            inflight.append((job, fut, nonce, timeout_s))
+        if not inflight:
+            return
+        job, fut, nonce, timeout_s = inflight[0]
+        try:
+            raw = worker.recv_report(timeout_s)
+        except (OSError, EOFError, TimeoutError, ValueError) as e:
+            self._fail_all(worker, inflight, e)
+            return
+        inflight.popleft()
+        try:
             fut.set_result(classify(job, raw, nonce))
+        except Exception as e:  # noqa: BLE001 - a report this host cannot read must not stop the worker
+            fut.set_result(JobResult(job.job_id, "sandbox_error", error=f"unreadable report: {e}"))
 
     @staticmethod
     def _fail_all(worker: _Worker, inflight: deque, e: Exception, extra: tuple | None = None) -> None:

@@ -147,3 +147,9 @@ def test_unshare_fallback_isolates_too():
         assert [r.status for r in got[1:]] == ["error"] * 4
     finally:
         ex.close()
+
+
+def test_values_the_host_cannot_print_are_errors_not_crashes(zygote):
+    got = zygote.run([Job("big", "", calls=["10 ** 5000"]), Job("after", "", calls=["1"])])
+    assert (got[0].status, got[0].error.startswith("UnsupportedOutput")) == ("error", True)
+    assert got[1].values == [1]
