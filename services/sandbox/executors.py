@@ -538,7 +538,7 @@ class SubprocessExecutor(Executor):
                                     preexec_fn=_child_limits(self.limits, msg["timeout_s"], msg["memory_mb"],
                                                              self.uid))
             raw = self._collect(proc, msg, start)
-        except OSError as e:
+        except (OSError, subprocess.SubprocessError) as e:
             raw = {"sandbox_error": f"cannot start the job's interpreter: {e}"}
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
