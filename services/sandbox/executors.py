@@ -515,10 +515,11 @@ class SubprocessExecutor(Executor):
 
     name = "subprocess"
 
-    def __init__(self, limits: Limits | None = None, workers: int = 0, uid: int | None = None):
+    def __init__(self, limits: Limits | None = None, workers: int = 0, uid: int | None = None,
+                 drop_uid: bool = True):
         self.limits = limits or Limits()
         self.workers = workers or os.cpu_count() or 1
-        if uid is None and os.geteuid() == 0 and _world_executable(python_command()[0]):
+        if drop_uid and uid is None and os.geteuid() == 0 and _world_executable(python_command()[0]):
             uid = 65534
         self.uid = uid
 
@@ -610,7 +611,7 @@ class GvisorExecutor(SubprocessExecutor):
             raise SandboxUnavailable("sandbox.backend=gvisor needs gVisor's `runsc` on PATH (see "
                                      "https://gvisor.dev/docs/user_guide/install/); it is not installed here. "
                                      "Use sandbox.backend=zygote")
-        super().__init__(limits, workers, uid=None)
+        super().__init__(limits, workers, uid=None, drop_uid=False)  # runsc sets up its own user
 
     def command(self) -> list[str]:  # pragma: no cover - needs runsc
         return ["runsc", "--network=none", "do", *python_command(), str(PAYLOAD), "one"]
