@@ -128,9 +128,10 @@ def _parse_proposal(p: Proposal, settings: ValidationSettings) -> _Parsed:
         program = _static_program(p.given_program)
         message = messages[-1]
     else:
-        program = _static_program(python_program(blocks))
+        source = python_program(blocks)
         if not inputs:
             raise _Reject("no_input", "no ```input block in the answer")
+        program = _static_program(source)
         inputs, message = inputs[:1], ""
     for k, text in enumerate(inputs):
         _restricted_input(text, settings, f"input {k + 1}")
