@@ -230,6 +230,10 @@ class EvolutionConfig(Section):
     """[choice] X4 extrapolation eta ~ U(min, max) (spec 9)."""
     x4_eta_max: float = Field(1.5, ge=0)
     """[choice] X4 extrapolation eta ~ U(min, max) (spec 9)."""
+    threads: int = Field(1, ge=0)
+    """Torch threads of the evolver's math while it makes a child; 0 = leave torch's setting. Its work is many small
+    (r x r) decompositions and tall-skinny products, where one thread was ~10x faster than two on a loaded 2-core
+    machine (docs/evolver.md)."""
 
     @field_validator("operator_mix")
     @classmethod

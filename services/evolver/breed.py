@@ -14,8 +14,8 @@ import torch
 
 from populora.config import EvolutionConfig
 from services.evolver.adapters import EvolverError, ParentAdapter, check_compatible
-from services.evolver.factored import compare, effective_rank
-from services.evolver.operators import OPERATORS, PARAM_RULES, LoraFactors, ModuleContext, Operator
+from services.evolver.factored import LoraFactors, compare, effective_rank
+from services.evolver.operators import OPERATORS, PARAM_RULES, ModuleContext, Operator
 
 EPSILON_META_KEY = "epsilon"
 
@@ -110,6 +110,19 @@ def resolve_params(op: Operator, overrides: Mapping[str, float], rank: int, n_mo
 
 def breed(parents: list[ParentAdapter], operator: str, params: Mapping[str, float], seed: int,
           evolution: EvolutionConfig) -> Child:
+    """Make one child (see `_breed`) with torch limited to `evolution.threads` threads meanwhile."""
+    previous = torch.get_num_threads()
+    if evolution.threads and evolution.threads != previous:
+        torch.set_num_threads(evolution.threads)
+    try:
+        return _breed(parents, operator, params, seed, evolution)
+    finally:
+        if torch.get_num_threads() != previous:
+            torch.set_num_threads(previous)
+
+
+def _breed(parents: list[ParentAdapter], operator: str, params: Mapping[str, float], seed: int,
+           evolution: EvolutionConfig) -> Child:
     """Make one child of `operator` from `parents` (better first); nothing is written here.
 
     Every module of the child has the parents' shapes and rank; the child's config is parent 1's. Stats compare
@@ -137,7 +150,8 @@ def breed(parents: list[ParentAdapter], operator: str, params: Mapping[str, floa
         out = op.fn(factors, ctx)
         child_b, child_a = _cast(out.lora_b, factors[0].lora_b), _cast(out.lora_a, factors[0].lora_a)
         _check_shapes(module, child_b, child_a, factors[0])
-        st = compare(child_b, child_a, factors[0].lora_b, factors[0].lora_a)
+        child = out if (child_b is out.lora_b and child_a is out.lora_a) else LoraFactors(child_b, child_a)
+        st = compare(child, factors[0])
         for key in totals:
             totals[key] += getattr(st, key)
         ranks.append(effective_rank(st.child_s))

@@ -16,15 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from populora.config import EvolutionConfig
-from services.evolver.factored import Spectrum, compose, random_rotation, spectrum
-
-
-@dataclass
-class LoraFactors:
-    """One module's LoRA factors in PEFT's layout: lora_b (d_out x r), lora_a (r x d_in); ΔW ∝ lora_b @ lora_a."""
-
-    lora_b: torch.Tensor
-    lora_a: torch.Tensor
+from services.evolver.factored import LoraFactors, compose, random_rotation, spectrum
 
 
 @dataclass
@@ -102,8 +94,8 @@ def gaussian_perturb(x: torch.Tensor, epsilon: float, rank: int, gen: torch.Gene
 
 def _stack(parents: Sequence[LoraFactors], weights: Sequence[float]) -> tuple[torch.Tensor, torch.Tensor]:
     """[w1·B1, w2·B2, ...] (d_out x n·r) and [A1; A2; ...] (n·r x d_in): Σ w_i B_i A_iᵀ as one factored product."""
-    b = torch.cat([w * p.lora_b.to(torch.float64) for p, w in zip(parents, weights, strict=True)], dim=1)
-    a = torch.cat([p.lora_a.to(torch.float64) for p in parents], dim=0)
+    b = torch.cat([w * p.b64() for p, w in zip(parents, weights, strict=True)], dim=1)
+    a = torch.cat([p.a64() for p in parents], dim=0)
     return b, a
 
 
@@ -116,7 +108,7 @@ def truncate(b: torch.Tensor, a: torch.Tensor, rank: int, gen: torch.Generator,
 
 
 def _row_norm(lora_a: torch.Tensor) -> float:
-    value = float(lora_a.to(torch.float64).pow(2).sum(dim=1).mean().sqrt()) if lora_a.numel() else 0.0
+    value = float(lora_a.to(torch.float32).pow(2).sum(dim=1).mean().sqrt()) if lora_a.numel() else 0.0
     return value if value > 0 else math.sqrt(1 / 3)
 
 
@@ -130,13 +122,13 @@ def m1_svd_structured(parents: Sequence[LoraFactors], ctx: ModuleContext) -> Lor
     K = ε·(M - Mᵀ)/2, M ~ N(0, 1) r x r. R_u and R_v are independent draws; ε = 0 returns ΔW unchanged."""
     (p,) = parents
     eps = ctx.params["epsilon"]
-    sp = spectrum(p.lora_b, p.lora_a)
+    sp = p.spectrum()
     s = sp.s[:ctx.rank]
     z = torch.randn(ctx.rank, generator=ctx.gen, dtype=torch.float64)
     s_new = s * torch.exp(eps * z[:s.numel()])
     rot_u = random_rotation(ctx.rank, eps, ctx.gen)
     rot_v = random_rotation(ctx.rank, eps, ctx.gen)
-    comp = compose(sp, s_new, ctx.rank, p.lora_b, p.lora_a, ctx.gen, rot_u=rot_u, rot_v=rot_v,
+    comp = compose(sp, s_new, ctx.rank, p.b64(), p.a64(), ctx.gen, rot_u=rot_u, rot_v=rot_v,
                    fallback_a_norm=_row_norm(p.lora_a))
     return LoraFactors(*comp.factors())
 
@@ -166,12 +158,12 @@ def m3_component_mask(parents: Sequence[LoraFactors], ctx: ModuleContext) -> Lor
     """M3 (§9): ΔW = Σ_j s_j u_j v_jᵀ -> the same sum with ceil(fraction·r) randomly chosen s_j set to 0. The rank
     stays r (zeroed components keep B' = 0 and a unit A' direction); the effective rank drops by that many."""
     (p,) = parents
-    sp = spectrum(p.lora_b, p.lora_a)
+    sp = p.spectrum()
     n_zero = math.ceil(ctx.params["fraction"] * ctx.rank)
     s = torch.zeros(ctx.rank, dtype=torch.float64)
     s[:min(sp.s.numel(), ctx.rank)] = sp.s[:ctx.rank]
     s[torch.randperm(ctx.rank, generator=ctx.gen)[:n_zero]] = 0
-    comp = compose(sp, s[:min(sp.s.numel(), ctx.rank)], ctx.rank, p.lora_b, p.lora_a, ctx.gen,
+    comp = compose(sp, s[:min(sp.s.numel(), ctx.rank)], ctx.rank, p.b64(), p.a64(), ctx.gen,
                    fallback_a_norm=_row_norm(p.lora_a))
     return LoraFactors(*comp.factors())
 
@@ -235,10 +227,9 @@ def x3_svd_subspace(parents: Sequence[LoraFactors], ctx: ModuleContext) -> LoraF
 
 def _triplets(p: LoraFactors, ctx: ModuleContext, lo: int, hi: int) -> LoraFactors:
     """Components lo..hi-1 of p's SVD as factors: B' = U·sqrt(S), A'ᵀ = V·sqrt(S) (zero beyond p's rank)."""
-    sp: Spectrum = spectrum(p.lora_b, p.lora_a)
-    comp = compose(sp, sp.s[:ctx.rank], ctx.rank, p.lora_b, p.lora_a, ctx.gen, fallback_a_norm=_row_norm(p.lora_a))
-    b, a = comp.factors()
-    return LoraFactors(b[:, lo:hi], a[lo:hi])
+    sp = p.spectrum()
+    comp = compose(sp, sp.s[:ctx.rank], ctx.rank, p.b64(), p.a64(), ctx.gen, fallback_a_norm=_row_norm(p.lora_a))
+    return LoraFactors(*comp.select(lo, hi).factors())
 
 
 def _draw_eta(params: dict[str, float], modules: list[str], rank: int, gen: torch.Generator) -> Draw:
