@@ -3,10 +3,10 @@ bearer-token writes. Reads are open; every write needs `Authorization: Bearer <t
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import html
 import json
-import threading
 import time
 from collections.abc import Callable
 from typing import Annotated, Literal
@@ -158,33 +158,54 @@ class ChildIn(Model):
 
 
 class _ReadCache:
-    """Serialised read responses, valid while no write went through this service and for at most `ttl` seconds
-    (which bounds staleness from writes made by another replica)."""
+    """Serialised read responses. An entry is valid while no write went through this service (its generation);
+    past `ttl` seconds it is still served while one background query refreshes it, so the TTL only bounds how stale
+    writes made by another league process can look (ttl + one query). One query per key at a time: concurrent
+    misses wait for the same one instead of all querying the database."""
 
     def __init__(self, ttl: float, generation: Callable[[], int]):
         self.ttl = ttl
         self.generation = generation
         self._entries: dict[tuple, tuple[int, float, bytes]] = {}
-        self._lock = threading.Lock()
-
-    def _hit(self, key: tuple) -> bytes | None:
-        hit = self._entries.get(key)
-        if hit is not None and hit[0] == self.generation() and time.monotonic() - hit[1] < self.ttl:
-            return hit[2]
-        return None
+        self._inflight: dict[tuple, tuple[int, asyncio.Future]] = {}
 
     async def get(self, key: tuple, build: Callable[[], object]) -> bytes:
-        """A hit answers on the event loop; a miss queries the database on the thread pool."""
-        body = self._hit(key)
-        return body if body is not None else await run_in_threadpool(self._build, key, build)
+        if self.ttl <= 0:
+            return await run_in_threadpool(self._build, key, build, self.generation())
+        entry = self._entries.get(key)
+        if entry is not None and entry[0] == self.generation():
+            if time.monotonic() - entry[1] >= self.ttl:
+                self._refresh(key, build)  # stale while revalidating
+            return entry[2]
+        return await asyncio.shield(self._refresh(key, build))
 
-    def _build(self, key: tuple, build: Callable[[], object]) -> bytes:
-        gen, now = self.generation(), time.monotonic()
+    def _refresh(self, key: tuple, build: Callable[[], object]) -> asyncio.Future:
+        """The query for `key` at the current generation: the one in flight, or a new one."""
+        gen = self.generation()
+        running = self._inflight.get(key)
+        if running is not None and running[0] == gen:
+            return running[1]
+        task = asyncio.ensure_future(run_in_threadpool(self._build, key, build, gen))
+        self._inflight[key] = (gen, task)
+        task.add_done_callback(lambda done: self._done(key, done))
+        return task
+
+    def _done(self, key: tuple, task: asyncio.Future) -> None:
+        running = self._inflight.get(key)
+        if running is not None and running[1] is task:
+            del self._inflight[key]
+        if not task.cancelled():
+            task.exception()  # retrieved here so a failed background refresh is not reported as unhandled
+
+    def _build(self, key: tuple, build: Callable[[], object], gen: int) -> bytes:
+        """Query and serialise; `gen` was read before the query, so a write during it leaves the entry stale."""
+        now = time.monotonic()
         body = json.dumps(build(), separators=(",", ":")).encode()
         if self.ttl > 0:
-            with self._lock:
-                if len(self._entries) > 1024:
-                    self._entries.clear()
+            if len(self._entries) > 1024:
+                self._entries.clear()
+            current = self._entries.get(key)
+            if current is None or current[0] <= gen:
                 self._entries[key] = (gen, now, body)
         return body
 

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
+import threading
+import time
+
 import pytest
 from fastapi.testclient import TestClient
 from grpc import StatusCode
@@ -194,3 +199,35 @@ def test_web_page_and_openapi(rest):
                  "/v1/runs/{run_id}/matches", "/v1/runs/{run_id}/payoff", "/healthz"):
         assert path in spec["paths"]
     assert rest.get("/docs").status_code == 200
+
+
+def test_read_cache_single_flight_invalidation_and_stale_while_revalidate():
+    from services.league.rest import _ReadCache
+
+    gen = [0]
+    calls = []
+    gate = threading.Event()
+
+    def build():
+        calls.append(gen[0])
+        gate.wait(5)
+        return {"gen": gen[0], "n": len(calls)}
+
+    async def scenario():
+        cache = _ReadCache(ttl=0.2, generation=lambda: gen[0])
+        waiters = [asyncio.ensure_future(cache.get(("k",), build)) for _ in range(8)]
+        await asyncio.sleep(0.05)
+        gate.set()
+        bodies = await asyncio.gather(*waiters)
+        assert len(calls) == 1 and len(set(bodies)) == 1          # eight misses, one query
+        assert await cache.get(("k",), build) == bodies[0]        # a hit
+        gen[0] += 1                                               # a write through the service
+        assert json.loads(await cache.get(("k",), build))["gen"] == 1
+        assert len(calls) == 2
+        time.sleep(0.25)                                          # past the TTL: stale answer, one refresh
+        stale = await cache.get(("k",), build)
+        assert json.loads(stale)["n"] == 2
+        await asyncio.sleep(0.1)
+        assert json.loads(await cache.get(("k",), build))["n"] == 3
+
+    asyncio.run(scenario())
