@@ -6,13 +6,13 @@ import json
 import os
 import re
 import shutil
+import struct
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 from populora.store import ADAPTER_CONFIG, ADAPTER_WEIGHTS, META
@@ -25,6 +25,65 @@ SAME_CONFIG = ("r", "lora_alpha", "target_modules", "use_rslora", "fan_in_fan_ou
 
 class EvolverError(ValueError):
     """A bad input to an operator (parents, parameters, paths); the message says what and how to fix it."""
+
+
+_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}
+
+
+class SafetensorsReader:
+    """Reads single tensors of a .safetensors file with plain file reads, not a memory map.
+
+    A memory-mapped parent would add every page it touched to the process's resident size; read this way a
+    7B adapter's parents cost one module at a time (the page cache is not ours), which keeps peak memory near
+    the child's own size. Format: 8-byte little-endian header length, JSON header, then the raw data.
+    """
+
+    def __init__(self, path: Path):
+        self.path = path
+        self._file = open(path, "rb")  # noqa: SIM115 - closed by close()
+        size = os.fstat(self._file.fileno()).st_size
+        head = self._file.read(8)
+        if len(head) != 8:
+            raise ValueError("file shorter than a safetensors header")
+        (n,) = struct.unpack("<Q", head)
+        if n > min(size - 8, 100 * 2**20):
+            raise ValueError(f"header length {n} does not fit the file ({size} bytes)")
+        header = json.loads(self._file.read(n))
+        header.pop("__metadata__", None)
+        self.data_start = 8 + n
+        self.entries: dict[str, tuple[torch.dtype, tuple[int, ...], int, int]] = {}
+        for key, info in header.items():
+            dtype = _DTYPES.get(info.get("dtype"))
+            if dtype is None:
+                raise ValueError(f"tensor {key!r} has dtype {info.get('dtype')!r}; supported: {sorted(_DTYPES)}")
+            begin, end = (int(x) for x in info["data_offsets"])
+            shape = tuple(int(d) for d in info["shape"])
+            numel = 1
+            for d in shape:
+                numel *= d
+            if end - begin != numel * dtype.itemsize or self.data_start + end > size:
+                raise ValueError(f"tensor {key!r}: offsets {begin}..{end} do not match its shape or the file size")
+            self.entries[key] = (dtype, shape, begin, end)
+
+    def keys(self) -> list[str]:
+        return list(self.entries)
+
+    def shape(self, key: str) -> tuple[int, ...]:
+        return self.entries[key][1]
+
+    def dtype(self, key: str) -> torch.dtype:
+        return self.entries[key][0]
+
+    def get_tensor(self, key: str) -> torch.Tensor:
+        dtype, shape, begin, end = self.entries[key]
+        buf = torch.empty(end - begin, dtype=torch.uint8)
+        self._file.seek(self.data_start + begin)
+        if self._file.readinto(buf.numpy()) != end - begin:
+            raise OSError(f"short read of tensor {key!r}")
+        return buf.view(dtype).reshape(shape)
+
+    def close(self) -> None:
+        self._file.close()
 
 
 @dataclass
@@ -58,12 +117,14 @@ class ParentAdapter:
         key_a, key_b = self.modules[module]
         try:
             return self._handle.get_tensor(key_b), self._handle.get_tensor(key_a)
-        except (SafetensorError, OSError, RuntimeError) as e:
+        except (OSError, ValueError, RuntimeError) as e:
             raise EvolverError(f"parent {self.label}: cannot read {module} from {self.path / ADAPTER_WEIGHTS}: "
                                f"{e}") from e
 
     def close(self) -> None:
-        self._handle = None
+        if self._handle is not None:
+            self._handle.close()
+            self._handle = None
 
 
 def _read_json(path: Path, label: str, what: str) -> dict[str, Any]:
@@ -95,17 +156,20 @@ def open_parent(path: str | Path, label: str | None = None) -> ParentAdapter:
     if not weights_path.exists():
         raise EvolverError(f"parent {label}: {weights_path} is missing (only safetensors adapters are supported)")
     try:
-        handle = safe_open(str(weights_path), framework="pt")
-        keys = list(handle.keys())
-        shapes_by_key = {k: tuple(handle.get_slice(k).get_shape()) for k in keys}
-        dtypes = {handle.get_slice(k).get_dtype() for k in keys}
-    except (SafetensorError, OSError) as e:
+        handle = SafetensorsReader(weights_path)
+    except (OSError, ValueError, KeyError, TypeError) as e:
         raise EvolverError(f"parent {label}: {weights_path} cannot be read as safetensors ({e})") from None
-    modules, shapes = _pair_keys(keys, shapes_by_key, int(config["r"]), label)
-    if len(dtypes) > 1:
-        raise EvolverError(f"parent {label}: mixed weight dtypes {sorted(dtypes)}; save the adapter in one dtype")
-    dtype = handle.get_tensor(keys[0]).dtype
-    return ParentAdapter(label, path, config, meta, modules, shapes, dtype, handle)
+    try:
+        keys = handle.keys()
+        modules, shapes = _pair_keys(keys, {k: handle.shape(k) for k in keys}, int(config["r"]), label)
+        dtypes = {handle.dtype(k) for k in keys}
+        if len(dtypes) > 1:
+            raise EvolverError(f"parent {label}: mixed weight dtypes {sorted(map(str, dtypes))}; save the adapter "
+                               "in one dtype")
+    except EvolverError:
+        handle.close()
+        raise
+    return ParentAdapter(label, path, config, meta, modules, shapes, dtypes.pop(), handle)
 
 
 def _check_supported(config: dict[str, Any], label: str) -> None:
