@@ -169,7 +169,11 @@ def pack(rows: list[Row], budget: int) -> list[list[Row]]:
 
 
 def collate(rows: list[Row], adapter_names: list[str], device: torch.device) -> MicroBatch:
-    """Right-pad rows into (B, T) tensors and index every response token they hold."""
+    """Right-pad rows into (B, T) tensors and index every response token they hold.
+
+    Rows of one adapter are put next to each other, so the batched LoRA layer works on slices, not gathers.
+    """
+    rows = sorted(rows, key=lambda r: r.job)
     width = max(len(r.ids) for r in rows)
     input_ids = torch.zeros(len(rows), width, dtype=torch.long)
     mask = torch.zeros(len(rows), width, dtype=torch.long)
@@ -257,11 +261,12 @@ def trr_update(policy: Policy, jobs: Sequence[UpdateJob], settings: TrrSettings,
             mb = collate(rows_mb, adapters, device)
             logp, entropy = response_logprobs(policy, mb, settings.entropy_coef > 0)
             old = _old_logprobs(mb, logp) if use_old else None
-            per_token = -mb.inv_tokens * token_objective(logp, old, mb.advantages, settings.ppo_clip)
-            if settings.entropy_coef > 0:
-                per_token = per_token - settings.entropy_coef * mb.inv_tokens * entropy
+            bonus = settings.entropy_coef * mb.inv_tokens * entropy
+            per_token = -mb.inv_tokens * token_objective(logp, old, mb.advantages, settings.ppo_clip) - bonus
             per_token.sum().backward()
-            losses.index_add_(0, mb.token_job.cpu(), per_token.detach().double().cpu())
+            # reported: the on-policy loss of spec §5 (PPO's surrogate at rho = 1 has the same gradient, not value)
+            reported = -mb.inv_tokens * mb.advantages * logp.detach() - bonus.detach()
+            losses.index_add_(0, mb.token_job.cpu(), reported.double().cpu())
         for j, job in enumerate(jobs):
             norm = torch.nn.utils.clip_grad_norm_(job.params, settings.grad_clip)
             job.optimizer.step()

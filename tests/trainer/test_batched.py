@@ -90,3 +90,21 @@ def test_each_adapter_is_clipped_on_its_own_norm(fresh_base):
     for job, s in zip(jobs, stats, strict=True):
         norm = torch.sqrt(sum((g.double() ** 2).sum() for g in job.optimizer.grads))
         assert s.grad_norm > 1e-3 and abs(float(norm) - 1e-3) < 1e-6
+
+
+def test_ppo_epochs_start_with_the_on_policy_step_then_keep_learning(fresh_base):
+    from populora.lora import random_lora_weights as weights_for
+
+    def run(epochs):
+        multi = MultiLoraPolicy(fresh_base().model, TARGETS, max_rank=8)
+        params = multi.add("s0", weights_for(fresh_base().model, TARGETS, 4, seed=1, std=0.05),
+                           lora_config_dict(4, 8.0, TARGETS))
+        plist = [params[k] for k in sorted(params)]
+        job = UpdateJob("s0", _rollouts(seed=5, n=4), plist, torch.optim.AdamW(plist, lr=1e-3))
+        stats = trr_update(multi, [job], TrrSettings(epochs=epochs, ppo_clip=0.2), multi.device)[0]
+        return stats, [p.detach().clone() for p in plist]
+
+    one, w1 = run(1)
+    three, w3 = run(3)
+    assert abs(one.loss - three.loss) < 1e-9 and abs(one.grad_norm - three.grad_norm) < 1e-6
+    assert any(not torch.allclose(a, b) for a, b in zip(w1, w3, strict=True))  # later epochs moved further
