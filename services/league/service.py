@@ -121,13 +121,13 @@ class LeagueService:
         teacher_ids = [a[0] for a in teachers]
         student_ids = [a[0] for a in students]
         resp = league_pb2.MatchmakeResponse()
+        add = resp.pairings.add
         for k, tt in enumerate(task_types):
             picks = draw(weights, uniforms[:, k], cdf)  # (T,)
             p_picked = (weights[rows, picks].astype(np.float64) / totals).tolist()
-            resp.pairings.extend(
-                league_pb2.Pairing(match_id=f"{run}/{step}/{t}/{tt}", teacher_id=t, student_id=student_ids[j],
-                                   task_type=tt, step=step, p_student=p)
-                for t, j, p in zip(teacher_ids, picks.tolist(), p_picked))
+            for t, j, p in zip(teacher_ids, picks.tolist(), p_picked):
+                add(match_id=f"{run}/{step}/{t}/{tt}", teacher_id=t, student_id=student_ids[j], task_type=tt,
+                    step=step, p_student=p)
         return resp
 
     def _pfsp_weights(self, teachers: list[tuple], students: list[tuple]) -> np.ndarray:
