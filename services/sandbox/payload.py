@@ -160,16 +160,20 @@ class _Seccomp:
 
         self._buf = ctypes.create_string_buffer(bpf, len(bpf))
         self._prog = SockFprog(len(bpf) // 8, ctypes.cast(self._buf, ctypes.c_void_p))
-        self._libc = ctypes.CDLL(None, use_errno=True)
-        self._ref = ctypes.byref(self._prog)
-        self._ctypes = ctypes
+        # resolve and call prctl once here, so no child pays for the symbol lookup or libffi set-up
+        self._prctl = ctypes.CDLL(None, use_errno=True).prctl
+        self._prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_void_p, ctypes.c_ulong, ctypes.c_ulong]
+        self._prctl.restype = ctypes.c_int
+        self._prctl(39, 0, None, 0, 0)  # PR_GET_NO_NEW_PRIVS: a harmless warm-up call
+        self._ref = ctypes.addressof(self._prog)
+        self._get_errno = ctypes.get_errno
 
     def load(self):
-        libc = self._libc
-        if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
-            raise OSError(self._ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
-        if libc.prctl(22, 2, self._ref, 0, 0) != 0:  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
-            raise OSError(self._ctypes.get_errno(), "prctl(PR_SET_SECCOMP) failed")
+        prctl = self._prctl
+        if prctl(38, 1, None, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
+            raise OSError(self._get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
+        if prctl(22, 2, self._ref, 0, 0) != 0:  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
+            raise OSError(self._get_errno(), "prctl(PR_SET_SECCOMP) failed")
 
 
 def _limits(job, cfg):
