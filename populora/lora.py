@@ -60,6 +60,7 @@ class LoraFactors:
     a: torch.Tensor
     b: torch.Tensor
     scaling: float
+    slot: int | None = None  # bank slot of an inference adapter; None for a trainable one (own Parameters)
 
 
 @dataclass
@@ -74,6 +75,7 @@ class RowPlan:
     slices: list[tuple[str, int, int]] | None = None
     groups: list[tuple[str, torch.Tensor]] = field(default_factory=list)
     gather_index: torch.Tensor | None = None  # (B,) bank slot per row, 0 = base; gather mode only
+    uniform: tuple[int, int, int, int] | None = None  # (first row, end row, first slot, adapters): see `_uniform`
 
 
 def plan_rows(names: Sequence[str | None], device: torch.device) -> RowPlan:
@@ -106,6 +108,9 @@ class MultiLoraLinear(nn.Module):
         self.factors: dict[str, LoraFactors] = {}
         self._owner = [owner]  # a list, so the owner is not registered as a submodule (no cycle)
         self._banks: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+        # Inference adapters live in slot banks, pre-transposed for bmm: A^T (C, d_in, R), B^T (C, R, d_out).
+        self.bank_at: torch.Tensor | None = None
+        self.bank_bt: torch.Tensor | None = None
 
     @property
     def in_features(self) -> int:
@@ -126,6 +131,8 @@ class MultiLoraLinear(nn.Module):
             return y
         if self._owner[0].mode == "gather" and plan.gather_index is not None:
             return self._gather(x, y, plan)
+        if plan.uniform is not None and not torch.is_grad_enabled():
+            return self._uniform(x, y, plan.uniform)
         if plan.slices is not None:
             return self._slices(x, y, plan.slices)
         return self._groups(x, y, plan.groups)
@@ -158,6 +165,43 @@ class MultiLoraLinear(nn.Module):
             h = xs @ f.a.t()  # (n*T, r)
             y[s:e].view(-1, d_out).addmm_(h, f.b.t(), alpha=f.scaling)  # y += s * h B^T, in place on the view
         return y
+
+    def _uniform(self, x: torch.Tensor, y: torch.Tensor, uniform: tuple[int, int, int, int]) -> torch.Tensor:
+        """Rows start..end are N adapters x k rows each, in the order of N consecutive bank slots: two bmm on
+        views of the banks and of the batch, no copies (the common case: every adapter asked for k rows)."""
+        start, end, slot, n = uniform
+        owner = self._owner[0]
+        xs = x[start:end].reshape(n, -1, x.shape[-1])  # (N, k*T, d_in)
+        h = torch.bmm(xs, self.bank_at[slot:slot + n])  # (N, k*T, R)
+        h.mul_(owner.slot_scaling[slot:slot + n].view(n, 1, 1).to(device=h.device, dtype=h.dtype))
+        y[start:end].view(n, -1, y.shape[-1]).baddbmm_(h, self.bank_bt[slot:slot + n])  # y += s B A x
+        return y
+
+    def put_slot(self, slot: int, capacity: int, name: str, a: torch.Tensor, b: torch.Tensor, scaling: float) -> None:
+        """Store an inference adapter's factors in bank slot `slot`; its LoraFactors are views of the bank."""
+        if self.bank_at is None or self.bank_at.shape[0] < capacity:
+            self._grow(capacity)
+        r = a.shape[0]
+        self.bank_at[slot].zero_()
+        self.bank_bt[slot].zero_()
+        self.bank_at[slot, :, :r].copy_(a.t())
+        self.bank_bt[slot, :r, :].copy_(b.t())
+        self.factors[name] = LoraFactors(self.bank_at[slot, :, :r].t(), self.bank_bt[slot, :r, :].t(), scaling, slot)
+
+    def _grow(self, capacity: int) -> None:
+        w = self.base.weight
+        r = self._owner[0].max_rank
+        # torch.zeros pages are committed only when written, so unused capacity costs no resident memory.
+        at = torch.zeros(capacity, self.in_features, r, dtype=w.dtype, device=w.device)
+        bt = torch.zeros(capacity, r, self.out_features, dtype=w.dtype, device=w.device)
+        if self.bank_at is not None:
+            at[: self.bank_at.shape[0]].copy_(self.bank_at)
+            bt[: self.bank_bt.shape[0]].copy_(self.bank_bt)
+        self.bank_at, self.bank_bt = at, bt
+        for name, f in list(self.factors.items()):
+            if f.slot is not None:
+                r_a = f.a.shape[0]
+                self.factors[name] = LoraFactors(at[f.slot, :, :r_a].t(), bt[f.slot, :r_a, :].t(), f.scaling, f.slot)
 
     def _groups(self, x: torch.Tensor, y: torch.Tensor, groups: list[tuple[str, torch.Tensor]]) -> torch.Tensor:
         for name, rows in groups:
@@ -221,6 +265,9 @@ class MultiLoraModel(nn.Module):
         self._state = threading.local()
         self._configs: dict[str, dict] = {}
         self._trainable: dict[str, nn.ParameterList] = {}
+        self._slots: dict[str, int] = {}  # inference adapter -> bank slot
+        self._capacity = 0
+        self.slot_scaling = torch.zeros(0)  # (C,) scaling of each slot
         self.layers: dict[str, MultiLoraLinear] = {}
         self._inject()
 
@@ -245,6 +292,7 @@ class MultiLoraModel(nn.Module):
         self.layers = {}
         self._configs.clear()
         self._trainable.clear()
+        self._slots.clear()
         return self.model
 
     # ---- adapters
@@ -259,21 +307,43 @@ class MultiLoraModel(nn.Module):
         if rank > self.max_rank:
             raise LoraError(f"adapter {name!r} has rank {rank} > max_rank {self.max_rank}")
         factors = self._factors_from_weights(name, weights, rank)
+        slot = None if trainable else self._free_slot()
         params = nn.ParameterList()
         for module_name, (a, b) in factors.items():
             layer = self.layers[module_name]
             w = layer.base.weight
-            a = a.detach().to(device=w.device, dtype=w.dtype).contiguous()
-            b = b.detach().to(device=w.device, dtype=w.dtype).contiguous()
-            if trainable:
-                a, b = nn.Parameter(a.clone()), nn.Parameter(b.clone())
-                params.extend([a, b])
+            a = a.detach().to(device=w.device, dtype=w.dtype)
+            b = b.detach().to(device=w.device, dtype=w.dtype)
+            if slot is not None:
+                layer.put_slot(slot, self._capacity, name, a, b, scaling)
+                continue
+            a, b = nn.Parameter(a.clone().contiguous()), nn.Parameter(b.clone().contiguous())
+            params.extend([a, b])
             layer.factors[name] = LoraFactors(a, b, scaling)
-            layer._banks = None
         self._configs[name] = dict(config)
-        if trainable:
+        if slot is not None:
+            self._slots[name] = slot
+            self.slot_scaling[slot] = scaling
+        else:
             self._trainable[name] = params
         self._invalidate_banks()
+
+    def _free_slot(self) -> int:
+        used = set(self._slots.values())
+        slot = next(i for i in range(len(used) + 1) if i not in used)
+        if slot >= self._capacity:
+            self._capacity = max(1, 2 * self._capacity)
+            while self._capacity <= slot:
+                self._capacity *= 2
+            grown = torch.zeros(self._capacity)
+            grown[: self.slot_scaling.shape[0]] = self.slot_scaling
+            self.slot_scaling = grown
+        return slot
+
+    def slot_of(self, name: str | None) -> int:
+        """Bank slot of an inference adapter (-1 for the base and trainable adapters): the row order that lets a
+        batch of k rows per adapter run as one bmm over consecutive slots."""
+        return self._slots.get(name, -1) if name is not None else -1
 
     def _factors_from_weights(self, name: str, weights: dict[str, torch.Tensor],
                               rank: int) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
@@ -309,6 +379,7 @@ class MultiLoraModel(nn.Module):
             layer.factors.pop(name, None)
         del self._configs[name]
         self._trainable.pop(name, None)
+        self._slots.pop(name, None)
         self._invalidate_banks()
 
     def adapter_names(self) -> list[str]:
@@ -362,6 +433,7 @@ class MultiLoraModel(nn.Module):
             raise LoraError(f"adapter(s) {unknown} are not loaded (loaded: {self.adapter_names()})")
         device = next(iter(self.layers.values())).base.weight.device
         plan = plan_rows(names, device)
+        plan.uniform = self._uniform_rows(plan)
         if self.mode == "gather":
             slots = {n: i for i, n in enumerate(self.slot_names(), start=1)}
             plan.gather_index = torch.tensor([slots[n] if n is not None else 0 for n in names], device=device)
@@ -371,6 +443,18 @@ class MultiLoraModel(nn.Module):
             yield plan
         finally:
             self._state.plan = previous
+
+    def _uniform_rows(self, plan: RowPlan) -> tuple[int, int, int, int] | None:
+        """(first row, end row, first slot, N) when the adapter rows are N equal runs on consecutive slots."""
+        if not plan.slices:
+            return None
+        sizes = {e - s for _, s, e in plan.slices}
+        slots = [self._slots.get(n) for n, _, _ in plan.slices]
+        if len(sizes) != 1 or None in slots or slots != list(range(slots[0], slots[0] + len(slots))):
+            return None
+        if plan.slices[-1][2] - plan.slices[0][1] != sizes.pop() * len(slots):  # base rows in between
+            return None
+        return plan.slices[0][1], plan.slices[-1][2], slots[0], len(slots)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, past_key_values=None,
                 adapter_names: Sequence[str | None] | None = None, **kw):

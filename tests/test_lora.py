@@ -14,6 +14,15 @@ from populora.store import lora_config_dict
 RANK = 8
 
 
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny-model matmuls gain nothing from a second thread, and on a shared machine lose a lot; restored after."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture
 def base(tiny):
     return copy.deepcopy(tiny.model)
@@ -40,19 +49,23 @@ def _inputs(batch=6, length=5):
 @pytest.mark.parametrize("rows", [
     ["a0", "a0", None, "a1", "a2", "a2"],      # sorted: contiguous slices
     ["a1", None, "a0", "a1", "a2", "a0"],      # interleaved: index groups
+    [None, "a0", "a0", "a1", "a1", "a2", "a2"],  # k rows per adapter in slot order: one bmm over the banks
 ])
 def test_mixed_batch_equals_per_adapter(base, mode, rows):
     mlm = _model(base, mode=mode)
-    ids = _inputs()
+    ids = _inputs(len(rows))
+    with mlm.use_rows(rows) as plan:
+        assert (plan.uniform is not None) == (rows[0] is None)
     with torch.no_grad():
         mixed = mlm(ids, adapter_names=rows).logits
         for i, name in enumerate(rows):
             alone = mlm(ids[i:i + 1], adapter_names=[name]).logits
             torch.testing.assert_close(mixed[i:i + 1], alone, rtol=1e-4, atol=1e-5)
         plain = mlm(ids).logits  # no adapter_names: the base
-        torch.testing.assert_close(mixed[2 if rows[2] is None else 1], plain[2 if rows[2] is None else 1],
-                                   rtol=1e-4, atol=1e-5)
-    assert not torch.allclose(mixed[0], plain[0], atol=1e-3), "the adapter changes nothing: test is vacuous"
+        b = rows.index(None)
+        torch.testing.assert_close(mixed[b], plain[b], rtol=1e-4, atol=1e-5)
+    a = rows.index("a0")
+    assert not torch.allclose(mixed[a], plain[a], atol=1e-3), "the adapter changes nothing: test is vacuous"
 
 
 def test_matches_peft(base, tiny):
@@ -131,3 +144,23 @@ def test_bad_adapters_are_refused(base):
         mlm.add_adapter("empty", {"x": torch.zeros(1)}, _config(rank=4))
     mlm.restore()
     assert isinstance(base.model.layers[0].self_attn.q_proj, torch.nn.Linear)
+
+
+def test_slots_are_reused_and_banks_grow(base):
+    mlm = _model(base, n=3)
+    assert [mlm.slot_of(n) for n in ("a0", "a1", "a2")] == [0, 1, 2] and mlm.slot_of(None) == -1
+    ids = _inputs(2)
+    with torch.no_grad():
+        before = mlm(ids, adapter_names=["a2", "a2"]).logits
+        mlm.remove_adapter("a1")
+        mlm.add_adapter("b", random_lora_weights(base, ALL_TARGET_MODULES, 4, seed=9, std=0.2), _config(rank=4))
+        assert mlm.slot_of("b") == 1  # the freed slot; a smaller rank is zero-padded in the bank
+        for i in range(3):
+            mlm.add_adapter(f"c{i}", random_lora_weights(base, ALL_TARGET_MODULES, RANK, seed=20 + i), _config())
+        torch.testing.assert_close(mlm(ids, adapter_names=["a2", "a2"]).logits, before)  # survived the growth
+        rows = [None, "a0", "b", "a2", "c0"]
+        mixed = mlm(_inputs(5), adapter_names=rows).logits
+        for i, name in enumerate(rows):
+            torch.testing.assert_close(mixed[i], mlm(_inputs(5)[i:i + 1], adapter_names=[name]).logits[0],
+                                       rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(mlm.state_dict_of("b")[next(iter(mlm.state_dict_of("b")))].shape[0], 4)

@@ -49,6 +49,9 @@ class BatchedPath:
     def remove(self, name: str) -> None:
         self.lora.remove_adapter(name)
 
+    def row_key(self, name: str | None) -> int:
+        return self.lora.slot_of(name)  # rows in slot order: k rows per adapter run as one bmm
+
     def forward(self, names: list[str | None], **kw):
         with self.lora.use_rows(names):
             return self.lora.model(**kw)
@@ -79,6 +82,10 @@ class PeftPath:
 
     def remove(self, name: str) -> None:
         self.peft.delete_adapter(name)
+
+    @staticmethod
+    def row_key(name: str | None) -> int:
+        return 0
 
     def forward(self, names: list[str | None], **kw):
         if self.peft is None or all(n is None for n in names):
@@ -314,7 +321,7 @@ class HfBackend(InferenceBackend):
                     gen = torch.Generator().manual_seed(int(req.sampling.seed) + k)
                 rows.append(Row(i, k, ref.key if ref is not None else BASE, ids, req.sampling, gen))
         if self.path.sort_rows:
-            rows.sort(key=lambda r: (r.adapter is not None, r.adapter or ""))
+            rows.sort(key=lambda r: self.path.row_key(r.adapter))  # stable: base rows first
         return rows
 
     @staticmethod
