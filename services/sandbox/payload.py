@@ -278,25 +278,52 @@ def _supervise(pid, out_r, res_r, deadline, limit):
             "stdout": b"".join(out)[:limit].decode("latin-1"), "result": b"".join(res)[:limit].decode("latin-1")}
 
 
-def _fresh_dir(path, uid):
-    import shutil
+def _remove_tree(path):
+    """Delete a directory tree without recursion (a job may nest directories deeply) and without shutil
+    (importing it maps the compression libraries, and every mapping makes each fork slower)."""
+    stack = [(path, False)]
+    while stack:
+        current, emptied = stack.pop()
+        if emptied:
+            os.rmdir(current)
+            continue
+        stack.append((current, True))
+        for entry in os.scandir(current):
+            if entry.is_dir(follow_symlinks=False):
+                stack.append((entry.path, False))
+            else:
+                os.unlink(entry.path)
 
-    if os.path.isdir(path) and not os.path.islink(path):
-        if os.listdir(path):
-            shutil.rmtree(path, ignore_errors=True)
-    elif os.path.lexists(path):
-        os.unlink(path)
-    if not os.path.isdir(path):
-        os.mkdir(path)
-    os.chmod(path, 0o700)
-    if uid is not None:
-        os.chown(path, uid, uid)
+
+def _job_dir(cfg, counter):
+    """A new private directory per job, owned by the worker's uid."""
+    path = os.path.join(cfg["tmp"], f"job{counter}")
+    os.mkdir(path, 0o700)
+    if cfg["uid"] is not None:
+        os.chown(path, cfg["uid"], cfg["uid"])
+    return path
+
+
+def _discard_dir(path):
+    """Remove a finished job's directory; what cannot be removed is handed to root with mode 000, so no later
+    job (same uid) can reach it."""
+    try:
+        _remove_tree(path)
+    except OSError:
+        try:
+            os.chown(path, 0, 0)
+            os.chmod(path, 0)
+        except OSError:
+            pass
+
+
+_JOBS_RUN = [0]
 
 
 def _run_one(job, cfg, seccomp):
     nonce = bytes.fromhex(job.pop("nonce"))
-    jobdir = os.path.join(cfg["tmp"], "job")
-    _fresh_dir(jobdir, cfg["uid"])
+    _JOBS_RUN[0] += 1
+    jobdir = _job_dir(cfg, _JOBS_RUN[0])
     out_r, out_w = os.pipe()
     res_r, res_w = os.pipe()
     start = time.monotonic()
@@ -314,6 +341,7 @@ def _run_one(job, cfg, seccomp):
     finally:
         os.close(out_r)
         os.close(res_r)
+        _discard_dir(jobdir)
     report["id"] = job.get("id", "")
     report["seconds"] = time.monotonic() - start
     return report
