@@ -113,10 +113,12 @@ def dense_estimate(layers: int, rank: int, sample: str) -> dict:
 
 
 def run(args: argparse.Namespace) -> dict:
+    from populora.config import EvolutionConfig
     from populora.store import ADAPTER_WEIGHTS, ArtifactStore
     from services.evolver.operators import OPERATORS
 
     operators = args.operators.split(",") if args.operators else sorted(OPERATORS)
+    load_start = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="bench-evolver-") as tmp:
         store = ArtifactStore(tmp)
         make_parent(store, "P1", args.layers, args.rank, seed=1)
@@ -146,7 +148,11 @@ def run(args: argparse.Namespace) -> dict:
         "relative_change": {op: round(r["relative_change"], 4) for op, r in results.items()},
         "effective_rank": {op: round(r["effective_rank"], 2) for op, r in results.items()},
         "dense_sampled_seconds": dense["dense_sampled_seconds"], "dense_method": dense["dense_method"],
-        "torch_threads": __import__("torch").get_num_threads(), "cpus": os.cpu_count(),
+        "targets_met": {"max_seconds<=5": max_seconds <= 5,
+                        "speedup_vs_dense>=100": dense["dense_seconds_estimate"] / max_seconds >= 100,
+                        "peak_rss_mb<=4*adapter_mb+baseline": peak <= 4 * adapter_mb + baseline},
+        "evolver_threads": EvolutionConfig().threads, "cpus": os.cpu_count(),
+        "load_average_1min": [round(load_start, 2), round(os.getloadavg()[0], 2)],
     }
 
 

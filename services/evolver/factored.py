@@ -222,7 +222,6 @@ def compose(sp: Spectrum, s_new: torch.Tensor, rank: int, src_b: torch.Tensor, s
     (A random, B zero) the component contributes nothing yet receives gradient, so the child keeps r trainable
     directions instead of dead ones.
     """
-    k = sp.u_map.shape[0]
     n = s_new.numel()
     if n > rank:
         raise ValueError(f"spectrum of {n} components does not fit rank {rank}")
@@ -230,10 +229,13 @@ def compose(sp: Spectrum, s_new: torch.Tensor, rank: int, src_b: torch.Tensor, s
     s_full[:n] = s_new.clamp_min(0)
     u = _take_columns(sp.u_map, rank)  # (k, rank), zero columns beyond the span
     v = _take_columns(sp.v_map, rank)
+    # A rotation acts on the first m columns: the basis of the factor's span (m = r unless rank-deficient).
     if rot_u is not None:
-        u = u @ rot_u
+        m = rot_u.shape[0]
+        u[:, :m] = u[:, :m] @ rot_u
     if rot_v is not None:
-        v = v @ rot_v
+        m = rot_v.shape[0]
+        v[:, :m] = v[:, :m] @ rot_v
     root = s_full.sqrt()
     b_map = u * root
     a_map = v * root
@@ -254,7 +256,6 @@ def compose(sp: Spectrum, s_new: torch.Tensor, rank: int, src_b: torch.Tensor, s
         d_in = src_a.shape[1]
         extra = torch.randn(missing, d_in, generator=gen, dtype=torch.float64)
         extra = extra / extra.norm(dim=1, keepdim=True).clamp_min(1e-30) * dead_norm
-    del k
     return Components(src_b=src_b, src_a=src_a, b_map=b_map, a_map=a_map, extra_a_rows=extra)
 
 

@@ -126,8 +126,9 @@ def m1_svd_structured(parents: Sequence[LoraFactors], ctx: ModuleContext) -> Lor
     s = sp.s[:ctx.rank]
     z = torch.randn(ctx.rank, generator=ctx.gen, dtype=torch.float64)
     s_new = s * torch.exp(eps * z[:s.numel()])
-    rot_u = random_rotation(ctx.rank, eps, ctx.gen)
-    rot_v = random_rotation(ctx.rank, eps, ctx.gen)
+    # Rotate each basis inside the span it has: r columns for a full-rank factor, fewer for a deficient one.
+    rot_u = random_rotation(min(sp.u_map.shape[1], ctx.rank), eps, ctx.gen)
+    rot_v = random_rotation(min(sp.v_map.shape[1], ctx.rank), eps, ctx.gen)
     comp = compose(sp, s_new, ctx.rank, p.b64(), p.a64(), ctx.gen, rot_u=rot_u, rot_v=rot_v,
                    fallback_a_norm=_row_norm(p.lora_a))
     return LoraFactors(*comp.factors())

@@ -197,3 +197,22 @@ def test_bfloat16_parents_give_a_bfloat16_child(store):
     child = run(store, [ref], "M1", {"epsilon": 0.0})
     assert all(t.dtype == torch.bfloat16 for t in child.weights.values())
     assert child.relative_change < 1e-2
+
+
+def test_m1_on_rank_deficient_and_zero_b_parents():
+    """A fresh adapter (B = 0) stays ΔW = 0 with r trainable A rows; a rank-deficient one keeps its rank."""
+    r = 8
+    g = torch.Generator().manual_seed(0)
+    lora_a = torch.randn(r, 30, generator=g)
+    zero = OPERATORS["M1"].fn([LoraFactors(torch.zeros(20, r), lora_a)],
+                              ModuleContext("m", 0, r, {"epsilon": 0.1}, generator(0, 1, 0)))
+    assert float(zero.lora_b.abs().max()) == 0 and (zero.lora_a.norm(dim=1) > 0).all()
+    lora_b = torch.randn(20, r, generator=g)
+    lora_b[:, 5:] = 0
+    parent = LoraFactors(lora_b, lora_a)
+    same = OPERATORS["M1"].fn([parent], ModuleContext("m", 0, r, {"epsilon": 0.0}, generator(0, 1, 0)))
+    dense = lora_b.double() @ lora_a.double()
+    assert rel(same.lora_b @ same.lora_a, dense) < 1e-10
+    moved = OPERATORS["M1"].fn([parent], ModuleContext("m", 0, r, {"epsilon": 0.05}, generator(0, 1, 0)))
+    s = torch.linalg.svdvals(moved.lora_b @ moved.lora_a)
+    assert int((s > 1e-6 * s[0]).sum()) == 5 and rel(moved.lora_b @ moved.lora_a, dense) < 0.5
