@@ -179,17 +179,46 @@ class LoraFactors:
         self._cache.pop("a64", None)
 
 
+Part = tuple[float, "LoraFactors"]  # (weight w_i, factors of one source): contributes w_i·B_i·A_i
+
+
+def stacked_grams(parts: list[Part]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Grams of the stacked factors [w_1 B_1, w_2 B_2, ...] and [A_1; A_2; ...]ᵀ, i.e. of Σ w_i B_i A_i (§9, X1/X4).
+
+    Assembled block by block: the diagonal blocks are each source's cached r x r Grams, so only the cross blocks
+    B_iᵀB_j and A_i A_jᵀ cost a pass over the tall factors (no stacked copy is made).
+    """
+    rows_b, rows_a = [], []
+    for i, (wi, pi) in enumerate(parts):
+        blocks_b, blocks_a = [], []
+        for j, (wj, pj) in enumerate(parts):
+            if i == j:
+                blocks_b.append(wi * wi * pi.gram_b())
+                blocks_a.append(pi.gram_a())
+            elif j > i:
+                blocks_b.append(wi * wj * (pi.b64().T @ pj.b64()))
+                blocks_a.append(pi.a64() @ pj.a64().T)
+            else:
+                blocks_b.append(rows_b[j][i].T)
+                blocks_a.append(rows_a[j][i].T)
+        rows_b.append(blocks_b)
+        rows_a.append(blocks_a)
+    gb = torch.cat([torch.cat(row, dim=1) for row in rows_b], dim=0)
+    ga = torch.cat([torch.cat(row, dim=1) for row in rows_a], dim=0)
+    return gb, ga
+
+
 @dataclass
 class Components:
-    """A child module as r components in the span of source factors (PEFT layout, float64).
+    """A child module as r components in the span of weighted sources (PEFT layout, float64).
 
-    lora_b' = src_b @ b_map (d_out x r) and lora_a' = a_mapᵀ @ src_a (r x d_in), where src_b is d_out x k and
-    src_a is k x d_in. `extra_a_rows` (p x d_in) are appended directions when the sources span fewer than r.
+    lora_b' = Σ_i w_i·B_i @ b_map[rows of i] (d_out x r) and lora_a' = Σ_i a_map[rows of i]ᵀ @ A_i (r x d_in): the
+    maps act on the stacked sources without stacking them. `extra_a_rows` (p x d_in) are appended directions when
+    the sources span fewer than r.
     """
 
-    src_b: torch.Tensor
-    src_a: torch.Tensor
-    b_map: torch.Tensor  # (k, c)
+    parts: list[Part]
+    b_map: torch.Tensor  # (k, c), k = Σ r_i
     a_map: torch.Tensor  # (k, c)
     extra_a_rows: torch.Tensor | None = None
 
@@ -199,28 +228,34 @@ class Components:
         extra = None
         if self.extra_a_rows is not None:
             extra = self.extra_a_rows[max(lo - n, 0):max(hi - n, 0)]
-        return Components(self.src_b, self.src_a, self.b_map[:, lo:min(hi, n)], self.a_map[:, lo:min(hi, n)], extra)
+        return Components(self.parts, self.b_map[:, lo:min(hi, n)], self.a_map[:, lo:min(hi, n)], extra)
 
     def factors(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """(lora_b', lora_a'): one tall product per side."""
-        b = self.src_b.to(torch.float64) @ self.b_map
-        a = self.a_map.T @ self.src_a.to(torch.float64)
+        """(lora_b', lora_a'): one tall product per side and source."""
+        b = a = None
+        offset = 0
+        for weight, part in self.parts:
+            k = part.lora_b.shape[1]
+            pb = part.b64() @ (weight * self.b_map[offset:offset + k])
+            pa = self.a_map[offset:offset + k].T @ part.a64()
+            b, a = (pb, pa) if b is None else (b + pb, a + pa)
+            offset += k
         if self.extra_a_rows is not None and self.extra_a_rows.shape[0]:
             a = torch.cat([a, self.extra_a_rows])
             b = torch.cat([b, b.new_zeros(b.shape[0], self.extra_a_rows.shape[0])], dim=1)
         return b, a
 
 
-def compose(sp: Spectrum, s_new: torch.Tensor, rank: int, src_b: torch.Tensor, src_a: torch.Tensor,
-            gen: torch.Generator, rot_u: torch.Tensor | None = None, rot_v: torch.Tensor | None = None,
+def compose(sp: Spectrum, s_new: torch.Tensor, rank: int, parts: list[Part], gen: torch.Generator,
+            rot_u: torch.Tensor | None = None, rot_v: torch.Tensor | None = None,
             fallback_a_norm: float | None = None) -> Components:
     """Refactor a spectrum into rank-r factors: B' = (Qb·Uc·R_u)·sqrt(S'), A' = (Qa·Vc·R_v)·sqrt(S') (§9).
 
-    `s_new` gives the first len(s_new) <= rank singular values (the rest are 0). A component with singular value 0
-    keeps B' = 0, so ΔW' is exactly Σ s'_j u_j v_jᵀ, but its A' row is a unit direction of the parent's A span (or a
-    fresh random one when that span is too small) scaled like the live rows: as with PEFT's own initialisation
-    (A random, B zero) the component contributes nothing yet receives gradient, so the child keeps r trainable
-    directions instead of dead ones.
+    `sp` is the spectrum of Σ w_i B_i A_i over `parts`; `s_new` gives the first len(s_new) <= rank singular values
+    (the rest are 0). A component with singular value 0 keeps B' = 0, so ΔW' is exactly Σ s'_j u_j v_jᵀ, but its
+    A' row is a unit direction of the sources' A span (or a fresh random one when that span is too small) scaled
+    like the live rows: as with PEFT's own initialisation (A random, B zero) the component contributes nothing yet
+    receives gradient, so the child keeps r trainable directions instead of dead ones.
     """
     n = s_new.numel()
     if n > rank:
@@ -243,7 +278,7 @@ def compose(sp: Spectrum, s_new: torch.Tensor, rank: int, src_b: torch.Tensor, s
     if bool(live.any()):
         dead_norm = float(root[live].mean())
     else:
-        dead_norm = fallback_a_norm if fallback_a_norm is not None else _rms_row_norm(src_a)
+        dead_norm = fallback_a_norm if fallback_a_norm is not None else _rms_row_norm(parts[0][1].lora_a)
     dead = ~live
     a_map[:, dead] = v[:, dead] * dead_norm
     n_basis = min(sp.v_map.shape[1], rank)
@@ -253,10 +288,10 @@ def compose(sp: Spectrum, s_new: torch.Tensor, rank: int, src_b: torch.Tensor, s
         # Rows n_basis.. of a_map are zero (no direction left in A's span): replace them with random directions.
         a_map = a_map[:, :n_basis]
         b_map = b_map[:, :n_basis]
-        d_in = src_a.shape[1]
+        d_in = parts[0][1].lora_a.shape[1]
         extra = torch.randn(missing, d_in, generator=gen, dtype=torch.float64)
         extra = extra / extra.norm(dim=1, keepdim=True).clamp_min(1e-30) * dead_norm
-    return Components(src_b=src_b, src_a=src_a, b_map=b_map, a_map=a_map, extra_a_rows=extra)
+    return Components(parts=parts, b_map=b_map, a_map=a_map, extra_a_rows=extra)
 
 
 def _take_columns(m: torch.Tensor, n: int) -> torch.Tensor:
@@ -293,11 +328,8 @@ def compare(child: LoraFactors, parent: LoraFactors) -> ModuleStats:
         sq = float((parent.gram_b() * parent.gram_a()).sum())
         return ModuleStats(0.0, sq, sq, parent.spectrum().s)
     cb, ca = child.b64(), child.a64()
-    b_cross = cb.T @ torch.cat([cb, parent.b64()], dim=1)  # (r, 2r): [Gb_cc | Gb_cp]
-    a_cross = ca @ torch.cat([ca, parent.a64()], dim=0).T  # (r, 2r): [Ga_cc | Ga_cp]
-    r = cb.shape[1]
-    gb_cc, gb_cp = b_cross[:, :r], b_cross[:, r:]
-    ga_cc, ga_cp = a_cross[:, :r], a_cross[:, r:]
+    gb_cc, gb_cp = cb.T @ cb, cb.T @ parent.b64()
+    ga_cc, ga_cp = ca @ ca.T, ca @ parent.a64().T
     # tr(X·Yᵀ) = Σ X ∘ Y; tr(Gb_cp·Ga_pc) = tr(Gb_cp·Ga_cpᵀ).
     child_sq = float((gb_cc * ga_cc).sum())
     parent_sq = float((parent.gram_b() * parent.gram_a()).sum())

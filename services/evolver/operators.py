@@ -16,7 +16,13 @@ from dataclasses import dataclass
 import torch
 
 from populora.config import EvolutionConfig
-from services.evolver.factored import LoraFactors, compose, random_rotation, spectrum
+from services.evolver.factored import (
+    LoraFactors,
+    compose,
+    random_rotation,
+    spectrum_from_grams,
+    stacked_grams,
+)
 
 
 @dataclass
@@ -92,18 +98,12 @@ def gaussian_perturb(x: torch.Tensor, epsilon: float, rank: int, gen: torch.Gene
     return x32 + (epsilon * scale) * noise
 
 
-def _stack(parents: Sequence[LoraFactors], weights: Sequence[float]) -> tuple[torch.Tensor, torch.Tensor]:
-    """[w1·B1, w2·B2, ...] (d_out x n·r) and [A1; A2; ...] (n·r x d_in): Σ w_i B_i A_iᵀ as one factored product."""
-    b = torch.cat([w * p.b64() for p, w in zip(parents, weights, strict=True)], dim=1)
-    a = torch.cat([p.a64() for p in parents], dim=0)
-    return b, a
-
-
-def truncate(b: torch.Tensor, a: torch.Tensor, rank: int, gen: torch.Generator,
+def truncate(parts: list[tuple[float, LoraFactors]], rank: int, gen: torch.Generator,
              fallback_a_norm: float | None = None) -> LoraFactors:
-    """Best rank-r approximation of b @ a (Eckart-Young) via the exact factored SVD of the stacked factors (§9)."""
-    sp = spectrum(b, a)
-    comp = compose(sp, sp.s[:rank], rank, b, a, gen, fallback_a_norm=fallback_a_norm)
+    """Best rank-r approximation of Σ w_i B_i A_i (Eckart-Young) by the exact factored SVD of the stacked factors
+    ([w_1 B_1, w_2 B_2], [A_1; A_2]) (§9), built from block Grams without stacking."""
+    sp = spectrum_from_grams(*stacked_grams(parts))
+    comp = compose(sp, sp.s[:rank], rank, parts, gen, fallback_a_norm=fallback_a_norm)
     return LoraFactors(*comp.factors())
 
 
@@ -129,7 +129,7 @@ def m1_svd_structured(parents: Sequence[LoraFactors], ctx: ModuleContext) -> Lor
     # Rotate each basis inside the span it has: r columns for a full-rank factor, fewer for a deficient one.
     rot_u = random_rotation(min(sp.u_map.shape[1], ctx.rank), eps, ctx.gen)
     rot_v = random_rotation(min(sp.v_map.shape[1], ctx.rank), eps, ctx.gen)
-    comp = compose(sp, s_new, ctx.rank, p.b64(), p.a64(), ctx.gen, rot_u=rot_u, rot_v=rot_v,
+    comp = compose(sp, s_new, ctx.rank, [(1.0, p)], ctx.gen, rot_u=rot_u, rot_v=rot_v,
                    fallback_a_norm=_row_norm(p.lora_a))
     return LoraFactors(*comp.factors())
 
@@ -164,7 +164,7 @@ def m3_component_mask(parents: Sequence[LoraFactors], ctx: ModuleContext) -> Lor
     s = torch.zeros(ctx.rank, dtype=torch.float64)
     s[:min(sp.s.numel(), ctx.rank)] = sp.s[:ctx.rank]
     s[torch.randperm(ctx.rank, generator=ctx.gen)[:n_zero]] = 0
-    comp = compose(sp, s[:min(sp.s.numel(), ctx.rank)], ctx.rank, p.b64(), p.a64(), ctx.gen,
+    comp = compose(sp, s[:min(sp.s.numel(), ctx.rank)], ctx.rank, [(1.0, p)], ctx.gen,
                    fallback_a_norm=_row_norm(p.lora_a))
     return LoraFactors(*comp.factors())
 
@@ -195,8 +195,8 @@ def x1_dare(parents: Sequence[LoraFactors], ctx: ModuleContext) -> LoraFactors:
     [A~_1 A~_2]); the truncation is the one biased step (it drops the spectrum beyond r)."""
     p = ctx.params["p"]
     masked = [LoraFactors(dare_mask(q.lora_b, p, ctx.gen), dare_mask(q.lora_a, p, ctx.gen)) for q in parents]
-    b, a = _stack(masked, [1.0 / len(parents)] * len(parents))
-    return truncate(b, a, ctx.rank, ctx.gen, fallback_a_norm=_row_norm(parents[0].lora_a))
+    return truncate([(1.0 / len(masked), m) for m in masked], ctx.rank, ctx.gen,
+                    fallback_a_norm=_row_norm(parents[0].lora_a))
 
 
 @register("X2", 2, "layer-wise: each module's A and B copied together from one parent", defaults=lambda e: {})
@@ -229,7 +229,7 @@ def x3_svd_subspace(parents: Sequence[LoraFactors], ctx: ModuleContext) -> LoraF
 def _triplets(p: LoraFactors, ctx: ModuleContext, lo: int, hi: int) -> LoraFactors:
     """Components lo..hi-1 of p's SVD as factors: B' = U·sqrt(S), A'ᵀ = V·sqrt(S) (zero beyond p's rank)."""
     sp = p.spectrum()
-    comp = compose(sp, sp.s[:ctx.rank], ctx.rank, p.b64(), p.a64(), ctx.gen, fallback_a_norm=_row_norm(p.lora_a))
+    comp = compose(sp, sp.s[:ctx.rank], ctx.rank, [(1.0, p)], ctx.gen, fallback_a_norm=_row_norm(p.lora_a))
     return LoraFactors(*comp.select(lo, hi).factors())
 
 
@@ -248,8 +248,8 @@ def x4_extrapolation(parents: Sequence[LoraFactors], ctx: ModuleContext) -> Lora
     form the stacked factors ([η·B_1, (1-η)·B_2], [A_1, A_2]) have rank 2r, truncated to r by the exact SVD.
     η = 1 reproduces the better parent; η > 1 steps beyond it, away from the worse one."""
     eta = ctx.params["eta"]
-    b, a = _stack(parents, [eta, 1.0 - eta])
-    return truncate(b, a, ctx.rank, ctx.gen, fallback_a_norm=_row_norm(parents[0].lora_a))
+    return truncate([(eta, parents[0]), (1.0 - eta, parents[1])], ctx.rank, ctx.gen,
+                    fallback_a_norm=_row_norm(parents[0].lora_a))
 
 
 @dataclass
