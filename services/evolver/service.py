@@ -9,9 +9,9 @@ from contextlib import ExitStack
 from populora.config import Config, EvolutionConfig
 from populora.pb import evolver_pb2
 from populora.rpc import invalid, not_found, precondition, ref_from_pb, ref_to_pb
-from populora.store import AdapterRef, ArtifactStore, StoreError, validate_adapter_id
+from populora.store import META, AdapterRef, ArtifactStore, StoreError, validate_adapter_id
 from services.evolver.adapters import EvolverError, ParentAdapter, open_parent
-from services.evolver.breed import breed, get_operator
+from services.evolver.breed import EPSILON_META_KEY, breed, get_operator
 from services.evolver.operators import OPERATORS
 
 log = logging.getLogger(__name__)
@@ -92,5 +92,22 @@ class EvolverService:
         except EvolverError as e:
             raise invalid(str(e)) from None
         stack.callback(parent.close)
+        if EPSILON_META_KEY not in parent.meta:
+            inherited = self._epsilon_of_earlier_version(ref)
+            if inherited is not None:
+                parent.meta[EPSILON_META_KEY] = inherited
         return parent
+
+    def _epsilon_of_earlier_version(self, ref: AdapterRef) -> float | None:
+        """A member's ε is written with its first version; trainer updates (v2, v3, ...) do not copy it, so the
+        newest earlier version that has one is the member's."""
+        for version in sorted((v for v in self.store.versions(ref.adapter_id) if v < ref.version), reverse=True):
+            path = self.store.version_dir(ref.adapter_id, version) / META
+            try:
+                meta = json.loads(path.read_text())
+            except (OSError, ValueError):
+                continue
+            if isinstance(meta, dict) and EPSILON_META_KEY in meta:
+                return meta[EPSILON_META_KEY]
+        return None
 

@@ -56,6 +56,14 @@ def test_breed_writes_child_v1_with_parents_config_and_epsilon(store, parents, c
     assert abs(grandchild.epsilon / resp.epsilon - 1) < 0.3
 
 
+def test_epsilon_survives_trainer_versions(store, client):
+    """The trainer writes v2, v3, ... without the member's ε; the evolver finds it in the earlier version."""
+    save_parent(store, "M", seed=1, meta={"epsilon": 0.5})
+    save_parent(store, "M", seed=2, meta={"step": 10})  # a trainer update
+    resp = client.breed(evolver_pb2.BreedRequest(parents=[pb_ref("M", 2)], operator="M1", seed=1, child_id="MC"))
+    assert abs(resp.epsilon / 0.5 - 1) < 0.3
+
+
 def test_crossover_and_latest_version(store, parents, client):
     save_parent(store, "P2", seed=5)  # P2 v2
     resp = client.breed(evolver_pb2.BreedRequest(parents=[pb_ref("P1"), pb_ref("P2", 0)], operator="X4",
