@@ -19,11 +19,11 @@ import torch
 from torch import nn
 
 from populora.store import AdapterRef, ArtifactStore, lora_config_dict
+from services.trainer.optim import AdapterAdamW
 from services.trainer.policy import AdapterPolicy, peft_init_weights
 from services.trainer.trr import Rollout, StepStats, TrrSettings, UpdateJob, trr_update
 
 TRAINER_KIND = "trainer"
-ADAM_KEYS = ("exp_avg", "exp_avg_sq", "step")
 
 
 class PoolError(ValueError):
@@ -52,8 +52,8 @@ class HeldAdapter:
     role: str
     config: dict
     slot: str
-    params: dict[str, nn.Parameter]  # PEFT key -> parameter
-    optimizer: torch.optim.AdamW
+    params: dict[str, nn.Parameter]  # PEFT key -> parameter the passes compute with
+    optimizer: AdapterAdamW  # holds the full-precision weights and the Adam moments
     updates: int = 0  # TRR++ steps applied since the adapter was created or adopted
 
 
@@ -156,12 +156,11 @@ class AdapterPool:
             params = self.policy.add(slot, weights, config)
         except ValueError as e:
             raise PoolError("invalid", f"adapter '{adapter_id}' v{version} does not fit the base model: {e}") from None
-        opt = torch.optim.AdamW(list(params.values()), lr=self.optimizer_settings.lr,
-                                betas=tuple(self.optimizer_settings.betas),
-                                weight_decay=self.optimizer_settings.weight_decay)
+        opt = AdapterAdamW(params, masters=weights, lr=self.optimizer_settings.lr,
+                           betas=tuple(self.optimizer_settings.betas),
+                           weight_decay=self.optimizer_settings.weight_decay)
+        opt.load_flat_state(optimizer_state)
         held = HeldAdapter(adapter_id, version, role, dict(config), slot, params, opt)
-        if optimizer_state:
-            load_optimizer_state(held, optimizer_state)
         self.held[adapter_id] = held
         self.dropped.discard(adapter_id)
         return held
@@ -227,50 +226,26 @@ class AdapterPool:
         return list(zip(refs, stats, strict=True))
 
     def _save(self, held: HeldAdapter, meta: dict) -> AdapterRef:
-        weights = {k: p.detach() for k, p in held.params.items()}
         full = {"written_by": TRAINER_KIND, "role": held.role, "updates": held.updates, "base_model": self.base_name,
                 "optimizer": {"name": "adamw", "lr": self.optimizer_settings.lr,
                               "betas": list(self.optimizer_settings.betas),
                               "weight_decay": self.optimizer_settings.weight_decay}, **meta}
-        return self.store.save(held.adapter_id, weights, held.config, version=held.version, meta=full,
-                               optimizer_state=optimizer_state(held))
+        return self.store.save(held.adapter_id, held.optimizer.weights(), held.config, version=held.version,
+                               meta=full, optimizer_state=held.optimizer.flat_state())
 
 
-# ---- optimizer state <-> flat tensors (safetensors)
-
-def optimizer_state(held: HeldAdapter) -> dict[str, torch.Tensor]:
-    """AdamW's per-parameter state as `<PEFT key>.<exp_avg|exp_avg_sq|step>` tensors (empty before the first step)."""
-    out = {}
-    for key, p in held.params.items():
-        for name, value in held.optimizer.state.get(p, {}).items():
-            out[f"{key}.{name}"] = value.detach().reshape(value.shape) if value.dim() else value.detach().reshape(1)
-    return out
-
-
-def load_optimizer_state(held: HeldAdapter, flat: dict[str, torch.Tensor]) -> None:
-    for key, p in held.params.items():
-        if f"{key}.exp_avg" not in flat:
-            continue
-        state = {}
-        for name in ADAM_KEYS:
-            value = flat[f"{key}.{name}"]
-            state[name] = value.reshape(()).clone() if name == "step" else value.to(p.device, p.dtype).clone()
-        held.optimizer.state[p] = state
-
+# ---- all-or-nothing updates
 
 def snapshot(held: HeldAdapter) -> tuple:
-    return (held.version, held.updates, {k: p.detach().clone() for k, p in held.params.items()},
-            {k: v.clone() for k, v in optimizer_state(held).items()})
+    return (held.version, held.updates, {k: w.clone() for k, w in held.optimizer.weights().items()},
+            {k: v.clone() for k, v in held.optimizer.flat_state().items()})
 
 
 def restore(held: HeldAdapter, snap: tuple) -> None:
     held.version, held.updates, weights, opt = snap
-    with torch.no_grad():
-        for k, p in held.params.items():
-            p.copy_(weights[k])
-            p.grad = None
-    held.optimizer.state.clear()
-    load_optimizer_state(held, opt)
+    held.optimizer.zero_grad(set_to_none=True)
+    held.optimizer.load_weights(weights)
+    held.optimizer.load_flat_state(opt)
 
 
 class _seeded:

@@ -196,3 +196,22 @@ def test_a_restarted_trainer_makes_the_uninterrupted_update(fresh_base, tmp_path
     oa = st_a.load(st_a.ref("s0", 5), with_optimizer=True)[1]
     ob = st_b.load(st_b.ref("s0", 5), with_optimizer=True)[1]
     assert oa.keys() == ob.keys() and all(torch.equal(oa[k], ob[k]) for k in oa)
+
+
+def test_bfloat16_adapters_step_float32_master_weights(fresh_base, store):
+    from services.trainer.service import TrainerService
+    from tests.trainer.conftest import trainer_config
+
+    base = fresh_base()
+    base.model.to(torch.bfloat16)  # as on a GPU with model.dtype=auto
+    svc = TrainerService.from_config(trainer_config("batched", lr=1e-5), base=base, store=store)
+    ref = _init(svc, "s0")
+    assert all(p.dtype == torch.bfloat16 for p in svc.pool.held["s0"].params.values())
+    v2 = svc.Update(update_request(ref, rollouts())).adapter  # B = 0 at init: only B moves in the first step
+    v3 = svc.Update(update_request(v2, rollouts(offset=1))).adapter
+    before, after = _weights(store, v2), _weights(store, v3)
+    a_keys = [k for k in after if "lora_A" in k]
+    assert all(after[k].dtype == torch.float32 for k in after)
+    # a 1e-5 step is below bfloat16's resolution at |A| ~ 0.1, yet every A moved: the float32 masters took it
+    assert all(not torch.equal(after[k], before[k]) for k in a_keys)
+    assert all(torch.equal(svc.pool.held["s0"].params[k], after[k].to(torch.bfloat16)) for k in after)
