@@ -251,6 +251,8 @@ def trr_update(policy: Policy, jobs: Sequence[UpdateJob], settings: TrrSettings,
     start = time.perf_counter()
     adapters = [job.adapter for job in jobs]
     rows, advantages = make_rows(jobs, settings.adv_eps)
+    if settings.entropy_coef == 0:  # A = 0 rows add exactly nothing to loss or gradient: no pass for them
+        rows = [r for r in rows if r.advantage != 0]
     batches = pack(rows, settings.micro_batch_tokens)
     stats = [StepStats(rollouts=len(job.rollouts), tokens=sum(len(r.response) for r in job.rollouts),
                        mean_abs_advantage=float(adv.abs().mean())) for job, adv in zip(jobs, advantages, strict=True)]
@@ -268,6 +270,9 @@ def trr_update(policy: Policy, jobs: Sequence[UpdateJob], settings: TrrSettings,
             reported = -mb.inv_tokens * mb.advantages * logp.detach() - bonus.detach()
             losses.index_add_(0, mb.token_job.cpu(), reported.double().cpu())
         for j, job in enumerate(jobs):
+            for p in job.params:  # an adapter whose rows all had A = 0 still takes its (zero-gradient) Adam step
+                if p.grad is None:
+                    p.grad = torch.zeros_like(p)
             norm = torch.nn.utils.clip_grad_norm_(job.params, settings.grad_clip)
             job.optimizer.step()
             job.optimizer.zero_grad(set_to_none=True)

@@ -108,3 +108,18 @@ def test_ppo_epochs_start_with_the_on_policy_step_then_keep_learning(fresh_base)
     three, w3 = run(3)
     assert abs(one.loss - three.loss) < 1e-9 and abs(one.grad_norm - three.grad_norm) < 1e-6
     assert any(not torch.allclose(a, b) for a, b in zip(w1, w3, strict=True))  # later epochs moved further
+
+
+def test_rows_with_zero_advantage_cost_no_pass_but_the_adapter_still_steps(fresh_base):
+    multi = MultiLoraPolicy(fresh_base().model, TARGETS, max_rank=8)
+    jobs = _setup(multi, [4, 4], fresh_base().model)
+    for r in jobs[1].rollouts:
+        r.reward = -1.0  # e.g. every proposal invalid: one group, zero variance, A = 0
+    calls = []
+    inner = multi.hidden_states
+    multi.hidden_states = lambda adapters, *a: calls.append(list(adapters)) or inner(adapters, *a)
+    stats = trr_update(multi, jobs, TrrSettings(), multi.device)
+    assert calls and all("s1" not in c for c in calls)
+    assert stats[1].loss == 0 and stats[1].grad_norm == 0 and stats[1].tokens > 0
+    assert len(jobs[1].optimizer.grads) == len(jobs[1].params)
+    assert all(torch.count_nonzero(g) == 0 for g in jobs[1].optimizer.grads)
