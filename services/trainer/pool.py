@@ -113,8 +113,8 @@ class AdapterPool:
 
     def adopt(self, ref: AdapterRef, role: str) -> AdapterRef:
         """Take over a version someone else wrote (an evolver child): its weights, a fresh optimizer (spec §8)."""
+        version, _ = self._read(ref)  # a missing version leaves a held adapter of that id alone
         self._release_if_held(ref.adapter_id)
-        version, _ = self._read(ref)
         self._attach(ref.adapter_id, version.ref.version, role, version.config, version.weights, {})
         return version.ref
 
