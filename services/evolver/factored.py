@@ -231,17 +231,23 @@ class Components:
         return Components(self.parts, self.b_map[:, lo:min(hi, n)], self.a_map[:, lo:min(hi, n)], extra)
 
     def factors(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """(lora_b', lora_a'): one tall product per side and source."""
+        """(lora_b', lora_a'): one tall product per side and source.
+
+        The r x r maps come from float64 Grams; the tall products run in float32 (float64 for float64 sources):
+        their rounding, ~1e-7 relative, is that of storing the child in float32 anyway, and they are the bulk of the
+        flops.
+        """
+        work = torch.float64 if any(p.lora_b.dtype == torch.float64 for _, p in self.parts) else torch.float32
         b = a = None
         offset = 0
         for weight, part in self.parts:
             k = part.lora_b.shape[1]
-            pb = part.b64() @ (weight * self.b_map[offset:offset + k])
-            pa = self.a_map[offset:offset + k].T @ part.a64()
+            pb = part.lora_b.to(work) @ (weight * self.b_map[offset:offset + k]).to(work)
+            pa = self.a_map[offset:offset + k].T.to(work) @ part.lora_a.to(work)
             b, a = (pb, pa) if b is None else (b + pb, a + pa)
             offset += k
         if self.extra_a_rows is not None and self.extra_a_rows.shape[0]:
-            a = torch.cat([a, self.extra_a_rows])
+            a = torch.cat([a, self.extra_a_rows.to(work)])
             b = torch.cat([b, b.new_zeros(b.shape[0], self.extra_a_rows.shape[0])], dim=1)
         return b, a
 

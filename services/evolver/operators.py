@@ -184,7 +184,8 @@ def m4_full_gaussian(parents: Sequence[LoraFactors], ctx: ModuleContext) -> Lora
 def dare_mask(x: torch.Tensor, p: float, gen: torch.Generator) -> torch.Tensor:
     """Keep each entry with probability 1 - p and rescale by 1/(1 - p): E[mask(X)] = X (§9, X1)."""
     keep = torch.rand(x.shape, generator=gen, dtype=torch.float32) >= p
-    return x.to(torch.float64) * keep / (1.0 - p)
+    work = torch.float64 if x.dtype == torch.float64 else torch.float32
+    return (x.to(work) * keep).mul_(1.0 / (1.0 - p))
 
 
 @register("X1", 2, "DARE: drop-and-rescale each parent's A and B, average the updates, truncate to rank r",
