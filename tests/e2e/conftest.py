@@ -1,0 +1,17 @@
+import pytest
+
+from tests.e2e.echo_model import echo_model_dir
+
+
+@pytest.fixture(scope="session")
+def echo_model():
+    """A tiny model fitted to answer every prompt with one valid AZR proposal (see echo_model.py)."""
+    return str(echo_model_dir())
+
+
+def e2e_overrides(tmp_path, model: str) -> list[str]:
+    """cpu-tiny, shrunk to what exercises every phase quickly; the model writes ~110-token proposals."""
+    return [f"model.name={model}", f"run.output_dir={tmp_path / 'runs'}", f"store.root={tmp_path / 'store'}",
+            f"league.db_url=sqlite:///{tmp_path / 'league.sqlite'}", "generation.max_new_tokens=120",
+            "tasks.proposals_per_teacher=1", "tasks.n_samples=2", "tasks.seed_buffer_size=2",
+            "tasks.seed_max_rounds=1", "evolution.every_k=2"]

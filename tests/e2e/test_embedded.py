@@ -1,0 +1,118 @@
+"""End-to-end, embedded: one process, in-process clients, SQLite; a few real steps including one evolution."""
+
+import json
+
+import sqlalchemy as sa
+
+from coordinator.phases import phases_of, rollouts_of
+from coordinator.state import StateStore
+from coordinator.train import Coordinator
+from populora.config import load_config
+from tests.e2e.conftest import e2e_overrides
+
+
+def _run(cfg, run_id, steps):
+    state = StateStore(cfg.league_db_url)
+    state.create_run(run_id, cfg.run.mode, cfg.to_yaml())
+    coord = Coordinator(cfg, run_id, state, progress=False)
+    run_dir = coord.run(steps)
+    return coord, state, run_dir
+
+
+def test_population_run_agrees_with_itself(tmp_path, echo_model):
+    cfg = load_config(preset="cpu-tiny", overrides=e2e_overrides(tmp_path, echo_model), env=False)
+    coord, state, run_dir = _run(cfg, "e2e", 2)
+
+    # every phase of every step ran, in order, and was persisted once
+    done = state.done_phases("e2e")
+    expected = [(s, p) for s in range(3) for p in phases_of(s, cfg)]
+    assert sorted(done) == sorted(expected)
+    assert "evolve" in phases_of(2, cfg)
+
+    # the echo model's proposals are valid, so students were matched against real tasks
+    propose = [state.get("e2e", s, "propose") for s in (1, 2)]
+    validate = [state.get("e2e", s, "validate") for s in (1, 2)]
+    n_valid = sum(v["valid"] for val in validate for v in val["verdicts"].values())
+    assert n_valid >= 1, [v["reason"] for val in validate for v in val["verdicts"].values()]
+    assert sum(len(p["proposals"]) for p in propose) == 2 * 2 * 3  # 2 teachers x 3 task types x 1, two steps
+
+    engine = sa.create_engine(cfg.league_db_url)
+    with engine.connect() as c:
+        db_matches = c.execute(sa.text("SELECT match_id, teacher_id, student_id, step FROM league_matches"
+                                       " WHERE run_id='e2e'")).all()
+        adapters = {r.adapter_id: r for r in c.execute(sa.text(
+            "SELECT adapter_id, role, status, sigma, matches, parents_json, operator FROM league_adapters"
+            " WHERE run_id='e2e'")).all()}
+        edges = c.execute(sa.text("SELECT parent_id, child_id, operator, step FROM league_lineage"
+                                  " WHERE run_id='e2e'")).all()
+    engine.dispose()
+
+    # matches in the league = matches the coordinator reported, each once
+    reported = [m for s in (1, 2) for m in state.get("e2e", s, "rate")["reported"]]
+    assert sorted(m.match_id for m in db_matches) == sorted(reported) and len(set(reported)) == len(reported)
+    assert reported, "no match was reported"
+    for m in db_matches:  # teacher vs student, of this run
+        assert adapters[m.teacher_id].role == "teacher" and adapters[m.student_id].role == "student"
+    # ratings moved exactly for the adapters that played
+    played = {m.teacher_id for m in db_matches} | {m.student_id for m in db_matches}
+    for a, row in adapters.items():
+        assert (row.sigma < cfg.league.sigma - 1e-9) == (a in played), a
+        assert row.matches == sum(a in (m.teacher_id, m.student_id) for m in db_matches)
+
+    # lineage = the evolve phase's events; retired members are kept, marked retired
+    events = state.get("e2e", 2, "evolve")["events"]
+    assert len(events) == 2  # ceil(0.25 * 2) per sub-population
+    assert sorted((e.parent_id, e.child_id) for e in edges) == sorted(
+        (p, ev["child"]) for ev in events for p in ev["parents"])
+    for ev in events:
+        assert adapters[ev["retired"]].status == "retired"
+        assert adapters[ev["child"]].status == "active" and adapters[ev["child"]].operator == ev["operator"]
+        assert json.loads(adapters[ev["child"]].parents_json) == ev["parents"]
+
+    # adapter versions in the store = 1 (init) + updates applied
+    updates: dict[str, int] = {}
+    for s in (1, 2):
+        for a in state.get("e2e", s, "update")["stats"]:
+            updates[a] = updates.get(a, 0) + 1
+    for a in state.get("e2e", 0, "init")["population"]:
+        assert coord.store.versions(a)[-1] == 1 + updates.get(a, 0), a
+    final = state.get("e2e", 2, "evolve")["population"]
+    for ev in events:
+        assert ev["child"] in final and ev["retired"] not in final
+        assert coord.store.versions(ev["child"]) == [1]
+
+    # visibility: one metrics line per step, TensorBoard events, the report with its plots
+    rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [0, 1, 2]
+    assert rows[2]["evolution"] and set(rows[1]["task_types"]) == {"code_i", "code_o", "code_f"}
+    assert list((run_dir / "tb").glob("events.out.tfevents.*"))
+    from coordinator.report import write_report
+
+    report = write_report(run_dir)
+    for png in ("solve_rate.png", "complexity.png", "ratings.png", "lineage.png"):
+        assert (run_dir / png).stat().st_size > 1000
+    assert "lineage.png" in report.read_text()
+
+
+def test_baseline_and_resume(tmp_path, echo_model):
+    over = e2e_overrides(tmp_path, echo_model) + ["run.mode=baseline", "rewards.teacher_reward=learnability",
+                                                  "population.n_teachers=1", "population.n_students=1"]
+    cfg = load_config(preset="cpu-tiny", overrides=over, env=False)
+    _coord, state, _ = _run(cfg, "base", 1)
+    assert state.get("base", 0, "init")["population"] == {"base.B0": {"role": "both", "version": 1}}
+    pairings = state.get("base", 1, "match")["pairings"]
+    assert {(p["teacher"], p["student"]) for p in pairings} == {("base.B0", "base.B0")}
+    assert state.get("base", 1, "evolve") is None  # one adapter: nothing to evolve
+    # stop between steps, then resume: step 1 is not redone, step 2 runs
+    before = {(s, p) for s, p in state.done_phases("base")}
+    coord2 = Coordinator(cfg, "base", state, progress=False)
+    coord2.run(2)
+    after = state.phase_rows("base")
+    assert {(r["step"], r["phase"]) for r in after if r["step"] <= 1} == before
+    assert all(r["attempts"] == 1 for r in after)
+    assert {p for s, p in state.done_phases("base") if s == 2} == set(phases_of(2, cfg)) - {"evolve"}
+    # the single adapter trained in both roles
+    roles = {r["role"] for s in (1, 2) for r in rollouts_of(coord2.ctx, s)["base.B0"]}
+    assert roles == {"teacher", "student"}
+    assert coord2.store.versions("base.B0")[-1] == 1 + sum(
+        bool(state.get("base", s, "update")["stats"]) for s in (1, 2))
