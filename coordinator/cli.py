@@ -122,6 +122,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--mode", choices=("population", "baseline", "embedded", "distributed"), action="append",
                    default=[], help="`baseline` for AZR single-adapter self-play; `distributed` for gRPC + Redis")
     t.add_argument("--no-report", action="store_true", help="skip writing the HTML report at the end")
+    t.add_argument("--workers", type=int, default=1,
+                   help="distributed mode: phase-worker threads in this process (0 = only external "
+                        "`python -m coordinator.worker` processes)")
     t.set_defaults(func=cmd_train)
 
     r = sub.add_parser("report", help="write the HTML report of a run")

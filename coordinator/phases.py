@@ -367,6 +367,7 @@ def phase_update(ctx: RunContext, step: int) -> dict:
         done = _already_updated(ctx, adapter_id, version, step)
         if done is not None:
             pop[adapter_id]["version"] = done.version
+            stats[adapter_id] = ctx.store.read(done).meta.get("stats", {})
             reused.append(adapter_id)
             continue
         updates.append(trainer_pb2.UpdateRequest(

@@ -181,7 +181,8 @@ def main(args) -> int:
     state.set_status(run_id, "running")
     print(f"run {run_id}: {cfg.run.mode}, {cfg.run.deployment}, model {cfg.model.name}, "
           f"{cfg.population.n_teachers}T+{cfg.population.n_students}S, {cfg.run.steps} steps", flush=True)
-    coord = Coordinator(cfg, run_id, state)
+    coord = Coordinator(cfg, run_id, state, local_workers=getattr(args, "workers", 1),
+                        progress=sys.stderr.isatty())
     try:
         run_dir = coord.run(cfg.run.steps)
     except RunFailed as e:

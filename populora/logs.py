@@ -41,5 +41,5 @@ def setup_logging(level: str | None = None, json_lines: bool | None = None) -> N
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
-    for noisy in ("httpx", "urllib3", "transformers", "peft", "alembic.runtime.migration"):
+    for noisy in ("httpx", "urllib3", "transformers", "peft", "alembic", "matplotlib"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
