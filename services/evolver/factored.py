@@ -230,6 +230,22 @@ class Components:
             extra = self.extra_a_rows[max(lo - n, 0):max(hi - n, 0)]
         return Components(self.parts, self.b_map[:, lo:min(hi, n)], self.a_map[:, lo:min(hi, n)], extra)
 
+    def result(self, parent: LoraFactors) -> LoraFactors:
+        """The child's factors, with its Grams against `parent` precomputed when they follow from the maps alone.
+
+        With one source, the parent itself (M1, M3): B' = w·B·Mb and A' = Maᵀ·A give B'ᵀB' = w²·Mbᵀ·Gb·Mb,
+        B'ᵀB = w·Mbᵀ·Gb, A'A'ᵀ = Maᵀ·Ga·Ma and A'Aᵀ = Maᵀ·Ga: r x r work instead of four passes over the factors.
+        `compare` uses them; they describe the child before rounding to its storage dtype, which for float32 is
+        within ~1e-7 (the caller discards them when the cast changes the tensors).
+        """
+        child = LoraFactors(*self.factors())
+        if len(self.parts) == 1 and self.parts[0][1] is parent and self.extra_a_rows is None:
+            w = self.parts[0][0]
+            gb, ga = parent.gram_b(), parent.gram_a()
+            child._cache["against"] = (parent, w * w * (self.b_map.T @ gb @ self.b_map), w * (self.b_map.T @ gb),
+                                       self.a_map.T @ ga @ self.a_map, self.a_map.T @ ga)
+        return child
+
     def factors(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(lora_b', lora_a'): one tall product per side and source.
 
@@ -333,9 +349,13 @@ def compare(child: LoraFactors, parent: LoraFactors) -> ModuleStats:
     if child.lora_b is parent.lora_b and child.lora_a is parent.lora_a:
         sq = float((parent.gram_b() * parent.gram_a()).sum())
         return ModuleStats(0.0, sq, sq, parent.spectrum().s)
-    cb, ca = child.b64(), child.a64()
-    gb_cc, gb_cp = cb.T @ cb, cb.T @ parent.b64()
-    ga_cc, ga_cp = ca @ ca.T, ca @ parent.a64().T
+    known = child._cache.get("against")
+    if known is not None and known[0] is parent:
+        gb_cc, gb_cp, ga_cc, ga_cp = known[1:]
+    else:
+        cb, ca = child.b64(), child.a64()
+        gb_cc, gb_cp = cb.T @ cb, cb.T @ parent.b64()
+        ga_cc, ga_cp = ca @ ca.T, ca @ parent.a64().T
     # tr(X·Yᵀ) = Σ X ∘ Y; tr(Gb_cp·Ga_pc) = tr(Gb_cp·Ga_cpᵀ).
     child_sq = float((gb_cc * ga_cc).sum())
     parent_sq = float((parent.gram_b() * parent.gram_a()).sum())

@@ -131,7 +131,7 @@ def m1_svd_structured(parents: Sequence[LoraFactors], ctx: ModuleContext) -> Lor
     rot_v = random_rotation(min(sp.v_map.shape[1], ctx.rank), eps, ctx.gen)
     comp = compose(sp, s_new, ctx.rank, [(1.0, p)], ctx.gen, rot_u=rot_u, rot_v=rot_v,
                    fallback_a_norm=_row_norm(p.lora_a))
-    return LoraFactors(*comp.factors())
+    return comp.result(parent=p)
 
 
 def _draw_modules(params: dict[str, float], modules: list[str], rank: int, gen: torch.Generator) -> Draw:
@@ -166,7 +166,7 @@ def m3_component_mask(parents: Sequence[LoraFactors], ctx: ModuleContext) -> Lor
     s[torch.randperm(ctx.rank, generator=ctx.gen)[:n_zero]] = 0
     comp = compose(sp, s[:min(sp.s.numel(), ctx.rank)], ctx.rank, [(1.0, p)], ctx.gen,
                    fallback_a_norm=_row_norm(p.lora_a))
-    return LoraFactors(*comp.factors())
+    return comp.result(parent=p)
 
 
 @register("M4", 1, "full Gaussian: X += ε·std(X)·N(0,1) on every module", defaults=lambda e: {"epsilon": e.m4_epsilon})

@@ -216,3 +216,21 @@ def test_m1_on_rank_deficient_and_zero_b_parents():
     moved = OPERATORS["M1"].fn([parent], ModuleContext("m", 0, r, {"epsilon": 0.05}, generator(0, 1, 0)))
     s = torch.linalg.svdvals(moved.lora_b.double() @ moved.lora_a.double())
     assert int((s > 1e-6 * s[0]).sum()) == 5 and rel(moved.lora_b.double() @ moved.lora_a.double(), dense) < 0.5
+
+
+@pytest.mark.parametrize("operator", ["M1", "M3"])
+def test_stats_from_maps_equal_stats_from_factors(operator):
+    """M1/M3 give compare() the child's Grams from r x r algebra; they must match the Grams of the factors."""
+    from services.evolver.factored import compare
+
+    r = 8
+    g = torch.Generator().manual_seed(1)
+    parent = LoraFactors(torch.randn(30, r, generator=g), torch.randn(r, 20, generator=g))
+    params = {"epsilon": 0.1} if operator == "M1" else {"fraction": 0.3}
+    child = OPERATORS[operator].fn([parent], ModuleContext("m", 0, r, params, generator(0, 1, 0)))
+    assert "against" in child._cache
+    fast = compare(child, parent)
+    slow = compare(LoraFactors(child.lora_b, child.lora_a), LoraFactors(parent.lora_b, parent.lora_a))
+    assert fast.diff_sq == pytest.approx(slow.diff_sq, rel=1e-5)
+    assert fast.child_sq == pytest.approx(slow.child_sq, rel=1e-5)
+    assert torch.allclose(fast.child_s, slow.child_s, rtol=1e-5, atol=1e-5 * float(slow.child_s[0]))
