@@ -80,12 +80,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--run-id", required=True)
     p.add_argument("--db-url", required=True, help="the shared database holding the run's state")
     p.add_argument("--name", default=None, help="consumer name (default: host-pid)")
+    p.add_argument("--wait-s", type=float, default=300.0, help="how long to wait for the run to be created")
     args = p.parse_args(argv)
     setup_logging(json_lines=True)
     state = StateStore(args.db_url)
+    deadline = time.monotonic() + args.wait_s
     run = state.get_run(args.run_id)
+    while run is None and time.monotonic() < deadline:  # a worker may start before the coordinator
+        time.sleep(0.5)
+        run = state.get_run(args.run_id)
     if run is None:
-        print(f"error: run '{args.run_id}' not found in {args.db_url}", file=sys.stderr)
+        print(f"error: run '{args.run_id}' not found in {args.db_url} after {args.wait_s:.0f}s", file=sys.stderr)
         return 2
     import tempfile
 
