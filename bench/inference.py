@@ -76,12 +76,21 @@ def requests_for(refs, per_adapter: int, new_tokens: int, with_adapter: bool = T
     return out
 
 
+def progress(what: str, value: float) -> None:
+    print(f"bench.inference: {what} = {value:.1f}", file=sys.stderr, flush=True)
+
+
 def tokens_per_s(backend, batches) -> float:
     start, tokens = time.perf_counter(), 0
     for batch in batches:
         for result in backend.generate(batch):
             tokens += sum(len(c.token_ids) for c in result.completions)
     return tokens / (time.perf_counter() - start)
+
+
+def measure(out: dict, key: str, value: float) -> None:
+    out[key] = value
+    progress(key, value)
 
 
 def bench_hf(base, store, refs, new_tokens: int, out: dict) -> None:
@@ -94,13 +103,13 @@ def bench_hf(base, store, refs, new_tokens: int, out: dict) -> None:
     tokens_per_s(backend, [requests_for(refs, 1, 4)])  # warm-up
     for suffix, per_adapter in WORKLOADS.items():
         mixed = requests_for(refs, per_adapter, new_tokens)
-        out[f"mixed_tokens_per_s{suffix}"] = tokens_per_s(backend, [mixed])
-        out[f"base_tokens_per_s{suffix}"] = tokens_per_s(backend, [requests_for(refs, per_adapter, new_tokens,
-                                                                                 with_adapter=False)])
+        measure(out, f"mixed_tokens_per_s{suffix}", tokens_per_s(backend, [mixed]))
+        measure(out, f"base_tokens_per_s{suffix}", tokens_per_s(backend, [requests_for(refs, per_adapter, new_tokens,
+                                                                                       with_adapter=False)]))
         one_at_a_time = [[r for r in mixed if r.adapter.key == ref.key] for ref in refs]
-        out[f"sequential_tokens_per_s{suffix}"] = tokens_per_s(backend, one_at_a_time)
+        measure(out, f"sequential_tokens_per_s{suffix}", tokens_per_s(backend, one_at_a_time))
         backend.path.lora.mode = "gather"
-        out[f"mixed_gather_tokens_per_s{suffix}"] = tokens_per_s(backend, [mixed])
+        measure(out, f"mixed_gather_tokens_per_s{suffix}", tokens_per_s(backend, [mixed]))
         backend.path.lora.mode = "segments"
     backend.path.lora.restore()
 
@@ -130,7 +139,7 @@ def bench_peft(base, store, refs, new_tokens: int, out: dict) -> None:
             seqs = model.generate(**enc, adapter_names=names, max_new_tokens=new_tokens, min_new_tokens=new_tokens,
                                   do_sample=False, pad_token_id=tok.pad_token_id)
         elapsed = time.perf_counter() - start
-        out[f"peft_mixed_tokens_per_s{suffix}"] = (seqs.shape[1] - enc["input_ids"].shape[1]) * len(reqs) / elapsed
+        measure(out, f"peft_mixed_tokens_per_s{suffix}", (seqs.shape[1] - enc["input_ids"].shape[1]) * len(reqs) / elapsed)
     model.unload()
 
 

@@ -40,7 +40,7 @@ def setup(tmp_path_factory):
             for i in range(N_ADAPTERS)]
     from services.inference.vllm_backend import VllmBackend
 
-    backend = VllmBackend(base.path, MODEL, store, max_loras=N_ADAPTERS, max_lora_rank=16, max_cpu_loras=8,
+    backend = VllmBackend(base.path, MODEL, store, max_loras=2 * N_ADAPTERS, max_lora_rank=16, max_cpu_loras=8,
                           max_batch=32, max_resident=8, dtype="float32", gpu_memory_utilization=0.2,
                           max_model_len=512, enforce_eager=True)
     return base, store, refs, backend
@@ -73,7 +73,8 @@ def test_mixed_batch_equals_hf_greedy(setup):
     prefix = total = 0
     for rid, res in got.items():
         a, b = res.completions[0].token_ids, expected[rid].completions[0].token_ids
-        assert a[:1] == b[:1], rid
+        assert a[:1] == b[:1], (rid, {k: v.completions[0].token_ids for k, v in got.items()},
+                                {k: v.completions[0].token_ids for k, v in expected.items()})
         common = next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
         prefix, total = prefix + common, total + max(len(a), len(b))
     assert prefix / total >= 0.6, f"vLLM and hf agree on {prefix}/{total} greedy tokens before diverging"
