@@ -85,3 +85,32 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def zygote_or_skip(**kwargs):
+    """A real zygote pool (bwrap, seccomp, setuid); skipped locally without root or bubblewrap, failed under CI."""
+    import shutil
+
+    from services.sandbox.executors import SandboxUnavailable, ZygoteExecutor
+
+    if os.geteuid() != 0 or not shutil.which("bwrap"):
+        msg = "the zygote backend needs root and bubblewrap"
+        if IN_CI:
+            pytest.fail(msg)
+        pytest.skip(msg)
+    try:
+        return ZygoteExecutor(**kwargs)
+    except SandboxUnavailable as e:
+        if IN_CI:
+            raise
+        pytest.skip(str(e))
+
+
+@pytest.fixture(scope="session")
+def zygote():
+    """One warm zygote pool per session for the sandbox and task-domain tests."""
+    from services.sandbox.executors import Limits
+
+    ex = zygote_or_skip(limits=Limits(timeout_s=2.0), workers=2)
+    yield ex
+    ex.close()

@@ -136,7 +136,7 @@ def test_circuit_breaker_opens_and_half_opens():
 
 
 def test_unshare_fallback_isolates_too():
-    from tests.sandbox.conftest import zygote_or_skip
+    from tests.conftest import zygote_or_skip
 
     ex = zygote_or_skip(workers=1, isolation="unshare")
     try:
