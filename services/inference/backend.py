@@ -258,14 +258,17 @@ class InferenceBackend(ABC):
         """Serve the batch as one multi-adapter batch. Raises BadRequest / BatchTooLarge / UnknownAdapter before
         it yields anything."""
 
-    @abstractmethod
-    def load_adapter(self, ref: AdapterRef) -> LoadOutcome: ...
+    # Every backend keeps its adapters in a ResidentAdapters set (LRU, pinning); these delegate to it.
+    resident: ResidentAdapters
 
-    @abstractmethod
-    def unload_adapter(self, ref: AdapterRef) -> int: ...
+    def load_adapter(self, ref: AdapterRef) -> LoadOutcome:
+        return self.resident.ensure(self.resident.resolve(ref))
 
-    @abstractmethod
-    def adapters(self) -> list[AdapterRef]: ...
+    def unload_adapter(self, ref: AdapterRef) -> int:
+        return self.resident.remove(ref)
+
+    def adapters(self) -> list[AdapterRef]:
+        return self.resident.refs()
 
     def close(self) -> None:
         """Release the engine's resources (nothing to release by default)."""

@@ -20,7 +20,6 @@ from populora.store import AdapterRef, ArtifactStore
 from services.inference.backend import (
     Completion,
     InferenceBackend,
-    LoadOutcome,
     Request,
     ResidentAdapters,
     Result,
@@ -276,15 +275,6 @@ class HfBackend(InferenceBackend):
     def _unload(self, ref: AdapterRef) -> None:
         with self._model_lock:
             self.path.remove(ref.key)
-
-    def load_adapter(self, ref: AdapterRef) -> LoadOutcome:
-        return self.resident.ensure(self.resident.resolve(ref))
-
-    def unload_adapter(self, ref: AdapterRef) -> int:
-        return self.resident.remove(ref)
-
-    def adapters(self) -> list[AdapterRef]:
-        return self.resident.refs()
 
     # ---- generation
     def generate(self, requests: list[Request]) -> Iterator[Result]:

@@ -20,7 +20,6 @@ from services.inference.backend import (
     Completion,
     InferenceBackend,
     InferenceError,
-    LoadOutcome,
     Request,
     ResidentAdapters,
     Result,
@@ -104,15 +103,6 @@ class VllmBackend(InferenceBackend):
     def _unload(self, ref: AdapterRef) -> None:
         with self._engine_lock:
             self.engine.remove_lora(self._lora_ids[ref.key])
-
-    def load_adapter(self, ref: AdapterRef) -> LoadOutcome:
-        return self.resident.ensure(self.resident.resolve(ref))
-
-    def unload_adapter(self, ref: AdapterRef) -> int:
-        return self.resident.remove(ref)
-
-    def adapters(self) -> list[AdapterRef]:
-        return self.resident.refs()
 
     # ---- generation
     def generate(self, requests: list[Request]) -> Iterator[Result]:
