@@ -60,23 +60,31 @@ def win_probability(a: Skill, b: Skill, beta: float) -> float:
 
 
 def _erfc_inplace(x: np.ndarray) -> np.ndarray:
-    """erfc(x), overwriting x: the Numerical Recipes approximation trueskill 0.4.5 uses (|rel err| < 1.2e-7),
-    vectorised because numpy has no erf of its own; in place because matchmaking calls it on (T, S) matrices."""
-    negative = x < 0
+    """erfc(x), overwriting x, vectorised because numpy has no erf of its own; in place because matchmaking calls
+    it on (T, S) matrices. Abramowitz & Stegun 7.1.26: erfc(z) = t(a1 + t(a2 + t(a3 + t(a4 + t a5)))) exp(-z^2),
+    t = 1 / (1 + p z) for z >= 0, |abs err| <= 1.5e-7 (the scalar path, `win_probability`, uses math.erfc).
+    Negative arguments use erfc(x) = 2 - erfc(|x|), applied arithmetically: a masked numpy operation (`where=`,
+    `np.where`) on a (500, 500) matrix costs ten times as much as the few multiplications."""
+    negative = np.less(x, 0).astype(x.dtype)  # 1.0 where x < 0
     z = np.abs(x, out=x)
-    t = z / 2.0
+    t = z * 0.3275911
     t += 1.0
     np.reciprocal(t, out=t)
-    poly = np.full_like(t, 0.17087277)
-    for coef in (-0.82215223, 1.48851587, -1.13520398, 0.27886807, -0.18628806, 0.09678418, 0.37409196,
-                 1.00002368, -1.26551223):
-        poly *= t
+    poly = t * 1.061405429
+    for coef in (-1.453152027, 1.421413741, -0.284496736):
         poly += coef
-    z *= z
-    poly -= z  # -z^2 + poly
-    np.exp(poly, out=poly)
+        poly *= t
+    poly += 0.254829592
     poly *= t
-    np.subtract(2.0, poly, out=poly, where=negative)
+    z *= z
+    np.negative(z, out=z)
+    np.exp(z, out=z)
+    poly *= z  # erfc(|x|)
+    # erfc(x) = e + [x < 0] * 2 * (1 - e)
+    np.subtract(1.0, poly, out=t)
+    t *= negative
+    t *= 2.0
+    poly += t
     return poly
 
 

@@ -22,9 +22,11 @@ from services.league.db import (
     MatchReport,
     RatingRules,
 )
-from services.league.pfsp import PfspParams, draw, pfsp_weights, row_cdf
+from services.league.pfsp import PfspParams, draw, pfsp_weights
 from services.league.ratings import RatingParams, win_probability_matrix
 from services.league.selection import Member, select_for_replacement
+
+ROW_BLOCK = 128  # teachers per block in matchmaking: (128, S) float32 temporaries are 250 KB at S = 500
 
 
 @dataclass(frozen=True)
@@ -111,40 +113,59 @@ class LeagueService:
         if not teachers or not students:
             raise precondition(f"run '{request.run_id}' has {len(teachers)} active teacher(s) and {len(students)} "
                                "active student(s); register both roles before matchmaking")
-        weights = self._pfsp_weights(teachers, students)  # (T, S), rows unnormalised
-        totals = weights.sum(axis=1, dtype=np.float64)  # (T,)
-        cdf = row_cdf(weights)  # (T, S)
-        rows = np.arange(len(teachers))
         rng = np.random.Generator(np.random.PCG64(stable_seed(request.run_id, request.step, request.seed)))
         uniforms = rng.random((len(teachers), len(task_types)))  # (T, K)
+        picks, p_picked = self._draw_students(teachers, students, uniforms)  # (T, K) each
         run, step = request.run_id, request.step
         teacher_ids = [a[0] for a in teachers]
         student_ids = [a[0] for a in students]
         resp = league_pb2.MatchmakeResponse()
         add = resp.pairings.add
         for k, tt in enumerate(task_types):
-            picks = draw(weights, uniforms[:, k], cdf)  # (T,)
-            p_picked = (weights[rows, picks].astype(np.float64) / totals).tolist()
-            for t, j, p in zip(teacher_ids, picks.tolist(), p_picked):
+            for t, j, p in zip(teacher_ids, picks[:, k].tolist(), p_picked[:, k].tolist()):
                 add(match_id=f"{run}/{step}/{t}/{tt}", teacher_id=t, student_id=student_ids[j], task_type=tt,
                     step=step, p_student=p)
         return resp
 
-    def _pfsp_weights(self, teachers: list[tuple], students: list[tuple]) -> np.ndarray:
-        """PFSP weights of teacher i drawing student j, x_ij = P(teacher i beats student j) (spec 6-7); self-pairs
-        allowed only where a teacher has no other candidate. Rows are (adapter_id, role, mu, sigma)."""
-        # float32: sampling weights need no more, and it halves the cost of the (T, S) matrix math.
+    def _draw_students(self, teachers: list[tuple], students: list[tuple],
+                       uniforms: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """For teacher i and draw k, the student index picked by inverse CDF with uniforms[i, k] under the PFSP
+        weights (spec 7), and its probability. Rows are (adapter_id, role, mu, sigma).
+
+        Works through the teachers in blocks of ROW_BLOCK rows: the (block, S) temporaries stay in the CPU cache
+        and in memory the allocator reuses, where whole (T, S) matrices would be fresh pages on every call (a
+        500 x 500 matrix is 1 MB; faulting in a dozen of them cost more than all the arithmetic). Each row's draw
+        depends only on its own weights and uniforms, so the result does not depend on the block size.
+        """
         t = np.array([a[2:4] for a in teachers], dtype=np.float32)  # (T, 2): mu, sigma
         s = np.array([a[2:4] for a in students], dtype=np.float32)  # (S, 2)
-        x = win_probability_matrix(t[:, 0], t[:, 1], s[:, 0], s[:, 1], self.rules.params.beta)  # (T, S)
+        n_t, n_k = uniforms.shape
+        picks = np.empty((n_t, n_k), dtype=np.int64)
+        p_picked = np.empty((n_t, n_k), dtype=np.float64)
+        column = {a[0]: j for j, a in enumerate(students)}
+        for lo in range(0, n_t, ROW_BLOCK):
+            hi = min(lo + ROW_BLOCK, n_t)
+            weights = self._pfsp_weights(t[lo:hi], s, teachers[lo:hi], column)  # (B, S), rows unnormalised
+            block = draw(weights, uniforms[lo:hi])  # (B, K)
+            picks[lo:hi] = block
+            totals = weights.sum(axis=1, dtype=np.float64)  # (B,)
+            p_picked[lo:hi] = weights[np.arange(hi - lo)[:, None], block] / totals[:, None]
+        return picks, p_picked
+
+    def _pfsp_weights(self, t: np.ndarray, s: np.ndarray, teachers: list[tuple],
+                      column: dict[str, int]) -> np.ndarray:
+        """PFSP weights of teacher i drawing student j, x_ij = P(teacher i beats student j) (spec 6-7), for the
+        (mu, sigma) rows `t` of `teachers` against `s`; self-pairs allowed only where a teacher has no other
+        candidate (`column` maps a student's id to its column)."""
+        # float32: sampling weights need no more, and it halves the cost of the (T, S) matrix math.
+        x = win_probability_matrix(t[:, 0], t[:, 1], s[:, 0], s[:, 1], self.rules.params.beta)  # (B, S)
         both = [i for i, a in enumerate(teachers) if a[1] == "both"]
         if not both:
             return pfsp_weights(x, self.pfsp)
         # Only `both` adapters can meet themselves: mask those cells, unless that is the teacher's only candidate.
-        column = {a[0]: j for j, a in enumerate(students)}
         allowed = np.ones(x.shape, dtype=bool)
         for i in both:
-            allowed[i, column[teachers[i][0]]] = len(students) == 1
+            allowed[i, column[teachers[i][0]]] = len(column) == 1
         return pfsp_weights(x, self.pfsp, allowed)
 
     def ReportMatches(self, request: league_pb2.ReportMatchesRequest) -> league_pb2.ReportMatchesResponse:

@@ -67,7 +67,7 @@ def test_win_probability_formula():
     assert win_probability(a, a, beta) == pytest.approx(0.5)
     m = win_probability_matrix(np.array([30.0, 25.0]), np.array([4.0, 6.0]), np.array([25.0, 30.0]),
                                np.array([6.0, 4.0]), beta)
-    assert m[0, 0] == pytest.approx(expected, abs=1e-6)  # the vectorised erfc is trueskill's, |err| < 1.2e-7
+    assert m[0, 0] == pytest.approx(expected, abs=1e-6)  # the vectorised erfc (A&S 7.1.26) is within 1.5e-7
     assert m[1, 1] == pytest.approx(1 - expected, abs=1e-6)
 
 
@@ -131,6 +131,48 @@ def test_draw_follows_the_probabilities():
     np.testing.assert_allclose(freq, [0.1, 0.6, 0.3], atol=0.015)
     edges = draw(np.array([[0.5, 0.5], [0.5, 0.5], [0.0, 1.0]]), np.array([0.0, 0.999999, 0.0]))
     assert edges.tolist() == [0, 1, 1]
+
+
+def test_vectorised_erfc_is_within_its_bound_everywhere():
+    from services.league.ratings import _erfc_inplace
+
+    x = np.linspace(-9.0, 9.0, 36001)
+    got = _erfc_inplace(x.copy())
+    ref = np.array([math.erfc(v) for v in x])
+    assert np.abs(got - ref).max() <= 1.5e-7
+    got32 = _erfc_inplace(x.astype(np.float32))
+    assert got32.dtype == np.float32 and np.abs(got32 - ref).max() <= 1e-6
+
+
+def _draw_full_cdf(weights: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """The textbook inverse CDF, one row at a time: the first j whose running sum exceeds u * total."""
+    out = np.empty(u.shape, dtype=np.int64)
+    for i in range(weights.shape[0]):
+        cum = np.cumsum(weights[i].astype(np.float64))
+        for k in range(u.shape[1]):
+            out[i, k] = min(int(np.searchsorted(cum, u[i, k] * cum[-1], side="right")), weights.shape[1] - 1)
+    return out
+
+
+@pytest.mark.parametrize("n_cols", [1, 2, 3, 7, 26, 500, 503])
+def test_grouped_draw_equals_the_full_inverse_cdf(n_cols):
+    rng = np.random.default_rng(n_cols)
+    weights = rng.random((40, n_cols)).astype(np.float32) + 0.01
+    weights[rng.random(weights.shape) < 0.2] = 0.0  # masked candidates
+    weights[:, rng.integers(n_cols)] = 0.5  # every row keeps one
+    u = rng.random((40, 3))
+    picks = draw(weights, u)
+    assert picks.shape == (40, 3)
+    np.testing.assert_array_equal(picks, _draw_full_cdf(weights, u))
+    assert (weights[np.arange(40)[:, None], picks] > 0).all()
+    np.testing.assert_array_equal(draw(weights, u[:, 1]), picks[:, 1])  # one draw per row: a vector
+
+
+def test_draw_never_lands_on_a_zero_weight_at_the_top_of_a_row():
+    weights = np.array([[1.0, 1.0, 0.0, 0.0], [0.0, 0.0, 0.0, 2.0], [0.0, 3.0, 0.0, 0.0]])
+    u = np.array([[0.0, 0.5, np.nextafter(1.0, 0.0)]] * 3)
+    picks = draw(weights, u)
+    assert picks.tolist() == [[0, 1, 1], [3, 3, 3], [1, 1, 1]]
 
 
 @pytest.mark.parametrize("n,gamma,expected", [(4, 0.25, 1), (8, 0.25, 2), (5, 0.25, 2), (1, 0.25, 0),

@@ -176,6 +176,19 @@ def test_matchmake_pairs_every_teacher_and_task_type_deterministically(league):
     assert "task_types[0]" in e.value.message
 
 
+def test_matchmake_does_not_depend_on_the_row_block(league, monkeypatch):
+    import services.league.service as service_module
+
+    setup_run(league, teachers=tuple(f"T{i}" for i in range(11)), students=tuple(f"S{i}" for i in range(9)))
+    league.ReportMatches(pb.ReportMatchesRequest(run_id="r1", matches=[
+        result(f"m{i}", f"T{i % 11}", f"S{i % 9}", [(i % 5) / 4], step=i) for i in range(60)]))
+    req = pb.MatchmakeRequest(run_id="r1", step=5, seed=3)
+    whole = list(league.Matchmake(req).pairings)
+    monkeypatch.setattr(service_module, "ROW_BLOCK", 4)
+    assert list(league.Matchmake(req).pairings) == whole
+    assert len({p.student_id for p in whole}) > 1
+
+
 def test_matchmake_probabilities_follow_pfsp(league):
     setup_run(league, teachers=("T0",), students=("S0", "S1"))
     # S0 beats T0 on every task: T0's win probability against S0 drops, against S1 stays 0.5.
