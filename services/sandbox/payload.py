@@ -4,16 +4,18 @@ Standard library only: the zygote runs as `python -P -S -s payload.py zygote` in
 that holds nothing but the interpreter tree and this file. The host (executors.py) decides every status from
 what this file reports; nothing here is trusted to judge a result (spec 2: comparisons happen outside).
 
-Child, per job (forked from the warm zygote): pipes on fds 1/2 (output) and 3 (result), a fresh private
-directory as cwd, setgid/setuid to the worker's own unprivileged uid (capabilities go with it), rlimits
-(CPU, address space, file size, processes, open files, core), no_new_privs, one precompiled seccomp filter
-loaded with a single prctl, then the program. The trusted epilogue converts each value to plain data by
-exact type and writes ONE frame `MAGIC nonce length payload` to fd 3, then `os._exit(0)` at once.
+Zygote: no_new_privs and one precompiled seccomp filter, loaded with a single prctl on itself before its first
+fork, so every job inherits both. Child, per job (forked from the warm zygote): pipes on fds 1/2 (output) and 3
+(result), a fresh private directory as cwd, setgid/setuid to the worker's own unprivileged uid (capabilities go
+with it), rlimits (CPU, address space, file size, processes, open files, core), then the program. The trusted
+epilogue converts each value to plain data by exact type and writes ONE frame `MAGIC nonce length payload` to
+fd 3, then `os._exit(0)` at once.
 """
 
 import json
 import os
 import resource
+import signal
 import sys
 import time
 
@@ -188,8 +190,9 @@ def _limits(job, cfg):
     setr(resource.RLIMIT_NPROC, (cfg["nproc"], cfg["nproc"]))
 
 
-def _child(job, cfg, nonce, out_w, res_w, jobdir, seccomp):
-    """In the forked child: wire fds, drop to the worker's uid, set limits, load seccomp, run the job."""
+def _child(job, cfg, nonce, out_w, res_w, jobdir):
+    """In the forked child: wire fds, drop to the worker's uid, set limits, run the job (the seccomp filter came
+    with the fork: the zygote loaded it on itself)."""
     try:
         os.dup2(out_w, 1)
         os.dup2(out_w, 2)
@@ -202,8 +205,6 @@ def _child(job, cfg, nonce, out_w, res_w, jobdir, seccomp):
             os.setresgid(uid, uid, uid)
             os.setresuid(uid, uid, uid)
         _limits(job, cfg)
-        if seccomp is not None:
-            seccomp.load()
     except BaseException as e:  # noqa: BLE001 - any set-up failure is the sandbox's, reported as such
         try:
             os.write(2, f"sandbox set-up failed: {e}".encode())
@@ -268,7 +269,7 @@ def _supervise(pid, out_r, res_r, deadline, limit):
             break
     if not exited or timed_out or exceeded:
         try:
-            os.kill(pid, 9)
+            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
         except ProcessLookupError:
             pass
     _, wstatus = os.waitpid(pid, 0)
@@ -325,7 +326,7 @@ def _discard_dir(path):
 _JOBS_RUN = [0]
 
 
-def _run_one(job, cfg, seccomp):
+def _run_one(job, cfg):
     nonce = bytes.fromhex(job.pop("nonce"))
     _JOBS_RUN[0] += 1
     jobdir = _job_dir(cfg, _JOBS_RUN[0])
@@ -336,7 +337,7 @@ def _run_one(job, cfg, seccomp):
     if pid == 0:
         os.close(out_r)
         os.close(res_r)
-        _child(job, cfg, nonce, out_w, res_w, jobdir, seccomp)
+        _child(job, cfg, nonce, out_w, res_w, jobdir)
     os.close(out_w)
     os.close(res_w)
     os.set_blocking(out_r, False)
@@ -398,6 +399,8 @@ def zygote_main():
         _private_mounts(cfg)
     seccomp = _Seccomp(bytes.fromhex(cfg["seccomp"])) if cfg.get("seccomp") else None
     _warm_up(cfg.get("preload", ()))
+    if seccomp is not None:
+        seccomp.load()  # on the zygote itself: every job inherits it (executors.seccomp_bpf)
     import gc
 
     gc.freeze()  # children never scan (and so never copy-on-write) the zygote's own objects
@@ -407,7 +410,7 @@ def zygote_main():
             job = _recv(proto_in)
         except EOFError:
             return
-        _send(proto_out, _run_one(job, cfg, seccomp))
+        _send(proto_out, _run_one(job, cfg))
 
 
 def one_main():

@@ -90,6 +90,26 @@ def test_seccomp_filter_compiles_to_bpf():
     assert len(bpf) % 8 == 0 and len(bpf) > 8 * 20
 
 
+def test_the_zygote_itself_runs_under_the_filter(zygote):
+    """The filter is loaded once, on the zygote, before its first fork: jobs inherit it, and the zygote, which
+    reads model-written job messages, cannot open sockets or exec either."""
+    import psutil
+
+    zygote.run([Job("warm", "", calls=["1"])])
+    found = 0
+    for w in zygote._workers:
+        for p in psutil.Process(w.proc.pid).children(recursive=True):
+            if "python" not in p.name():  # bwrap's own processes carry the same command line
+                continue
+            status = dict(line.split(":", 1) for line in open(f"/proc/{p.pid}/status").read().splitlines())
+            assert status["Seccomp"].strip() == "2" and status["NoNewPrivs"].strip() == "1"
+            found += 1
+    assert found == len(zygote._workers)
+    [r] = zygote.run([Job("sc", "def f():\n    return [l for l in open('/proc/self/status') if 'Seccomp:' in l]",
+                          calls=["f()"])])
+    assert r.status == "ok" and r.values[0][0].split() == ["Seccomp:", "2"]
+
+
 def test_subprocess_backend_statuses():
     ex = SubprocessExecutor(workers=2)
     jobs = [Job("ok", "def f(a):\n    print('out')\n    return [a]", calls=["f(1)"]),
