@@ -376,6 +376,13 @@ class _Worker:
         self.proc = None
 
 
+# The capabilities the sandbox service needs in its container (as root): bubblewrap's namespaces and mounts
+# (SYS_ADMIN) and loopback in the new network namespace (NET_ADMIN); the zygote's handing each job its worker's uid
+# (SETUID, SETGID) and directory (CHOWN, DAC_OVERRIDE, FOWNER) and killing it (KILL). The deployment manifests
+# grant exactly these; tests/sandbox runs the zygote with no others.
+CONTAINER_CAPABILITIES = ("SYS_ADMIN", "NET_ADMIN", "SETUID", "SETGID", "KILL", "CHOWN", "DAC_OVERRIDE", "FOWNER")
+
+
 def _uid_base() -> int:
     # Distinct uids per pool and per worker: one job's fork attempt must not eat another worker's process
     # limit, nor may two pools on one host share a uid.

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from services.sandbox.executors import CONTAINER_CAPABILITIES
 from tests.deploy.deployment import (
     COMPOSE_FILES,
     CONFIG_PATH,
@@ -110,6 +111,11 @@ def test_sandbox_isolation(compose):
     assert sandbox.get("read_only") is True, f"{file}: the sandbox's root filesystem must be read-only"
     assert any(t.split(":")[0] == "/tmp" for t in sandbox.get("tmpfs", [])), f"{file}: the sandbox needs tmpfs /tmp"
     assert "ALL" in sandbox.get("cap_drop", []), f"{file}: the sandbox must drop every capability"
+    assert sorted(sandbox.get("cap_add", [])) == sorted(CONTAINER_CAPABILITIES), \
+        f"{file}: the sandbox gets exactly the capabilities its zygote needs"
+    assert sandbox.get("user") == "0:0", f"{file}: the zygote hands each job its own uid, so it runs as root"
+    others = {n for n, s in doc["services"].items() if s.get("cap_add") or str(s.get("user", "")).startswith("0")}
+    assert others <= {"sandbox"}, f"{file}: {sorted(others - {'sandbox'})} should not run as root or add capabilities"
     assert not sandbox.get("ports"), f"{file}: the sandbox must not publish ports"
     networks = doc["networks"]
     for net in sandbox["networks"]:

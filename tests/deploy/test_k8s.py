@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from services.sandbox.executors import CONTAINER_CAPABILITIES
 from tests.deploy.deployment import (
     CONFIG_PATH,
     K8S,
@@ -198,6 +199,9 @@ def test_sandbox_isolation():
         sc = c["securityContext"]
         assert sc.get("readOnlyRootFilesystem") is True and sc.get("allowPrivilegeEscalation") is False
         assert sc["capabilities"]["drop"] == ["ALL"]
+        # root, but only inside gVisor and with exactly the capabilities the zygote was tested with
+        assert sorted(sc["capabilities"].get("add", [])) == sorted(CONTAINER_CAPABILITIES)
+        assert spec["securityContext"].get("seccompProfile", {}).get("type") == "RuntimeDefault"
         volumes = {v["name"]: v for v in spec["volumes"]}
         tmp = next(m for m in c["volumeMounts"] if m["mountPath"] == "/tmp")
         assert "emptyDir" in volumes[tmp["name"]], "sandbox /tmp must be an emptyDir"
@@ -258,11 +262,12 @@ def test_compose_and_k8s_cpu_configs_agree(tmp_path):
 
 def test_populora_pods_meet_the_restricted_pod_security_profile():
     """Non-root, no privilege escalation, no capabilities, the runtime's seccomp profile (Pod Security
-    Standards `restricted`), for every PopuLoRA pod and Redis."""
+    Standards `restricted`), for every PopuLoRA pod but the sandbox (root inside gVisor, see
+    test_sandbox_isolation) and for Redis."""
     for overlay in OVERLAYS:
         for d in rendered(overlay):
             spec = pod_spec(d)
-            if spec is None or d["metadata"]["name"] == "postgres":
+            if spec is None or d["metadata"]["name"] in ("postgres", "sandbox"):  # sandbox: test_sandbox_isolation
                 continue
             where = f"overlay {overlay}: {d['kind']}/{d['metadata']['name']}"
             pod_sc = spec.get("securityContext", {})

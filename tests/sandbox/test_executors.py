@@ -110,6 +110,37 @@ def test_the_zygote_itself_runs_under_the_filter(zygote):
     assert r.status == "ok" and r.values[0][0].split() == ["Seccomp:", "2"]
 
 
+def test_the_zygote_needs_no_capability_beyond_the_containers(tmp_path):
+    """The deployment runs the sandbox as root with only CONTAINER_CAPABILITIES (and every other one dropped):
+    with the bounding set cut to exactly those, bwrap must still start, and jobs must run and stay contained."""
+    if os.geteuid() != 0 or not shutil.which("bwrap") or not shutil.which("setpriv"):
+        pytest.skip("needs root, bubblewrap and setpriv (util-linux)")
+    from services.sandbox.executors import CONTAINER_CAPABILITIES
+
+    script = tmp_path / "caps.py"
+    script.write_text(
+        "import json\n"
+        "from populora.tasks.jobs import Job\n"
+        "from services.sandbox.executors import Limits, ZygoteExecutor\n"
+        "z = ZygoteExecutor(Limits(timeout_s=2.0), workers=2, isolation='bwrap')\n"
+        "jobs = [Job('ok', 'def f(a):\\n    return a * 2', calls=['f(21)']),\n"
+        "        Job('net', 'import socket\\nsocket.socket()'),\n"
+        "        Job('fork', 'import os\\nos.fork()'),\n"
+        "        Job('root', 'import os\\nos.setuid(0)'),\n"
+        "        Job('loop', 'while True: pass', timeout_s=0.5)]\n"
+        "print(json.dumps([[r.status, r.values] for r in z.run(jobs)]))\n"
+        "z.close()\n")
+    caps = ",".join(f"+{c.lower()}" for c in CONTAINER_CAPABILITIES)
+    import subprocess
+    import sys
+
+    out = subprocess.run(["setpriv", f"--bounding-set=-all,{caps}", sys.executable, str(script)],
+                         capture_output=True, text=True, timeout=120, cwd=os.getcwd())
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads(out.stdout.splitlines()[-1]) == [["ok", [42]], ["error", []], ["error", []], ["error", []],
+                                                       ["timeout", []]]
+
+
 def test_subprocess_backend_statuses():
     ex = SubprocessExecutor(workers=2)
     jobs = [Job("ok", "def f(a):\n    print('out')\n    return [a]", calls=["f(1)"]),
