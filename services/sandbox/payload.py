@@ -364,8 +364,9 @@ def _warm_up(preload=()):
 
 
 def _private_mounts(cfg):
-    """`unshare` isolation: in the new mount namespace, stop propagation, put a private tmpfs on /tmp and
-    make / read-only (bwrap does all of this itself)."""
+    """`unshare` isolation: in the new mount namespace, stop propagation, put a private tmpfs on /tmp, make /
+    read-only, and cover /etc and /dev/shm (bwrap builds a root that holds neither). The rest of the host's tree
+    (/home, /srv, ...) stays visible read-only, as far as file modes allow: bwrap is the stronger layer."""
     import ctypes
 
     libc = ctypes.CDLL(None, use_errno=True)
@@ -382,11 +383,36 @@ def _private_mounts(cfg):
         steps.insert(3, (b"tmpfs", hidden_under.encode(), b"tmpfs", ms_nosuid | ms_nodev, b"size=1m,mode=0755",
                          None))
         steps.insert(4, (stash.encode(), tree.encode(), None, ms_bind | ms_rec, None, tree))
+    def mount(src, dst, fstype, flags, data):
+        if libc.mount(src, dst, fstype, flags, data) != 0:
+            raise OSError(ctypes.get_errno(), f"mount {dst!r} failed")
+
     for src, dst, fstype, flags, data, *make in steps:
         if make and make[0]:
             os.makedirs(make[0], exist_ok=True)
-        if libc.mount(src, dst, fstype, flags, data) != 0:
-            raise OSError(ctypes.get_errno(), f"mount {dst!r} failed")
+        mount(src, dst, fstype, flags, data)
+    stash = os.path.join(cfg["tmp"], ".interpreter")
+    if os.path.isdir(stash):  # the interpreter is bound back at its own path: the stash in tmp must not linger
+        if libc.umount2(stash.encode(), 2) != 0:  # MNT_DETACH
+            raise OSError(ctypes.get_errno(), f"umount {stash!r} failed")
+        os.rmdir(stash)
+    # /etc holds the host's accounts and configuration: cover it with an empty tmpfs that keeps only the dynamic
+    # linker's cache. /dev/shm is the host's world-writable tmpfs (state from one job to the next): replace it
+    # with an empty one jobs cannot write. Both end read-only, as / is (bwrap mounts neither in the first place).
+    try:
+        with open("/etc/ld.so.cache", "rb") as f:
+            ld_cache = f.read()
+    except OSError:
+        ld_cache = None
+    ro = ms_nosuid | ms_nodev | ms_remount | ms_rdonly
+    mount(b"tmpfs", b"/etc", b"tmpfs", ms_nosuid | ms_nodev, b"size=%dk,mode=0755" % (len(ld_cache or b"") // 1024 + 64))
+    if ld_cache is not None:
+        with open("/etc/ld.so.cache", "wb") as f:
+            f.write(ld_cache)
+    mount(b"tmpfs", b"/etc", b"tmpfs", ro, None)
+    if os.path.isdir("/dev/shm"):
+        mount(b"tmpfs", b"/dev/shm", b"tmpfs", ms_nosuid | ms_nodev, b"size=64k,mode=0755")
+        mount(b"tmpfs", b"/dev/shm", b"tmpfs", ro, None)
 
 
 def zygote_main():

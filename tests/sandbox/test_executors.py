@@ -198,6 +198,17 @@ def test_unshare_fallback_isolates_too():
                       Job("exec", "import os\nos.execv('/bin/true', ['true'])")])
         assert got[0].values == [[1, 3]] and "unshare" in ex.isolation()[0]
         assert [r.status for r in got[1:]] == ["error"] * 4
+        # the hostile corpus is contained in this mode too (the state checks run after their writers)
+        from tests.sandbox.test_hostile import load_corpus
+
+        corpus = load_corpus()
+        first = [c for c in corpus if c["phase"] != 2]
+        later = [c for c in corpus if c["phase"] == 2]
+        results = ex.run([Job(c["name"], c["program"], timeout_s=c["timeout_s"] or 5.0) for c in first])
+        results += ex.run([Job(c["name"], c["program"], timeout_s=5.0) for c in later])
+        wrong = [f"{c['name']}: expected {c['expect']}, got {r.status} {r.stdout[:80]!r}"
+                 for c, r in zip(first + later, results) if r.status != c["expect"] or "ESCAPED" in r.stdout]
+        assert not wrong, "\n".join(wrong)
     finally:
         ex.close()
 
