@@ -151,6 +151,18 @@ class ArtifactStore:
     def exists(self, ref: AdapterRef) -> bool:
         return (self.version_dir(ref.adapter_id, ref.version) / ADAPTER_WEIGHTS).exists()
 
+    def resolve(self, ref: AdapterRef) -> AdapterRef:
+        """The stored version a ref names: version 0 is the latest; any other must exist here (and a ref's uri
+        must point into this store). StoreError names the adapter and the versions that do exist."""
+        resolved = self.latest(ref.adapter_id) if ref.version == 0 else self.ref(ref.adapter_id, ref.version)
+        if ref.version != 0:
+            self.path_of(ref)
+        if not self.exists(resolved):
+            known = self.versions(ref.adapter_id)
+            raise StoreError(f"adapter {resolved.key} is not in the store at {self.root} "
+                             f"(versions present: {known or 'none'})")
+        return resolved
+
     # ---- writing
     def save(self, adapter_id: str, weights: dict[str, torch.Tensor], config: dict[str, Any],
              version: int | None = None, meta: dict[str, Any] | None = None,

@@ -119,6 +119,20 @@ def test_bad_ids_and_foreign_uris(store, tiny):
     assert json.loads((store.path_of(ref) / "adapter_config.json").read_text())["peft_type"] == "LORA"
 
 
+def test_resolve_names_the_stored_version(store, tiny):
+    w, cfg = random_adapter(tiny.model)
+    store.save("R", w, cfg)
+    r2 = store.save("R", w, cfg)
+    assert store.resolve(AdapterRef("R", 0)) == r2  # 0 = the latest
+    assert store.resolve(AdapterRef("R", 1)) == store.ref("R", 1)
+    with pytest.raises(StoreError, match=r"R@v7 is not in the store .*versions present: \[1, 2\]"):
+        store.resolve(AdapterRef("R", 7))
+    with pytest.raises(StoreError, match="no version"):
+        store.resolve(AdapterRef("nobody", 0))
+    with pytest.raises(StoreError, match="not this store"):
+        store.resolve(AdapterRef("R", 1, "file:///etc"))
+
+
 def test_never_pickle(store, tiny):
     w, cfg = random_adapter(tiny.model)
     ref = store.save("P", w, cfg, optimizer_state={"step": torch.tensor(3.0)})

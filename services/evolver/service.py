@@ -75,16 +75,9 @@ class EvolverService:
     def _resolve(self, ref: AdapterRef) -> AdapterRef:
         """A parent ref as stored (version 0 = the latest); errors name the missing adapter."""
         try:
-            if ref.version == 0:
-                return self.store.latest(ref.adapter_id)
-            self.store.path_of(ref)
+            return self.store.resolve(ref)
         except StoreError as e:
-            raise not_found(str(e)) from None
-        if not self.store.exists(ref):
-            known = self.store.versions(ref.adapter_id)
-            raise not_found(f"parent {ref.key} not found in the store at {self.store.root} (versions present: "
-                            f"{known or 'none'})")
-        return self.store.ref(ref.adapter_id, ref.version)
+            raise not_found(f"parent: {e}") from None
 
     def _open(self, ref: AdapterRef, stack: ExitStack) -> ParentAdapter:
         try:

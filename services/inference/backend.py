@@ -156,15 +156,9 @@ class ResidentAdapters:
             if self.store is None:
                 raise UnknownAdapter(f"adapter {ref.key} is not resident and there is no artifact store")
             try:
-                resolved = self.store.latest(ref.adapter_id) if ref.version == 0 else \
-                    self.store.ref(ref.adapter_id, ref.version)
+                return self.store.resolve(ref)
             except StoreError as e:
                 raise UnknownAdapter(str(e)) from None
-            if not self.store.exists(resolved):
-                known = self.store.versions(ref.adapter_id)
-                raise UnknownAdapter(f"adapter {resolved.key} is not in the store at {self.store.root} "
-                                     f"(versions present: {known or 'none'})")
-            return resolved
 
     def ensure(self, ref: AdapterRef) -> LoadOutcome:
         """Make a (resolved) version resident; returns what was evicted to make room."""
