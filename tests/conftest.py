@@ -43,6 +43,18 @@ def tiny():
 
 
 @pytest.fixture
+def one_torch_thread():
+    """The tiny model's matmuls are too small to gain from intra-op threads, and on a shared 2-core box
+    idle-spinning threads made such tests ten times slower; restored afterwards for the rest of the suite."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture
 def store(tmp_path):
     from populora.store import ArtifactStore
 

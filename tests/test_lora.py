@@ -14,13 +14,7 @@ from populora.store import lora_config_dict
 RANK = 8
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny-model matmuls gain nothing from a second thread, and on a shared machine lose a lot; restored after."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ import trueskill
 
 from populora.pb import league_pb2 as pb
 from services.league.ratings import RatingParams
+from tests.league.oracle import oracle_rate
 
 N_REPORTERS = 8
 
@@ -27,13 +28,7 @@ def _replay(matches, names) -> dict[str, trueskill.Rating]:
     env = RatingParams().environment()
     r = {n: env.create_rating() for n in names}
     for m in matches:
-        t, s, mean = m.teacher_id, m.student_id, sum(m.rhos) / len(m.rhos)
-        if mean > 0.55:
-            r[s], r[t] = trueskill.rate_1vs1(r[s], r[t], env=env)
-        elif mean < 0.45:
-            r[t], r[s] = trueskill.rate_1vs1(r[t], r[s], env=env)
-        else:
-            r[t], r[s] = trueskill.rate_1vs1(r[t], r[s], drawn=True, env=env)
+        oracle_rate(r, m.teacher_id, m.student_id, m.rhos, env)
     return r
 
 

@@ -22,6 +22,7 @@ from services.league.ratings import (
     win_probability_matrix,
 )
 from services.league.selection import Member, n_to_replace, select_for_replacement
+from tests.league.oracle import oracle_rate
 
 PARAMS = RatingParams()
 
@@ -44,13 +45,7 @@ def test_ratings_equal_the_trueskill_package_over_a_random_season():
         rhos = [rng.choice([0.0, 0.25, 0.5, 0.75, 1.0]) for _ in range(rng.randint(1, 4))]
         results = match_outcome(rhos, "aggregate", 0.05)
         ours[t], ours[s] = rate_match(env, ours[t], ours[s], results)
-        mean = sum(rhos) / len(rhos)
-        if mean > 0.55:
-            ref[s], ref[t] = trueskill.rate_1vs1(ref[s], ref[t], env=ref_env)
-        elif mean < 0.45:
-            ref[t], ref[s] = trueskill.rate_1vs1(ref[t], ref[s], env=ref_env)
-        else:
-            ref[t], ref[s] = trueskill.rate_1vs1(ref[t], ref[s], drawn=True, env=ref_env)
+        oracle_rate(ref, t, s, rhos, ref_env)
     for name in ours:
         assert ours[name].mu == pytest.approx(ref[name].mu, abs=1e-12)
         assert ours[name].sigma == pytest.approx(ref[name].sigma, abs=1e-12)

@@ -13,15 +13,8 @@ from populora.pb import trainer_pb2
 
 
 @pytest.fixture(autouse=True)
-def one_thread():
-    """The tiny model's matmuls are too small to gain from intra-op threads, and on a shared 2-core box idle-spinning
-    threads made these tests ten times slower; restored afterwards for the rest of the suite."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+def _one_thread(one_torch_thread):
+    """Every trainer test runs with one torch thread (tests/conftest.py)."""
 
 
 @pytest.fixture
