@@ -160,6 +160,8 @@ class LeagueDB:
         self.url = url
         self.rules = rules or RatingRules()
         self.dialect = sa.engine.make_url(url).get_backend_name()
+        # psycopg 3 can return rows in Postgres' binary format (matchmaking's ratings read uses it)
+        self._binary_reads = self.dialect == "postgresql" and sa.engine.make_url(url).get_driver_name() == "psycopg"
         if self.dialect == "sqlite":
             self.engine = _sqlite_engine(url, immediate=True)
             self.read_engine = _sqlite_engine(url, immediate=False)
@@ -297,7 +299,7 @@ class LeagueDB:
 
     def active_skills(self, run_id: str) -> list[tuple[str, str, float, float]]:
         """(adapter_id, role, mu, sigma) of a run's active adapters, by id: all that matchmaking reads."""
-        if self.dialect == "postgresql" and sa.engine.make_url(self.url).get_driver_name() == "psycopg":
+        if self._binary_reads:
             return self._active_skills_binary(run_id)
         c = t.adapters.c
         q = (sa.select(c.adapter_id, c.role, c.mu, c.sigma).where(c.run_id == run_id, c.status == "active")

@@ -283,8 +283,7 @@ class _Worker:
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
                                      env=env, close_fds=True, start_new_session=True)
         cfg = {"uid": self.uid, "tmp": tmp, "fsize": self.limits.fsize_bytes, "nofile": self.limits.nofile,
-               "nproc": self.limits.nproc,
-               "seccomp": seccomp_bpf().hex() if self.seccomp else "",
+               "nproc": self.limits.nproc, "seccomp": seccomp_bpf().hex() if self.seccomp else "",
                "mount_setup": self.isolation == "unshare", "tmp_mb": self.limits.tmp_mb,
                "expose": _hidden_trees() if self.isolation == "unshare" else [], "preload": list(self.limits.preload)}
         try:
@@ -398,6 +397,9 @@ class ZygoteExecutor(Executor):
     def __init__(self, limits: Limits | None = None, workers: int = 0, isolation: str = "auto",
                  seccomp: bool = True):
         self.limits = limits or Limits()
+        if self.limits.nproc != 1:
+            raise ValueError(f"Limits.nproc is {self.limits.nproc}; the zygote backend needs 1: its seccomp filter "
+                             "lets a plain fork through, and the process limit is what stops a job forking")
         self.isolation_kind = pick_isolation(isolation)
         self.seccomp = seccomp
         root = os.geteuid() == 0

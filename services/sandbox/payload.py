@@ -375,14 +375,15 @@ def _private_mounts(cfg):
              (b"tmpfs", cfg["tmp"].encode(), b"tmpfs", ms_nosuid | ms_nodev,
               b"size=%dm,mode=0755" % cfg["tmp_mb"]),
              (b"/", b"/", None, ms_bind | ms_remount | ms_rdonly, None)]
+    stash = os.path.join(cfg["tmp"], ".interpreter")
     for tree, hidden_under in cfg.get("expose", ()):
         # the interpreter lives under a directory jobs cannot traverse (a mode-0700 home): stash a bind of it,
         # cover that directory with a traversable tmpfs, and bind the tree back at its own path
-        stash = os.path.join(cfg["tmp"], ".interpreter")
         steps.insert(2, (tree.encode(), stash.encode(), None, ms_bind | ms_rec, None, stash))
         steps.insert(3, (b"tmpfs", hidden_under.encode(), b"tmpfs", ms_nosuid | ms_nodev, b"size=1m,mode=0755",
                          None))
         steps.insert(4, (stash.encode(), tree.encode(), None, ms_bind | ms_rec, None, tree))
+
     def mount(src, dst, fstype, flags, data):
         if libc.mount(src, dst, fstype, flags, data) != 0:
             raise OSError(ctypes.get_errno(), f"mount {dst!r} failed")
@@ -391,7 +392,6 @@ def _private_mounts(cfg):
         if make and make[0]:
             os.makedirs(make[0], exist_ok=True)
         mount(src, dst, fstype, flags, data)
-    stash = os.path.join(cfg["tmp"], ".interpreter")
     if os.path.isdir(stash):  # the interpreter is bound back at its own path: the stash in tmp must not linger
         if libc.umount2(stash.encode(), 2) != 0:  # MNT_DETACH
             raise OSError(ctypes.get_errno(), f"umount {stash!r} failed")
@@ -405,7 +405,8 @@ def _private_mounts(cfg):
     except OSError:
         ld_cache = None
     ro = ms_nosuid | ms_nodev | ms_remount | ms_rdonly
-    mount(b"tmpfs", b"/etc", b"tmpfs", ms_nosuid | ms_nodev, b"size=%dk,mode=0755" % (len(ld_cache or b"") // 1024 + 64))
+    etc_kb = len(ld_cache or b"") // 1024 + 64
+    mount(b"tmpfs", b"/etc", b"tmpfs", ms_nosuid | ms_nodev, b"size=%dk,mode=0755" % etc_kb)
     if ld_cache is not None:
         with open("/etc/ld.so.cache", "wb") as f:
             f.write(ld_cache)

@@ -168,6 +168,13 @@ def test_a_dead_zygote_is_replaced(zygote):
     assert all(w.proc.poll() is None for w in zygote._workers)
 
 
+def test_the_zygote_backend_refuses_a_process_limit_that_would_let_jobs_fork():
+    from services.sandbox.executors import Limits, ZygoteExecutor
+
+    with pytest.raises(ValueError, match="nproc"):
+        ZygoteExecutor(Limits(nproc=2), workers=1)
+
+
 def test_make_executor_and_unavailable_backends():
     ex = make_executor(SandboxConfig(backend="subprocess", workers=1))
     assert isinstance(ex, SubprocessExecutor)
