@@ -36,7 +36,7 @@ COPY configs ./configs
 # Editable install: presets (configs/) and contracts (proto/) are found next to the package, as in a checkout.
 RUN pip install -c constraints.txt -e . \
     && if [ "$VARIANT" = cuda ]; then pip install -c constraints.txt $CUDA_EXTRAS; fi \
-    && python -m populora.pb --force
+    && python -m populora.protoc
 
 FROM ${PYTHON_IMAGE} AS runtime
 ARG VARIANT=cpu

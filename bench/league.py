@@ -65,7 +65,7 @@ def bench_matchmake(client, run_id: str, calls: int) -> dict:
     times, cpu, n = [], [], 0
     for step in range(calls):
         start, start_cpu = time.perf_counter(), time.process_time()
-        resp = client.matchmake(pb.MatchmakeRequest(run_id=run_id, step=step, seed=1))
+        resp = client.Matchmake(pb.MatchmakeRequest(run_id=run_id, step=step, seed=1))
         times.append((time.perf_counter() - start) * 1000)
         cpu.append((time.process_time() - start_cpu) * 1000)
         n = len(resp.pairings)
@@ -91,7 +91,7 @@ def bench_report(client, run_id: str, teachers: list[str], students: list[str], 
                                           student_id=rng.choice(students), task_type=task_type, step=step,
                                           rhos=[rng.choice((0.0, 0.25, 0.5, 0.75, 1.0)) for _ in range(2)]))
         start = time.perf_counter()
-        out = client.report_matches(pb.ReportMatchesRequest(run_id=run_id, matches=matches))
+        out = client.ReportMatches(pb.ReportMatchesRequest(run_id=run_id, matches=matches))
         elapsed += time.perf_counter() - start
         if out.applied != len(matches):
             raise RuntimeError(f"applied {out.applied} of {len(matches)} fresh matches")
@@ -193,10 +193,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     from populora.pb import league_pb2 as pb
-    from populora.rpc import make_server
-    from services.league.client import GrpcLeagueClient
+    from populora.rpc import Remote, make_server
     from services.league.db import LeagueDB
-    from services.league.server import add_to_server
     from services.league.service import LeagueService
 
     schema, url = make_schema(args.pg_url)
@@ -206,14 +204,15 @@ def main(argv: list[str] | None = None) -> int:
         db = LeagueDB(url)
         db.migrate()
         service = LeagueService(db)
-        server, port, _ = make_server([add_to_server(service)], port=0, host="127.0.0.1")
-        client = GrpcLeagueClient(f"127.0.0.1:{port}", timeout=120)
+        token = "bench-league-token"
+        server, port, _ = make_server([service], 0, "127.0.0.1", token)
+        client = Remote(service.CONTRACT, f"127.0.0.1:{port}", token, timeout=120)
         run_id = "bench"
-        client.create_run(pb.CreateRunRequest(run_id=run_id, mode="population"))
+        client.CreateRun(pb.CreateRunRequest(run_id=run_id, mode="population"))
         half = args.adapters // 2
         teachers = [f"T{i:04d}" for i in range(half)]
         students = [f"S{i:04d}" for i in range(args.adapters - half)]
-        client.register_adapters(pb.RegisterAdaptersRequest(run_id=run_id, adapters=[
+        client.RegisterAdapters(pb.RegisterAdaptersRequest(run_id=run_id, adapters=[
             *(pb.AdapterSpec(adapter_id=t, role="teacher", rank=32) for t in teachers),
             *(pb.AdapterSpec(adapter_id=s, role="student", rank=32) for s in students)]))
         result.update(bench_report(client, run_id, teachers, students, args.matches, args.batch))

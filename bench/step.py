@@ -16,8 +16,8 @@ from pathlib import Path
 
 
 def run_once(mode: str, model: str, tokens: int, proposals: int, workdir: Path, steps: int) -> dict:
-    from coordinator.state import StateStore
-    from coordinator.train import Coordinator
+    from coordinator.journal import JournalDB
+    from coordinator.train import run_training
     from populora.config import load_config
 
     n = 4 if mode == "population" else 1
@@ -33,11 +33,11 @@ def run_once(mode: str, model: str, tokens: int, proposals: int, workdir: Path, 
     cfg = load_config(preset="cpu-smol", overrides=overrides, env=False)
     run_id = f"bench-{mode}"
     cfg.run.run_id = run_id
-    state = StateStore(cfg.league_db_url)
-    state.create_run(run_id, cfg.run.mode, cfg.to_yaml())
-    coord = Coordinator(cfg, run_id, state, progress=False)
-    coord.run(steps)
-    rows = {r["step"]: r for r in (json.loads(line) for line in (coord.run_dir / "metrics.jsonl").read_text()
+    cfg.run.steps = steps
+    db = JournalDB(cfg.league_db_url)
+    db.create_run(run_id, cfg.run.mode, cfg.to_yaml())
+    run_dir = run_training(cfg, run_id, db)
+    rows = {r["step"]: r for r in (json.loads(line) for line in (run_dir / "metrics.jsonl").read_text()
                                    .splitlines())}
     measured = [rows[s] for s in range(1, steps + 1)]
     phases = {}

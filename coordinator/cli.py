@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import os
 import sys
 
+from populora.rpc import SERVICE_NAMES
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-
-SERVICES = ("inference", "trainer", "league", "sandbox", "evolver")
 
 
 def _config_args(p: argparse.ArgumentParser, default_preset: str | None = None) -> None:
@@ -64,18 +63,17 @@ def cmd_models(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    from coordinator.services import serve
     from populora.logs import setup_logging
 
     setup_logging(json_lines=os.environ.get("POPULORA_LOG_JSON", "1") == "1")
-    cfg = load_cli_config(args)
-    server = importlib.import_module(f"services.{args.service}.server")
-    return int(server.serve(cfg, port=args.port, host=args.host) or 0)
+    return int(serve(args.service, load_cli_config(args), port=args.port, bind=args.bind) or 0)
 
 
 def cmd_train(args: argparse.Namespace) -> int:
     from coordinator.train import main as train_main
 
-    return int(train_main(args) or 0)
+    return int(train_main(args, load_cli_config(args)) or 0)
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -108,9 +106,10 @@ def build_parser() -> argparse.ArgumentParser:
     m.set_defaults(func=cmd_models)
 
     s = sub.add_parser("serve", help="start one service (distributed mode)")
-    s.add_argument("service", choices=SERVICES)
+    s.add_argument("service", choices=SERVICE_NAMES)
     s.add_argument("--port", type=int, default=None, help="gRPC port (default: services.<name>.port)")
-    s.add_argument("--host", default="0.0.0.0", help="listen address")
+    s.add_argument("--bind", default=None,
+                   help="listen address (default: services.<name>.bind, loopback unless the config says otherwise)")
     _config_args(s, default_preset=None)
     s.set_defaults(func=cmd_serve)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -15,9 +16,8 @@ from pathlib import Path
 import yaml
 
 from populora.config import load_config
-from populora.rpc import wait_ready
+from populora.rpc import SERVICE_NAMES, wait_ready
 
-SERVICES = ("inference", "trainer", "league", "sandbox", "evolver")
 DEFAULT_PG = "postgresql+psycopg://postgres@127.0.0.1:5432/populora"
 
 
@@ -50,7 +50,7 @@ class LocalCluster:
         self.workdir = Path(workdir).resolve()
         self.workdir.mkdir(parents=True, exist_ok=True)
         ports = []
-        for name in SERVICES:
+        for name in SERVICE_NAMES:
             ports += [f"services.{name}.host=127.0.0.1", f"services.{name}.port={free_port()}"]
             if name in ("league", "sandbox"):
                 ports.append(f"services.{name}.rest_port={free_port()}")
@@ -66,11 +66,12 @@ class LocalCluster:
         self.procs: dict[str, subprocess.Popen] = {}
         self.logs = self.workdir / "logs"
         self.logs.mkdir(exist_ok=True)
+        self.token = secrets.token_urlsafe(24)  # every service and worker of this cluster gets it from the environment
 
     def env(self) -> dict[str, str]:
         env = dict(os.environ)
         env.update({"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "POPULORA_LOG_JSON": "1",
-                    "PYTHONUNBUFFERED": "1"})
+                    "PYTHONUNBUFFERED": "1", "POPULORA_TOKEN": self.token})
         env.pop("POPULORA_CONFIG", None)
         return env
 
@@ -82,15 +83,15 @@ class LocalCluster:
         log = open(self.logs / f"{name}.log", "ab")
         self.procs[name] = subprocess.Popen(
             [sys.executable, "-m", "coordinator.cli", "serve", name, "--config", str(self.config_path),
-             "--host", "127.0.0.1"], stdout=log, stderr=subprocess.STDOUT, env=self.env(),
+             "--bind", "127.0.0.1"], stdout=log, stderr=subprocess.STDOUT, env=self.env(),
             start_new_session=True)
 
     def start(self, timeout: float = 300.0) -> None:
         if self.cfg.league.db_url.startswith("postgresql"):
             ensure_database(self.cfg.league.db_url)
-        for name in SERVICES:
+        for name in SERVICE_NAMES:
             self.start_service(name)
-        for name in SERVICES:
+        for name in SERVICE_NAMES:
             self.wait(name, timeout)
 
     def wait(self, name: str, timeout: float = 300.0) -> None:
@@ -150,10 +151,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--set", dest="overrides", action="append", default=[])
     args = p.parse_args(argv)
     cluster = LocalCluster(Path(args.workdir), args.preset, args.overrides, db_url=args.db_url)
-    print(f"starting {', '.join(SERVICES)} on loopback (logs in {cluster.logs})", flush=True)
+    print(f"starting {', '.join(SERVICE_NAMES)} on loopback (logs in {cluster.logs})", flush=True)
     try:
         cluster.start()
-        print("services ready: " + ", ".join(f"{n}@{cluster.address(n)}" for n in SERVICES), flush=True)
+        print("services ready: " + ", ".join(f"{n}@{cluster.address(n)}" for n in SERVICE_NAMES), flush=True)
         run_id = f"dist-{time.strftime('%Y%m%d-%H%M%S')}"
         rc = subprocess.call(cluster.train_command(run_id, args.steps), env=cluster.env())
         print(yaml.safe_dump({"run_id": run_id, "exit_code": rc, "config": str(cluster.config_path)}), flush=True)

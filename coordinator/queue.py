@@ -1,4 +1,5 @@
-"""The step-phase queue: one interface, an in-process implementation (embedded) and Redis Streams (distributed).
+"""The step-phase queue of distributed runs: Redis Streams with one consumer group per run (embedded runs call their
+phases directly and need no queue).
 
 A job names one phase of one step of one run. A consumer acknowledges a job only after the phase's result is
 persisted, so a worker killed mid-phase leaves its job pending; another consumer reclaims it after `claim_idle_ms`
@@ -8,10 +9,6 @@ and runs the phase again (phases are idempotent: see coordinator.phases).
 from __future__ import annotations
 
 import json
-import queue as _queue
-import threading
-import time
-from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass
 
 
@@ -39,70 +36,7 @@ class Delivery:
     deliveries: int = 1
 
 
-class StepQueue(ABC):
-    """Phase jobs for one run; at-least-once delivery, acknowledged after the result is persisted."""
-
-    @abstractmethod
-    def publish(self, job: PhaseJob) -> str: ...
-
-    @abstractmethod
-    def consume(self, consumer: str, block_ms: int = 1000) -> Delivery | None:
-        """The next job for this consumer: a reclaimed stale one first, else a new one; None after block_ms."""
-
-    @abstractmethod
-    def ack(self, delivery: Delivery) -> None: ...
-
-    @abstractmethod
-    def depth(self) -> int:
-        """Jobs published and not yet acknowledged."""
-
-    def close(self) -> None:  # noqa: B027 - optional
-        pass
-
-
-class InProcessQueue(StepQueue):
-    """Embedded mode: a thread-safe FIFO; unacknowledged jobs go back to the front when reclaimed."""
-
-    def __init__(self, claim_idle_ms: int = 60_000):
-        self._q: _queue.Queue[Delivery] = _queue.Queue()
-        self._pending: dict[str, tuple[Delivery, float]] = {}
-        self._lock = threading.Lock()
-        self._next = 0
-        self.claim_idle_ms = claim_idle_ms
-
-    def publish(self, job: PhaseJob) -> str:
-        with self._lock:
-            self._next += 1
-            entry = f"{self._next}-0"
-        self._q.put(Delivery(entry, job))
-        return entry
-
-    def consume(self, consumer: str, block_ms: int = 1000) -> Delivery | None:
-        now = time.monotonic()
-        with self._lock:
-            for entry, (d, since) in list(self._pending.items()):
-                if (now - since) * 1000 >= self.claim_idle_ms:
-                    again = Delivery(entry, d.job, d.deliveries + 1)
-                    self._pending[entry] = (again, now)
-                    return again
-        try:
-            d = self._q.get(timeout=block_ms / 1000)
-        except _queue.Empty:
-            return None
-        with self._lock:
-            self._pending[d.entry_id] = (d, time.monotonic())
-        return d
-
-    def ack(self, delivery: Delivery) -> None:
-        with self._lock:
-            self._pending.pop(delivery.entry_id, None)
-
-    def depth(self) -> int:
-        with self._lock:
-            return self._q.qsize() + len(self._pending)
-
-
-class RedisStreamQueue(StepQueue):
+class RedisStreamQueue:
     """Distributed mode: one Redis stream per run with one consumer group; XAUTOCLAIM reclaims stale entries."""
 
     GROUP = "workers"
@@ -118,6 +52,11 @@ class RedisStreamQueue(StepQueue):
         except redis.ResponseError as e:
             if "BUSYGROUP" not in str(e):
                 raise
+
+    @classmethod
+    def from_config(cls, cfg, run_id: str) -> RedisStreamQueue:
+        q = cfg.queue
+        return cls(q.redis_url, run_id, q.stream_prefix, q.claim_idle_ms)
 
     def publish(self, job: PhaseJob) -> str:
         entry = self.client.xadd(self.stream, {"job": job.to_json()})
@@ -158,9 +97,3 @@ class RedisStreamQueue(StepQueue):
 
     def close(self) -> None:
         self.client.close()
-
-
-def make_queue(cfg, run_id: str) -> StepQueue:
-    if cfg.queue.backend == "redis":
-        return RedisStreamQueue(cfg.queue.redis_url, run_id, cfg.queue.stream_prefix, cfg.queue.claim_idle_ms)
-    return InProcessQueue(cfg.queue.claim_idle_ms)

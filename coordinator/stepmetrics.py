@@ -1,5 +1,5 @@
-"""Per-step metrics computed from the persisted phase results (so a resumed run rewrites them identically), written
-as JSONL and TensorBoard scalars."""
+"""Per-step metrics computed from a step's stored records (so a resumed run writes them identically), written as
+JSONL and TensorBoard scalars; the report reads the JSONL."""
 
 from __future__ import annotations
 
@@ -9,7 +9,9 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from statistics import mean
 
-from coordinator.context import RunContext
+from coordinator.step import Prepared, StepRecord
+from populora.config import Config
+from populora.records import to_json
 from populora.tasks import student_reward, teacher_reward
 
 
@@ -18,60 +20,56 @@ def _mean(xs) -> float | None:
     return mean(xs) if xs else None
 
 
-def step_metrics(ctx: RunContext, step: int, phase_seconds: dict[str, float]) -> dict:
-    cfg = ctx.cfg
-    out: dict = {"step": step, "seconds": phase_seconds, "step_seconds": sum(phase_seconds.values())}
-    if step == 0:
-        seed = ctx.result(0, "seed")
-        out.update({"seed_sizes": seed["sizes"], "seed_reasons": seed["reasons"], "seed_rounds": seed["rounds"]})
-        return out
-    proposals = ctx.result(step, "propose")["proposals"]
-    verdicts = ctx.result(step, "validate")["verdicts"]
-    attempts = ctx.result(step, "solve")["attempts"]
-    check = ctx.result(step, "check")
+def prepared_metrics(prepared: Prepared, seconds: dict[str, float]) -> dict:
+    s = prepared.seeded
+    return {"step": 0, "seconds": seconds, "step_seconds": sum(seconds.values()), "seed_sizes": s.sizes,
+            "seed_reasons": s.reasons, "seed_rounds": s.rounds}
+
+
+def step_metrics(cfg: Config, r: StepRecord, seconds: dict[str, float]) -> dict:
+    """Valid-proposal and solve rates, rewards and complexity per task type; ratings, updates, evolution."""
+    out: dict = {"step": r.step, "seconds": seconds, "step_seconds": sum(seconds.values())}
+    proposals, verdicts = r.proposed.proposals, r.validated.verdicts
+    attempts, rho, outcomes = r.solved.attempts, r.checked.rho, r.checked.outcomes
+    rewards = cfg.rewards
     by_type: dict[str, dict] = {}
     for tt in cfg.tasks.task_types:
-        props = [p for p in proposals if p["task_type"] == tt]
-        valid = [p for p in props if verdicts[p["id"]]["valid"]]
-        rhos = [check["rho"].get(p["id"]) for p in valid]
-        atts = [a for a in attempts if a["task_id"] in {p["id"] for p in valid}]
-        cx = [verdicts[p["id"]]["task"].get("complexity") or {} for p in valid]
+        props = [p for p in proposals if p.task_type == tt]
+        valid = [p for p in props if verdicts[p.id].valid]
+        valid_ids = {p.id for p in valid}
+        atts = [a for a in attempts if a.task_id in valid_ids]
+        cx = [verdicts[p.id].task.complexity or {} for p in valid]
         by_type[tt] = {
             "proposals": len(props),
             "valid_rate": len(valid) / len(props) if props else None,
-            "rejections": dict(Counter(verdicts[p["id"]]["reason"] for p in props if not verdicts[p["id"]]["valid"])),
-            "solve_rate": _mean(rhos),
-            "teacher_reward": _mean(teacher_reward(verdicts[p["id"]]["valid"], check["rho"].get(p["id"]),
-                                                   cfg.rewards.teacher_reward, cfg.rewards) for p in props),
-            "student_reward": _mean(student_reward(check["outcomes"][a["id"]], cfg.rewards) for a in atts),
+            "rejections": dict(Counter(verdicts[p.id].reason for p in props if not verdicts[p.id].valid)),
+            "solve_rate": _mean(rho.get(p.id) for p in valid),
+            "teacher_reward": _mean(teacher_reward(verdicts[p.id].valid, rho.get(p.id), rewards.teacher_reward,
+                                                   rewards) for p in props),
+            "student_reward": _mean(student_reward(outcomes[a.id], rewards) for a in atts),
             "ast_depth": _mean(c.get("ast_depth") for c in cx),
             "cyclomatic": _mean(c.get("cyclomatic") for c in cx),
             "lines_of_code": _mean(c.get("lines_of_code") for c in cx),
         }
     out["task_types"] = by_type
+    student_of = {a.task_id: a.student for a in attempts}
     solved_by: dict[str, list[float]] = defaultdict(list)
     for p in proposals:
-        r = check["rho"].get(p["id"])
-        if r is not None:
-            student = next(a["student"] for a in attempts if a["task_id"] == p["id"])
-            solved_by[student].append(r)
+        if rho.get(p.id) is not None:
+            solved_by[student_of[p.id]].append(rho[p.id])
     out["student_solve_rate"] = {s: _mean(v) for s, v in sorted(solved_by.items())}
-    out["valid_rate"] = (sum(verdicts[p["id"]]["valid"] for p in proposals) / len(proposals)) if proposals else None
-    out["outcomes"] = dict(Counter(check["outcomes"].values()))
-    gen_tokens = {"propose": sum(len(p["response_token_ids"]) for p in proposals),
-                  "solve": sum(len(a["response_token_ids"]) for a in attempts)}
+    out["valid_rate"] = sum(verdicts[p.id].valid for p in proposals) / len(proposals) if proposals else None
+    out["outcomes"] = dict(Counter(outcomes.values()))
+    gen_tokens = {"propose": sum(len(p.response_token_ids) for p in proposals),
+                  "solve": sum(len(a.response_token_ids) for a in attempts)}
     out["tokens"] = gen_tokens
-    out["tokens_per_s"] = {k: v / phase_seconds[k] for k, v in gen_tokens.items() if phase_seconds.get(k)}
-    rate = ctx.result(step, "rate")
-    out["ratings"] = rate["ratings"]
-    out["matches_reported"] = len(rate["reported"])
-    update = ctx.result(step, "update")
-    out["updates"] = update["stats"]
-    out["population"] = update["population"]
-    evolve = ctx.maybe_result(step, "evolve")
-    if evolve is not None:
-        out["evolution"] = evolve["events"]
-        out["population"] = evolve["population"]
+    out["tokens_per_s"] = {k: v / seconds[k] for k, v in gen_tokens.items() if seconds.get(k)}
+    out["ratings"] = to_json(r.rated.ratings)
+    out["matches_reported"] = len(r.rated.reported)
+    out["updates"] = to_json(r.updated.stats)
+    out["population"] = to_json(r.population)
+    if r.evolved is not None:
+        out["evolution"] = to_json(r.evolved.events)
     return out
 
 
@@ -93,7 +91,7 @@ class MetricsWriter:
         return self._tb
 
     def rewrite(self, rows: list[dict]) -> None:
-        """Replace metrics.jsonl with rows (used on resume: metrics come from the persisted phases)."""
+        """Replace metrics.jsonl with rows (used on resume: metrics come from the stored phases)."""
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
         tmp.replace(self.path)

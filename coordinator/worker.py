@@ -1,7 +1,9 @@
-"""Phase workers: consume phase jobs from the step queue, run the phase, persist its result, then acknowledge.
+"""Phase workers (distributed mode): take a phase job from the step queue, run that phase, store its result, then
+acknowledge. A worker runs the same step function as the coordinator: replaying it, every earlier phase is read from
+the journal and the job's phase is computed (coordinator.journal.PhaseJournal).
 
 `python -m coordinator.worker --run-id RUN --db-url URL` joins a distributed run as one more worker; its config is
-the run's own (read from the state store).
+the run's own (read from the journal), its token comes from the environment.
 """
 
 from __future__ import annotations
@@ -15,94 +17,98 @@ import threading
 import time
 import traceback
 
-from coordinator.context import RunContext
-from coordinator.phases import PHASES
-from coordinator.queue import Delivery, StepQueue
+from coordinator.journal import JournalDB, PhaseDone, PhaseJournal, failed_key
+from coordinator.phases import Run
+from coordinator.queue import Delivery, RedisStreamQueue
+from coordinator.step import prepare, train_step
 from populora.logs import run_id_var, step_var
 
 log = logging.getLogger(__name__)
 MAX_DELIVERIES = 4
 
 
-class PhaseFailed(RuntimeError):
-    pass
+def run_phase(run: Run, db: JournalDB, step: int, phase: str, attempts: int = 1) -> None:
+    """Compute and store one phase of one step (a no-op when it is stored already)."""
+    j = PhaseJournal(db, run.run_id, step, phase, attempts)
+    try:
+        if step == 0:
+            prepare(j, run)
+        else:
+            train_step(j, run, step)
+    except PhaseDone:
+        return
+    raise RuntimeError(f"run {run.run_id}: step {step} has no phase '{phase}'")
 
 
 class Worker:
-    def __init__(self, ctx: RunContext, queue: StepQueue, name: str | None = None):
-        self.ctx = ctx
-        self.queue = queue
+    def __init__(self, run: Run, db: JournalDB, queue: RedisStreamQueue, name: str | None = None):
+        self.run, self.db, self.queue = run, db, queue
         self.name = name or f"{socket.gethostname()}-{os.getpid()}-{threading.get_ident() % 10000}"
 
-    def process(self, delivery: Delivery, raise_errors: bool = False) -> None:
-        """Run one job unless its result exists; persist, then ack. A failure leaves the job pending (retried after
-        the idle timeout) until MAX_DELIVERIES, then the run is marked failed."""
+    def process(self, delivery: Delivery) -> None:
+        """Run one job; store, then ack. A failure leaves the job pending (taken over after the idle timeout)
+        until MAX_DELIVERIES, then the run is marked failed."""
         job = delivery.job
         run_id_var.set(job.run_id)
         step_var.set(job.step)
-        if self.ctx.state.get(job.run_id, job.step, job.phase) is not None:
-            self.queue.ack(delivery)
-            return
         start = time.perf_counter()
         try:
-            result = PHASES[job.phase](self.ctx, job.step)
+            run_phase(self.run, self.db, job.step, job.phase, delivery.deliveries)
         except Exception as e:
             log.error("phase %s of step %d failed (delivery %d): %s", job.phase, job.step, delivery.deliveries, e)
-            if raise_errors:
-                raise
             if delivery.deliveries >= MAX_DELIVERIES:
-                self.ctx.state.put(job.run_id, job.step, f"failed:{job.phase}",
-                                   {"error": f"{type(e).__name__}: {e}", "trace": traceback.format_exc()[-4000:]},
-                                   time.perf_counter() - start, delivery.deliveries)
-                self.ctx.state.set_status(job.run_id, "failed")
+                self.db.put(job.run_id, job.step, failed_key(job.phase),
+                            {"error": f"{type(e).__name__}: {e}", "trace": traceback.format_exc()[-4000:]},
+                            time.perf_counter() - start, delivery.deliveries)
+                self.db.set_status(job.run_id, "failed")
                 self.queue.ack(delivery)
             return
-        self.ctx.state.put(job.run_id, job.step, job.phase, result, time.perf_counter() - start,
-                           delivery.deliveries)
         self.queue.ack(delivery)
 
     def run_forever(self, stop: threading.Event, block_ms: int = 1000) -> None:
         while not stop.is_set():
             delivery = self.queue.consume(self.name, block_ms=block_ms)
-            if delivery is not None and delivery.job.run_id == self.ctx.run_id:
+            if delivery is not None and delivery.job.run_id == self.run.run_id:
                 self.process(delivery)
 
 
+def start_worker_threads(run: Run, db: JournalDB, queue: RedisStreamQueue, n: int) -> threading.Event:
+    """`n` worker threads in this process (the coordinator's own); set the returned event to stop them."""
+    stop = threading.Event()
+    for i in range(n):
+        w = Worker(run, db, queue, name=f"coordinator-{i}")
+        threading.Thread(target=w.run_forever, args=(stop,), daemon=True, name=f"worker-{i}").start()
+    return stop
+
+
 def main(argv: list[str] | None = None) -> int:
-    from coordinator.context import make_clients
-    from coordinator.queue import make_queue
-    from coordinator.state import StateStore
-    from populora.config import load_config
+    import signal
+
+    from coordinator.services import open_services
+    from populora.config import config_from_yaml
     from populora.logs import setup_logging
     from populora.store import ArtifactStore
 
     p = argparse.ArgumentParser(prog="python -m coordinator.worker", description=__doc__)
     p.add_argument("--run-id", required=True)
-    p.add_argument("--db-url", required=True, help="the shared database holding the run's state")
+    p.add_argument("--db-url", required=True, help="the shared database holding the run's journal")
     p.add_argument("--name", default=None, help="consumer name (default: host-pid)")
     p.add_argument("--wait-s", type=float, default=300.0, help="how long to wait for the run to be created")
     args = p.parse_args(argv)
     setup_logging(json_lines=True)
-    state = StateStore(args.db_url)
+    db = JournalDB(args.db_url)
     deadline = time.monotonic() + args.wait_s
-    run = state.get_run(args.run_id)
-    while run is None and time.monotonic() < deadline:  # a worker may start before the coordinator
+    stored = db.get_run(args.run_id)
+    while stored is None and time.monotonic() < deadline:  # a worker may start before the coordinator
         time.sleep(0.5)
-        run = state.get_run(args.run_id)
-    if run is None:
+        stored = db.get_run(args.run_id)
+    if stored is None:
         print(f"error: run '{args.run_id}' not found in {args.db_url} after {args.wait_s:.0f}s", file=sys.stderr)
         return 2
-    import tempfile
-
-    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
-        f.write(run["config_yaml"])
-    cfg = load_config(path=f.name, env=False)
-    os.unlink(f.name)
-    ctx = RunContext(args.run_id, cfg, make_clients(cfg), state, ArtifactStore(cfg.store_root), progress=False)
-    worker = Worker(ctx, make_queue(cfg, args.run_id), args.name)
+    cfg = config_from_yaml(stored["config_yaml"], f"the stored config of run {args.run_id}")
+    run = Run(args.run_id, cfg, open_services(cfg), ArtifactStore(cfg.store_root))
+    worker = Worker(run, db, RedisStreamQueue.from_config(cfg, args.run_id), args.name)
     stop = threading.Event()
-    import signal
-
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     log.info("worker %s consuming run %s", worker.name, args.run_id)
@@ -110,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         delivery = worker.queue.consume(worker.name, block_ms=1000)
         if delivery is not None:
             worker.process(delivery)
-        elif state.get_run(args.run_id)["status"] != "running":
+        elif db.get_run(args.run_id)["status"] != "running":
             break
     return 0
 

@@ -190,8 +190,6 @@ class LeagueConfig(Section):
     """Exponential decay of the teacher x student payoff matrix per new match."""
     db_url: str = "sqlite:///{output_dir}/league.sqlite"
     """SQLAlchemy URL of the league database; `{output_dir}` is filled in. Distributed: postgresql+psycopg://..."""
-    token: str = ""
-    """Bearer token for REST writes; empty = $POPULORA_TOKEN (writes are refused if both are empty)."""
     read_cache_s: float = Field(1.0, ge=0)
     """REST read cache lifetime in seconds (leaderboard, payoff); writes through the same service invalidate it at
     once, so this only bounds how stale writes made by another league replica can look. 0 = no cache."""
@@ -273,8 +271,6 @@ class SandboxConfig(Section):
     """Seconds an open circuit breaker waits before it lets one call through."""
     db_url: str = ""
     """Database of the external-verifier registry; empty = league.db_url (one shared database)."""
-    token: str = ""
-    """Bearer token for REST writes; empty = $POPULORA_TOKEN."""
 
 
 class QueueConfig(Section):
@@ -290,7 +286,10 @@ class QueueConfig(Section):
 
 class ServiceEndpoint(Section):
     host: str = "127.0.0.1"
-    """Address the service listens on / clients connect to."""
+    """Address clients connect to (a host name in containers: `league`, `sandbox`, ...)."""
+    bind: str = "127.0.0.1"
+    """Address the service listens on: loopback unless a deployment says otherwise (the container files bind
+    0.0.0.0, inside their own network namespace)."""
     port: int = Field(ge=1, le=65535)
     """gRPC port."""
     metrics_port: int = Field(0, ge=0, le=65535)
@@ -312,6 +311,11 @@ class ServicesConfig(Section):
     """Evolver service endpoint."""
     grpc_timeout_s: float = Field(600.0, gt=0)
     """Deadline of one gRPC call from the coordinator."""
+    grpc_retries: int = Field(3, ge=0, le=4)
+    """Retries of a gRPC call that finds its server UNAVAILABLE (restarting); every write is idempotent."""
+    token: str = ""
+    """Bearer token every write needs, gRPC (`authorization` metadata) and REST (`Authorization` header) alike; read
+    from $POPULORA_TOKEN when that is set. A server with no token refuses every write; reads stay open."""
 
     @model_validator(mode="before")
     @classmethod
@@ -394,7 +398,10 @@ class Config(Section):
         return self.generation.teacher_max_new_tokens or self.generation.max_new_tokens
 
     def to_yaml(self) -> str:
-        return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False, width=110)
+        """The config as YAML, as runs store it; secrets (services.token) are left out."""
+        tree = self.model_dump(mode="json")
+        tree["services"]["token"] = ""
+        return yaml.safe_dump(tree, sort_keys=False, width=110)
 
 
 def list_presets() -> list[str]:
@@ -429,9 +436,15 @@ def parse_override(text: str) -> tuple[str, Any]:
     return key, value
 
 
+# Environment variables that name one field directly (secrets are set this way in containers and CI).
+ENV_ALIASES = {"POPULORA_TOKEN": "services.token"}
+
+
 def _env_overrides() -> list[tuple[str, Any]]:
-    """POPULORA__SECTION__FIELD=value environment variables (how containers configure services)."""
-    out = []
+    """POPULORA__SECTION__FIELD=value environment variables (how containers configure services), and the aliases
+    of ENV_ALIASES (taken as plain strings)."""
+    out: list[tuple[str, Any]] = [(field, os.environ[name]) for name, field in ENV_ALIASES.items()
+                                  if os.environ.get(name)]
     for name, raw in sorted(os.environ.items()):
         if name.startswith("POPULORA__") and len(name) > len("POPULORA__"):
             dotted = ".".join(p.lower() for p in name[len("POPULORA__"):].split("__"))
@@ -449,6 +462,36 @@ def _format_error(err: ValidationError, source: str) -> str:
         lines.append(f"  {field}: {msg}" + (f" (got {e['input']!r})" if "input" in e and e["type"] != "extra_forbidden"
                                              and not isinstance(e["input"], dict) else ""))
     return "\n".join(lines)
+
+
+# Fields of earlier releases that a stored run's config may still hold: dropped on load.
+LEGACY_FIELDS = ("league.token", "sandbox.token")
+
+
+def _drop_legacy(tree: dict[str, Any]) -> None:
+    for dotted in LEGACY_FIELDS:
+        section, name = dotted.split(".")
+        if isinstance(tree.get(section), dict):
+            tree[section].pop(name, None)
+
+
+def config_from_yaml(text: str, source: str = "a stored run's config") -> Config:
+    """A config a run stored (Config.to_yaml): no environment overrides, so the run keeps the settings it started
+    with, except its secrets, which are never stored and come from the environment (ENV_ALIASES)."""
+    try:
+        tree = yaml.safe_load(text) or {}
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{source} is not valid YAML: {e}") from e
+    if not isinstance(tree, dict):
+        raise ConfigError(f"{source} must hold a mapping of sections")
+    _drop_legacy(tree)
+    for name, dotted in ENV_ALIASES.items():
+        if os.environ.get(name):
+            _set_path(tree, dotted, os.environ[name])
+    try:
+        return Config.model_validate(tree)
+    except ValidationError as e:
+        raise ConfigError(_format_error(e, source)) from None
 
 
 def load_config(preset: str | None = None, path: str | Path | None = None,
@@ -474,6 +517,7 @@ def load_config(preset: str | None = None, path: str | Path | None = None,
         if not isinstance(tree, dict):
             raise ConfigError(f"config file {file} must hold a mapping of sections")
         source = source if preset else str(file)
+    _drop_legacy(tree)
     pairs = (_env_overrides() if env else []) + [parse_override(o) for o in overrides or []]
     for key, value in pairs:
         _set_path(tree, key, value)

@@ -1,25 +1,49 @@
-"""gRPC plumbing shared by every service: server start-up with the standard health service, error mapping,
-conversion of AdapterRef messages, and client channels."""
+"""gRPC plumbing shared by every service: the contracts, one generic server and one generic client built from them,
+the service token, error mapping, health, and AdapterRef conversion.
+
+A service is a plain object with one method per RPC of its contract (`LeagueService.Matchmake(request) -> response`),
+speaking the proto messages. In process, the object IS the client. Over the network, `serve` exposes it through a
+handler built from the contract's descriptor, and `connect` returns a `Remote` whose methods have the same names and
+messages, so a caller cannot tell the two apart: both raise `ServiceError` on failure.
+"""
 
 from __future__ import annotations
 
+import hmac
+import json
 import logging
-from collections.abc import Callable, Iterable
+import threading
+from collections.abc import Callable, Iterable, Iterator
 from concurrent import futures
 from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
 
 import grpc
+from google.protobuf.descriptor import ServiceDescriptor
+from google.protobuf.message_factory import GetMessageClass
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from populora.pb import common_pb2
-from populora.store import AdapterRef
+from populora.pb import common_pb2, evolver_pb2, inference_pb2, league_pb2, sandbox_pb2, trainer_pb2
+
+if TYPE_CHECKING:
+    from populora.store import AdapterRef
 
 log = logging.getLogger(__name__)
 MAX_MESSAGE_BYTES = 256 * 1024 * 1024
 
+# The one list of services: config name -> its gRPC contract (proto/<name>.proto).
+CONTRACTS: dict[str, ServiceDescriptor] = {
+    "inference": inference_pb2.DESCRIPTOR.services_by_name["Inference"],
+    "trainer": trainer_pb2.DESCRIPTOR.services_by_name["Trainer"],
+    "league": league_pb2.DESCRIPTOR.services_by_name["League"],
+    "sandbox": sandbox_pb2.DESCRIPTOR.services_by_name["Sandbox"],
+    "evolver": evolver_pb2.DESCRIPTOR.services_by_name["Evolver"],
+}
+SERVICE_NAMES = tuple(CONTRACTS)
+
 
 class ServiceError(Exception):
-    """An error a servicer turns into a gRPC status: `code` is a grpc.StatusCode, the message is for the user."""
+    """An error a service raises for its caller: `code` is a grpc.StatusCode, the message is for the user."""
 
     def __init__(self, code: grpc.StatusCode, message: str):
         super().__init__(message)
@@ -43,9 +67,36 @@ def exhausted(message: str) -> ServiceError:
     return ServiceError(grpc.StatusCode.RESOURCE_EXHAUSTED, message)
 
 
+def ref_to_pb(ref: AdapterRef) -> common_pb2.AdapterRef:
+    return common_pb2.AdapterRef(adapter_id=ref.adapter_id, version=ref.version, uri=ref.uri)
+
+
+def ref_from_pb(msg: common_pb2.AdapterRef) -> AdapterRef:
+    from populora.store import AdapterRef
+
+    return AdapterRef(msg.adapter_id, int(msg.version), msg.uri)
+
+
+def is_read_only(method) -> bool:
+    """Whether a contract method is marked `option (populora.v1.read_only) = true` (proto/common.proto)."""
+    return bool(method.GetOptions().Extensions[common_pb2.read_only])
+
+
+def token_matches(given: str, token: str) -> bool:
+    """Constant-time comparison of a presented bearer token; never true while no token is configured."""
+    return bool(token) and hmac.compare_digest(given.encode(), token.encode())
+
+
+def bearer(header: str) -> str:
+    """The token of an `authorization: Bearer <token>` value ("" when the scheme is not Bearer)."""
+    scheme, _, value = header.partition(" ")
+    return value.strip() if scheme.lower() == "bearer" else ""
+
+
+# ----------------------------------------------------------------------------------------------------- server
 @contextmanager
-def status_on_error(context: grpc.ServicerContext):
-    """Inside a servicer method: ServiceError -> its status; anything else -> INTERNAL, logged, server alive."""
+def status_on_error(context: grpc.ServicerContext, method: str):
+    """Inside a handler: ServiceError -> its status; anything else -> INTERNAL, logged, server alive."""
     try:
         yield
     except ServiceError as e:
@@ -53,52 +104,200 @@ def status_on_error(context: grpc.ServicerContext):
     except Exception as e:  # noqa: BLE001 - one request's bug must not take the server down
         if isinstance(e, grpc.RpcError) or type(e).__name__ == "_AbortedError":
             raise
-        log.exception("internal error in %s", getattr(context, "_rpc_event", "rpc"))
+        log.exception("internal error in %s", method)
         context.abort(grpc.StatusCode.INTERNAL, f"{type(e).__name__}: {e}")
 
 
-def ref_to_pb(ref: AdapterRef) -> common_pb2.AdapterRef:
-    return common_pb2.AdapterRef(adapter_id=ref.adapter_id, version=ref.version, uri=ref.uri)
+def _handler(service: object, contract: ServiceDescriptor) -> grpc.GenericRpcHandler:
+    """A gRPC handler for every method of `contract`, each calling the service's method of the same name."""
+    handlers = {}
+    for m in contract.methods:
+        fn = getattr(service, m.name, None)
+        if fn is None:
+            raise TypeError(f"{type(service).__name__} has no method {m.name} of {contract.full_name}")
+        request, response = GetMessageClass(m.input_type), GetMessageClass(m.output_type)
+        if m.server_streaming:
+            def stream(req, ctx, fn=fn, name=m.full_name):
+                with status_on_error(ctx, name):
+                    yield from fn(req)
+
+            handlers[m.name] = grpc.unary_stream_rpc_method_handler(stream, request.FromString,
+                                                                    response.SerializeToString)
+        else:
+            def unary(req, ctx, fn=fn, name=m.full_name):
+                with status_on_error(ctx, name):
+                    return fn(req)
+
+            handlers[m.name] = grpc.unary_unary_rpc_method_handler(unary, request.FromString,
+                                                                   response.SerializeToString)
+    return grpc.method_handlers_generic_handler(contract.full_name, handlers)
 
 
-def ref_from_pb(msg: common_pb2.AdapterRef) -> AdapterRef:
-    return AdapterRef(msg.adapter_id, int(msg.version), msg.uri)
+class TokenInterceptor(grpc.ServerInterceptor):
+    """Every method of the served contracts not marked read-only needs `authorization: Bearer <token>` metadata;
+    without it (or with a wrong one, or while the server has no token configured) the call ends UNAUTHENTICATED
+    before the service sees it, so it changes nothing. The health service and read-only methods are open."""
+
+    def __init__(self, token: str, contracts: Iterable[ServiceDescriptor]):
+        self.token = token
+        self.guarded = {f"/{c.full_name}/{m.name}": m.server_streaming
+                        for c in contracts for m in c.methods if not is_read_only(m)}
+
+    def intercept_service(self, continuation, details):
+        streaming = self.guarded.get(details.method)
+        if streaming is None:
+            return continuation(details)
+        given = bearer(dict(details.invocation_metadata or ()).get("authorization", ""))
+        if token_matches(given, self.token):
+            return continuation(details)
+        why = ("this server has no token configured, so it refuses every write: set services.token (or "
+               "$POPULORA_TOKEN) on it" if not self.token else
+               "this call needs the metadata 'authorization: Bearer <services.token>'")
+
+        def deny(request, context):
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, why)
+
+        if streaming:
+            def deny_stream(request, context):
+                deny(request, context)
+                yield  # pragma: no cover - abort raised
+
+            return grpc.unary_stream_rpc_method_handler(deny_stream)
+        return grpc.unary_unary_rpc_method_handler(deny)
 
 
-def make_server(add_servicers: Iterable[Callable[[grpc.Server], None]], port: int, host: str = "0.0.0.0",
-                max_workers: int = 16, service_names: Iterable[str] = (),
-                interceptors: Iterable[grpc.ServerInterceptor] = ()) -> tuple[grpc.Server, int,
-                                                                               health.HealthServicer]:
-    """A started gRPC server with the standard health service (SERVING for "" and every name given).
+def contract_of(service: object) -> ServiceDescriptor:
+    contract = getattr(service, "CONTRACT", None)
+    if not isinstance(contract, ServiceDescriptor):
+        raise TypeError(f"{type(service).__name__} declares no CONTRACT (a ServiceDescriptor from rpc.CONTRACTS)")
+    return contract
 
-    Returns (server, bound port, health servicer); port 0 binds a free port.
-    """
+
+def make_server(services: Iterable[object], port: int, host: str = "127.0.0.1", token: str = "",
+                max_workers: int = 16, interceptors: Iterable[grpc.ServerInterceptor] = ()
+                ) -> tuple[grpc.Server, int, health.HealthServicer]:
+    """A started gRPC server for `services` (objects with a CONTRACT), with the token interceptor and the
+    standard health service (SERVING for "" and each contract's name). Returns (server, bound port, health);
+    port 0 binds a free port."""
+    services = list(services)
+    contracts = [contract_of(s) for s in services]
     opts = [("grpc.max_send_message_length", MAX_MESSAGE_BYTES), ("grpc.max_receive_message_length",
                                                                     MAX_MESSAGE_BYTES)]
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers), options=opts,
-                         interceptors=list(interceptors))
-    for add in add_servicers:
-        add(server)
+                         interceptors=[TokenInterceptor(token, contracts), *interceptors])
+    server.add_generic_rpc_handlers([_handler(s, c) for s, c in zip(services, contracts)])
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     bound = server.add_insecure_port(f"{host}:{port}")
     if bound == 0:
         raise OSError(f"cannot listen on {host}:{port} (in use?)")
     server.start()
-    for name in ("", *service_names):
+    for name in ("", *(c.full_name for c in contracts)):
         health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     return server, bound, health_servicer
 
 
-def channel(address: str) -> grpc.Channel:
-    # round_robin spreads calls over every address a name resolves to (e.g. a headless k8s Service of sandbox
-    # replicas: use "dns:///sandbox:50054"); with one address it behaves like the default.
-    opts = [("grpc.max_send_message_length", MAX_MESSAGE_BYTES), ("grpc.max_receive_message_length",
-                                                                    MAX_MESSAGE_BYTES),
-            ("grpc.lb_policy_name", "round_robin")]
+def run_server(name: str, service: object, port: int, host: str, token: str, metrics_port: int = 0,
+               rest_app=None, rest_port: int = 0, max_workers: int = 16) -> int:
+    """Serve one service over gRPC (token, health, metrics interceptor), its /metrics (on the REST app when it has
+    one, else on metrics_port) and its REST app, then block until SIGTERM/SIGINT. Used by `populora serve`."""
+    import signal
+
+    from populora.metrics import MetricsInterceptor, start_metrics_server
+
+    server, bound, health_servicer = make_server([service], port, host, token, max_workers,
+                                                 interceptors=[MetricsInterceptor(name)])
+    log.info("%s gRPC listening on %s:%d%s", name, host, bound, "" if token else " (no token: writes refused)")
+    uv = None
+    if rest_app is not None and rest_port:
+        import uvicorn
+
+        uv = uvicorn.Server(uvicorn.Config(rest_app, host=host, port=rest_port, log_level="warning"))
+        threading.Thread(target=uv.run, daemon=True, name=f"{name}-rest").start()
+        log.info("%s REST (and /metrics) on %s:%d", name, host, rest_port)
+    elif metrics_port:
+        start_metrics_server(metrics_port, host)
+        log.info("%s /metrics on %s:%d", name, host, metrics_port)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    stop.wait()
+    log.info("%s shutting down", name)
+    health_servicer.enter_graceful_shutdown()
+    if uv is not None:
+        uv.should_exit = True
+    server.stop(grace=5).wait()
+    return 0
+
+
+# ----------------------------------------------------------------------------------------------------- client
+def channel(address: str, retries: int = 0) -> grpc.Channel:
+    """A channel with large messages; round_robin spreads calls over every address a name resolves to (a headless
+    k8s Service of replicas: "dns:///sandbox:50054"). With retries > 0, calls that fail UNAVAILABLE (a server
+    restarting) are retried with backoff by gRPC itself; every write of the contracts is idempotent."""
+    opts: list[tuple[str, Any]] = [("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+                                   ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                                   ("grpc.lb_policy_name", "round_robin")]
+    if retries > 0:
+        policy = {"maxAttempts": min(retries + 1, 5), "initialBackoff": "0.5s", "maxBackoff": "10s",
+                  "backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE"]}
+        opts += [("grpc.enable_retries", 1),
+                 ("grpc.service_config", json.dumps({"methodConfig": [{"name": [{}], "retryPolicy": policy}]}))]
     return grpc.insecure_channel(address, options=opts)
 
 
+def _service_error(e: grpc.RpcError) -> ServiceError:
+    code = e.code() if hasattr(e, "code") else grpc.StatusCode.UNKNOWN
+    details = e.details() if hasattr(e, "details") else str(e)
+    return ServiceError(code, details or str(e))
+
+
+class Remote:
+    """A service over gRPC: one attribute per method of its contract, same names and messages as the service
+    object, with the deadline, the token and the error mapping applied in one place. Streaming methods return an
+    iterator, as the service's own do."""
+
+    def __init__(self, contract: ServiceDescriptor, address: str, token: str = "", timeout: float | None = 600.0,
+                 retries: int = 3):
+        self.contract, self.address, self.timeout = contract, address, timeout
+        self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
+        self._channel = channel(address, retries)
+        for m in contract.methods:
+            path = f"/{contract.full_name}/{m.name}"
+            request, response = GetMessageClass(m.input_type), GetMessageClass(m.output_type)
+            kind = self._channel.unary_stream if m.server_streaming else self._channel.unary_unary
+            rpc = kind(path, request_serializer=request.SerializeToString, response_deserializer=response.FromString)
+            setattr(self, m.name, self._streaming(rpc) if m.server_streaming else self._unary(rpc))
+
+    def _unary(self, rpc) -> Callable:
+        def invoke(request):
+            try:
+                return rpc(request, timeout=self.timeout, metadata=self._metadata)
+            except grpc.RpcError as e:
+                raise _service_error(e) from None
+
+        return invoke
+
+    def _streaming(self, rpc) -> Callable:
+        def invoke(request) -> Iterator:
+            try:
+                yield from rpc(request, timeout=self.timeout, metadata=self._metadata)
+            except grpc.RpcError as e:
+                raise _service_error(e) from None
+
+        return invoke
+
+    def close(self) -> None:
+        self._channel.close()
+
+
+def connect(name: str, address: str, token: str = "", timeout: float | None = 600.0, retries: int = 3) -> Any:
+    """The remote `name` service (a key of CONTRACTS) at `address`. Callers hold it under the service's own type
+    (coordinator.services.Services), so call sites are checked against the service's method signatures."""
+    return Remote(CONTRACTS[name], address, token, timeout, retries)
+
+
+# ----------------------------------------------------------------------------------------------------- health
 def health_check(address: str, service: str = "", timeout: float = 5.0) -> str:
     """The health status name of a server ("SERVING", ...); raises grpc.RpcError when it does not answer."""
     with channel(address) as ch:
@@ -121,59 +320,3 @@ def wait_ready(address: str, timeout: float = 60.0) -> None:
             last = e
         time.sleep(0.2)
     raise TimeoutError(f"gRPC server at {address} not ready after {timeout:.0f}s: {last}")
-
-
-def call(method: Callable, request, timeout: float | None = None):
-    """Call a unary gRPC stub method; a failed call raises ServiceError with the server's code and message, so
-    callers handle in-process and gRPC clients alike."""
-    try:
-        return method(request, timeout=timeout)
-    except grpc.RpcError as e:
-        code = e.code() if hasattr(e, "code") else grpc.StatusCode.UNKNOWN
-        details = e.details() if hasattr(e, "details") else str(e)
-        raise ServiceError(code, details or str(e)) from None
-
-
-def call_stream(method: Callable, request, timeout: float | None = None):
-    """Iterate a server-streaming gRPC call, with errors as ServiceError (see `call`)."""
-    try:
-        yield from method(request, timeout=timeout)
-    except grpc.RpcError as e:
-        code = e.code() if hasattr(e, "code") else grpc.StatusCode.UNKNOWN
-        details = e.details() if hasattr(e, "details") else str(e)
-        raise ServiceError(code, details or str(e)) from None
-
-
-def run_server(name: str, add_servicers: Iterable[Callable[[grpc.Server], None]], port: int, host: str = "0.0.0.0",
-               service_names: Iterable[str] = (), metrics_port: int = 0, rest_app=None, rest_port: int = 0,
-               max_workers: int = 16) -> int:
-    """Start a service's gRPC server (health + metrics interceptor), its /metrics (on the REST app when it has one,
-    else on metrics_port) and its REST app, then block until SIGTERM/SIGINT. Used by every `populora serve`."""
-    import signal
-    import threading
-
-    from populora.metrics import MetricsInterceptor, start_metrics_server
-
-    server, bound, health_servicer = make_server(add_servicers, port, host, max_workers, service_names,
-                                                 interceptors=[MetricsInterceptor(name)])
-    log.info("%s gRPC listening on %s:%d", name, host, bound)
-    uv = None
-    if rest_app is not None and rest_port:
-        import uvicorn
-
-        uv = uvicorn.Server(uvicorn.Config(rest_app, host=host, port=rest_port, log_level="warning"))
-        threading.Thread(target=uv.run, daemon=True, name=f"{name}-rest").start()
-        log.info("%s REST (and /metrics) on %s:%d", name, host, rest_port)
-    elif metrics_port:
-        start_metrics_server(metrics_port, host)
-        log.info("%s /metrics on %s:%d", name, host, metrics_port)
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
-    stop.wait()
-    log.info("%s shutting down", name)
-    health_servicer.enter_graceful_shutdown()
-    if uv is not None:
-        uv.should_exit = True
-    server.stop(grace=5).wait()
-    return 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import socket
 import uuid
+from contextlib import contextmanager
 
 import pytest
 
@@ -126,3 +127,21 @@ def zygote():
     ex = zygote_or_skip(limits=Limits(timeout_s=2.0), workers=2)
     yield ex
     ex.close()
+
+
+TEST_TOKEN = "test-token-0123456789"
+
+
+@contextmanager
+def served(service, token: str = TEST_TOKEN, timeout: float = 120.0):
+    """`service` behind a real gRPC server on a free loopback port, and a client of it (populora.rpc.Remote) that
+    presents `token`: the distributed path, end to end."""
+    from populora.rpc import Remote, contract_of, make_server
+
+    server, port, _ = make_server([service], 0, "127.0.0.1", TEST_TOKEN)
+    remote = Remote(contract_of(service), f"127.0.0.1:{port}", token, timeout=timeout, retries=0)
+    try:
+        yield remote
+    finally:
+        remote.close()
+        server.stop(None)

@@ -8,7 +8,7 @@ from contextlib import ExitStack
 
 from populora.config import Config, EvolutionConfig
 from populora.pb import evolver_pb2
-from populora.rpc import invalid, not_found, precondition, ref_from_pb, ref_to_pb
+from populora.rpc import CONTRACTS, invalid, not_found, precondition, ref_from_pb, ref_to_pb
 from populora.store import META, AdapterRef, ArtifactStore, StoreError, validate_adapter_id
 from services.evolver.adapters import EvolverError, ParentAdapter, open_parent
 from services.evolver.breed import EPSILON_META_KEY, breed, get_operator
@@ -22,6 +22,9 @@ class EvolverService:
 
     Stateless apart from the store, so any number of replicas can serve the same run.
     """
+
+    CONTRACT = CONTRACTS["evolver"]
+    GRPC_WORKERS = 4  # a 7B child holds about two adapters' worth of memory while it is built
 
     def __init__(self, store: ArtifactStore, evolution: EvolutionConfig | None = None):
         self.store = store

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 from populora.metrics import BATCH_SIZE, TOKENS, TOKENS_PER_S
 from populora.pb import inference_pb2
-from populora.rpc import ServiceError, exhausted, invalid, not_found, ref_from_pb, ref_to_pb
+from populora.rpc import CONTRACTS, ServiceError, exhausted, invalid, not_found, ref_from_pb, ref_to_pb
 from populora.store import AdapterRef, ArtifactStore
 from services.inference.backend import (
     BadRequest,
@@ -55,6 +55,8 @@ def result_to_pb(result: Result) -> inference_pb2.GenerateResult:
 
 class InferenceService:
     """Generate / LoadAdapter / UnloadAdapter / ListAdapters over one backend."""
+
+    CONTRACT = CONTRACTS["inference"]
 
     def __init__(self, backend: InferenceBackend, default_max_new_tokens: int = 512):
         self.backend = backend

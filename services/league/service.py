@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import random
 from dataclasses import dataclass
 
@@ -11,7 +10,8 @@ import numpy as np
 from populora.config import TASK_TYPES, Config
 from populora.metrics import BATCH_SIZE
 from populora.pb import league_pb2
-from populora.rpc import invalid, not_found, precondition
+from populora.rpc import CONTRACTS, invalid, not_found, precondition
+from populora.seeds import derive_seed
 from services.league.db import (
     STUDENT_ROLES,
     TEACHER_ROLES,
@@ -37,18 +37,6 @@ class SelectionParams:
     tournament_size: int = 2
 
 
-def match_id(run_id: str, step: int, teacher_id: str, task_type: str) -> str:
-    """The deterministic match id `<run>/<step>/<teacher>/<task_type>` (Matchmake builds the same string inline):
-    a retried step reports the same ids."""
-    return f"{run_id}/{step}/{teacher_id}/{task_type}"
-
-
-def stable_seed(*parts: object) -> int:
-    """A 64-bit seed from the parts' text (Python's hash() differs between processes, this does not)."""
-    digest = hashlib.sha256("\x1f".join(str(p) for p in parts).encode()).digest()
-    return int.from_bytes(digest[:8], "little")
-
-
 def rating_to_pb(a: AdapterRow, k: float) -> league_pb2.Rating:
     return league_pb2.Rating(adapter_id=a.adapter_id, role=a.role, mu=a.mu, sigma=a.sigma,
                              conservative_skill=a.mu - k * a.sigma, status=a.status, matches=a.matches,
@@ -58,6 +46,8 @@ def rating_to_pb(a: AdapterRow, k: float) -> league_pb2.Rating:
 
 class LeagueService:
     """One method per RPC of proto/league.proto; the database does the storing, the domain modules the math."""
+
+    CONTRACT = CONTRACTS["league"]
 
     def __init__(self, db: LeagueDB, pfsp: PfspParams = PfspParams(), selection: SelectionParams = SelectionParams(),
                  token: str = "", read_cache_s: float = 1.0):
@@ -71,8 +61,6 @@ class LeagueService:
     @classmethod
     def from_config(cls, cfg: Config, url: str | None = None, migrate: bool = True) -> LeagueService:
         """Build from `cfg.league` and `cfg.evolution`; upgrades the database schema to head first."""
-        import os
-
         lg = cfg.league
         rules = RatingRules(RatingParams(lg.mu, lg.sigma, lg.beta, lg.tau, lg.draw_probability, lg.k),
                             lg.outcome, lg.margin, lg.payoff_decay)
@@ -81,7 +69,7 @@ class LeagueService:
             db.migrate()
         return cls(db, PfspParams(lg.pfsp, lg.pfsp_p, lg.pfsp_floor),
                    SelectionParams(cfg.evolution.gamma, cfg.evolution.tournament_size),
-                   token=lg.token or os.environ.get("POPULORA_TOKEN", ""), read_cache_s=lg.read_cache_s)
+                   token=cfg.services.token, read_cache_s=lg.read_cache_s)
 
     def close(self) -> None:
         self.db.close()
@@ -113,7 +101,7 @@ class LeagueService:
         if not teachers or not students:
             raise precondition(f"run '{request.run_id}' has {len(teachers)} active teacher(s) and {len(students)} "
                                "active student(s); register both roles before matchmaking")
-        rng = np.random.Generator(np.random.PCG64(stable_seed(request.run_id, request.step, request.seed)))
+        rng = np.random.Generator(np.random.PCG64(derive_seed(request.run_id, request.step, request.seed)))
         uniforms = rng.random((len(teachers), len(task_types)))  # (T, K)
         picks, p_picked = self._draw_students(teachers, students, uniforms)  # (T, K) each
         run, step = request.run_id, request.step
@@ -182,7 +170,7 @@ class LeagueService:
         mu - k*sigma and two parents each from the survivors' top half (spec 8). Writes nothing."""
         k = self.rules.params.k
         active = self.db.adapters(request.run_id)
-        rng = random.Random(stable_seed(request.run_id, request.step, request.seed, "select"))
+        rng = random.Random(derive_seed(request.run_id, request.step, request.seed, "select"))
         plans = []
         for role in ("teacher", "student", "both"):
             members = [Member(a.adapter_id, a.mu - k * a.sigma) for a in active if a.role == role]

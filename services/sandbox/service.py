@@ -3,13 +3,12 @@ proto/sandbox.proto (Execute, ValidateProposals, CheckAnswers)."""
 
 from __future__ import annotations
 
-import os
 from collections import defaultdict
 
 from populora.config import Config, SandboxConfig, TasksConfig
 from populora.metrics import BATCH_SIZE, SANDBOX_STATUS
 from populora.pb import sandbox_pb2
-from populora.rpc import exhausted, invalid
+from populora.rpc import CONTRACTS, exhausted, invalid
 from populora.tasks.jobs import Job, JobResult
 from populora.tasks.triplet import TASK_TYPES, Triplet
 from populora.tasks.verify import Attempt, Check, Proposal, check_answers, validate_proposals
@@ -25,18 +24,21 @@ MAX_MEMORY_MB = 8192
 class SandboxService:
     """Stateless apart from the verifier registry (a table in the shared database); scales out."""
 
+    CONTRACT = CONTRACTS["sandbox"]
+
     def __init__(self, executor: Executor, tasks: TasksConfig, sandbox: SandboxConfig,
-                 registry: VerifierRegistry | None = None, external: ExternalVerifiers | None = None):
+                 registry: VerifierRegistry | None = None, external: ExternalVerifiers | None = None,
+                 token: str = ""):
         self.executor, self.tasks, self.sandbox = executor, tasks, sandbox
         self.registry = registry
         self.external = external or ExternalVerifiers(sandbox.verifier_timeout_s, sandbox.verifier_retries,
                                                       sandbox.breaker_failures, sandbox.breaker_reset_s)
-        self.token = sandbox.token or os.environ.get("POPULORA_TOKEN", "")
+        self.token = token
 
     @classmethod
     def from_config(cls, cfg: Config) -> SandboxService:
         registry = VerifierRegistry(cfg.sandbox.db_url or cfg.league_db_url)
-        return cls(make_executor(cfg.sandbox), cfg.tasks, cfg.sandbox, registry)
+        return cls(make_executor(cfg.sandbox), cfg.tasks, cfg.sandbox, registry, token=cfg.services.token)
 
     def close(self) -> None:
         self.executor.close()

@@ -12,7 +12,7 @@ import torch
 from populora.config import TASK_TYPES, Config
 from populora.metrics import BATCH_SIZE, TOKENS, TOKENS_PER_S
 from populora.pb import trainer_pb2
-from populora.rpc import ServiceError, invalid, precondition, ref_from_pb, ref_to_pb
+from populora.rpc import CONTRACTS, ServiceError, invalid, precondition, ref_from_pb, ref_to_pb
 from populora.store import ArtifactStore, StoreError, validate_adapter_id
 from services.trainer.policy import AdapterPolicy, MultiLoraPolicy, PeftPolicy
 from services.trainer.pool import AdapterPool, OptimizerSettings, PoolError, UpdateItem
@@ -66,6 +66,9 @@ def _as_service_errors():
 class TrainerService:
     """TRR++ updates of many adapters on one frozen base, one AdamW state per adapter (spec §5)."""
 
+    CONTRACT = CONTRACTS["trainer"]
+    GRPC_WORKERS = 4  # one update at a time holds the model anyway (the service serialises them)
+
     def __init__(self, cfg: Config, pool: AdapterPool, mode: str):
         self.cfg = cfg
         self.pool = pool
@@ -111,9 +114,6 @@ class TrainerService:
         with self._lock, _as_service_errors():
             ref = self.pool.adopt(ref_from_pb(req.adapter), role)
         return trainer_pb2.AdoptAdapterResponse(adapter=ref_to_pb(ref))
-
-    def Update(self, req: trainer_pb2.UpdateRequest) -> trainer_pb2.UpdateResponse:
-        return self._update([req])[0]
 
     def UpdateBatch(self, req: trainer_pb2.UpdateBatchRequest) -> trainer_pb2.UpdateBatchResponse:
         results = self._update(list(req.updates)) if req.updates else []

@@ -5,8 +5,8 @@ import time
 
 import pytest
 
-from coordinator.queue import InProcessQueue, PhaseJob, RedisStreamQueue
-from coordinator.state import StateStore
+from coordinator.journal import JournalDB
+from coordinator.queue import PhaseJob, RedisStreamQueue
 
 
 def _redis_queue(redis_url, claim_idle_ms=200):
@@ -14,14 +14,11 @@ def _redis_queue(redis_url, claim_idle_ms=200):
     return RedisStreamQueue(url, "run1", prefix=prefix, claim_idle_ms=claim_idle_ms)
 
 
-@pytest.fixture(params=["inprocess", "redis"])
-def queue(request):
-    if request.param == "inprocess":
-        yield InProcessQueue(claim_idle_ms=200)
-    else:
-        q = _redis_queue(request.getfixturevalue("redis_url"))
-        yield q
-        q.close()
+@pytest.fixture
+def queue(redis_url):
+    q = _redis_queue(redis_url)
+    yield q
+    q.close()
 
 
 def test_fifo_and_ack(queue):
@@ -79,9 +76,9 @@ def test_redis_consumers_share_the_stream(redis_url):
 @pytest.fixture(params=["sqlite", "postgres"])
 def state(request, tmp_path):
     if request.param == "sqlite":
-        s = StateStore(f"sqlite:///{tmp_path / 'state.sqlite'}")
+        s = JournalDB(f"sqlite:///{tmp_path / 'state.sqlite'}")
     else:
-        s = StateStore(request.getfixturevalue("pg_url"))
+        s = JournalDB(request.getfixturevalue("pg_url"))
     yield s
     s.close()
 
@@ -94,6 +91,6 @@ def test_phase_results_are_insert_once(state):
     assert not state.put("r", 1, "match", {"pairings": [2]}, 0.1)  # a second writer changes nothing
     assert state.get("r", 1, "match") == {"pairings": [1]}
     state.put("r", 1, "propose", {}, 1.0)
-    assert state.done_phases("r") == [(1, "match"), (1, "propose")]
+    assert [(r["step"], r["phase"]) for r in state.phase_rows("r")] == [(1, "match"), (1, "propose")]
     state.set_status("r", "finished")
     assert state.get_run("r")["status"] == "finished"

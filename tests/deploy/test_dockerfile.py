@@ -123,9 +123,9 @@ def test_the_image_source_tree_is_self_sufficient(tmp_path):
             _copy_context(src, app / dest.removeprefix("./").rstrip("/") if dest not in ("./", ".") else app)
     code = (f"import populora, coordinator.cli, importlib; assert populora.__file__.startswith({str(app)!r});"
             "from populora.config import load_config; load_config(preset='gpu-7b-4t4s', env=False);"
-            "[importlib.import_module('services.' + s + '.server') for s in coordinator.cli.SERVICES];"
+            "import coordinator.services as cs, populora.rpc as rpc; [cs.service_type(s) for s in rpc.SERVICE_NAMES];"
             "import populora.healthcheck")
     env = {"PYTHONPATH": str(app), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "HF_HUB_OFFLINE": "1"}
-    for cmd in ([sys.executable, "-m", "populora.pb", "--force"], [sys.executable, "-c", code]):
+    for cmd in ([sys.executable, "-m", "populora.protoc"], [sys.executable, "-c", code]):
         out = subprocess.run(cmd, cwd=app, env=env, capture_output=True, text=True, timeout=300)
         assert out.returncode == 0, f"{' '.join(cmd[1:3])} in the image's /app failed:\n{out.stdout}{out.stderr}"

@@ -41,7 +41,7 @@ def start(name: str, tmp_path: Path) -> Running:
     grpc_port, http_port = free_port(), free_port()
     http_field = "rest_port" if name in REST_SERVICES else "metrics_port"
     argv = [sys.executable, "-m", "coordinator.cli", "serve", name, "--preset", "cpu-tiny",
-            "--port", str(grpc_port), "--host", "127.0.0.1",
+            "--port", str(grpc_port), "--bind", "127.0.0.1",
             # the whole endpoint: a partial services.<name> override does not keep the other defaults
             "--set", f"services.{name}.port={grpc_port}", "--set", f"services.{name}.{http_field}={http_port}",
             "--set", f"run.output_dir={tmp_path}", "--set", f"store.root={tmp_path}/store",

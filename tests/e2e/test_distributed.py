@@ -7,8 +7,8 @@ import time
 import sqlalchemy as sa
 
 from coordinator.distributed import LocalCluster
+from coordinator.journal import JournalDB
 from coordinator.queue import RedisStreamQueue
-from coordinator.state import StateStore
 from tests.e2e.conftest import e2e_overrides
 
 
@@ -18,7 +18,7 @@ def test_distributed_run_survives_a_killed_worker(tmp_path, echo_model, pg_url, 
     over += [f"queue.stream_prefix={prefix}", "queue.claim_idle_ms=2000", "sandbox.workers=1"]
     cluster = LocalCluster(tmp_path, "cpu-tiny", over, db_url=pg_url, redis_url=url)
     run_id = "dist-e2e"
-    state = StateStore(pg_url)
+    state = JournalDB(pg_url)
     try:
         cluster.start()
         train = subprocess.Popen(cluster.train_command(run_id, 2, "--workers", "0", "--no-report"),

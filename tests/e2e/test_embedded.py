@@ -4,30 +4,35 @@ import json
 
 import sqlalchemy as sa
 
-from coordinator.phases import phases_of, rollouts_of
-from coordinator.state import StateStore
-from coordinator.train import Coordinator
+from coordinator.journal import Journal, JournalDB
+from coordinator.phases import rollouts
+from coordinator.train import run_training
 from populora.config import load_config
+from populora.store import ArtifactStore
 from tests.e2e.conftest import e2e_overrides
+
+STEP_PHASES = ["match", "propose", "validate", "solve", "check", "rate", "update"]
 
 
 def _run(cfg, run_id, steps):
-    state = StateStore(cfg.league_db_url)
+    state = JournalDB(cfg.league_db_url)
     state.create_run(run_id, cfg.run.mode, cfg.to_yaml())
-    coord = Coordinator(cfg, run_id, state, progress=False)
-    run_dir = coord.run(steps)
-    return coord, state, run_dir
+    cfg.run.steps = steps
+    run_dir = run_training(cfg, run_id, state)
+    return ArtifactStore(cfg.store_root), state, run_dir
+
+
+def _done(state, run_id):
+    return [(r["step"], r["phase"]) for r in state.phase_rows(run_id)]
 
 
 def test_population_run_agrees_with_itself(tmp_path, echo_model):
     cfg = load_config(preset="cpu-tiny", overrides=e2e_overrides(tmp_path, echo_model), env=False)
-    coord, state, run_dir = _run(cfg, "e2e", 2)
+    store, state, run_dir = _run(cfg, "e2e", 2)
 
     # every phase of every step ran, in order, and was persisted once
-    done = state.done_phases("e2e")
-    expected = [(s, p) for s in range(3) for p in phases_of(s, cfg)]
-    assert sorted(done) == sorted(expected)
-    assert "evolve" in phases_of(2, cfg)
+    expected = [(0, "init"), (0, "seed")] + [(s, p) for s in (1, 2) for p in STEP_PHASES] + [(2, "evolve")]
+    assert _done(state, "e2e") == expected
 
     # the echo model's proposals are valid, so students were matched against real tasks
     propose = [state.get("e2e", s, "propose") for s in (1, 2)]
@@ -75,11 +80,11 @@ def test_population_run_agrees_with_itself(tmp_path, echo_model):
         for a in state.get("e2e", s, "update")["stats"]:
             updates[a] = updates.get(a, 0) + 1
     for a in state.get("e2e", 0, "init")["population"]:
-        assert coord.store.versions(a)[-1] == 1 + updates.get(a, 0), a
+        assert store.versions(a)[-1] == 1 + updates.get(a, 0), a
     final = state.get("e2e", 2, "evolve")["population"]
     for ev in events:
         assert ev["child"] in final and ev["retired"] not in final
-        assert coord.store.versions(ev["child"]) == [1]
+        assert store.versions(ev["child"]) == [1]
 
     # visibility: one metrics line per step, TensorBoard events, the report with its plots
     rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
@@ -98,21 +103,23 @@ def test_baseline_and_resume(tmp_path, echo_model):
     over = e2e_overrides(tmp_path, echo_model) + ["run.mode=baseline", "rewards.teacher_reward=learnability",
                                                   "population.n_teachers=1", "population.n_students=1"]
     cfg = load_config(preset="cpu-tiny", overrides=over, env=False)
-    _coord, state, _ = _run(cfg, "base", 1)
+    store, state, _ = _run(cfg, "base", 1)
     assert state.get("base", 0, "init")["population"] == {"base.B0": {"role": "both", "version": 1}}
     pairings = state.get("base", 1, "match")["pairings"]
     assert {(p["teacher"], p["student"]) for p in pairings} == {("base.B0", "base.B0")}
     assert state.get("base", 1, "evolve") is None  # one adapter: nothing to evolve
     # stop between steps, then resume: step 1 is not redone, step 2 runs
-    before = {(s, p) for s, p in state.done_phases("base")}
-    coord2 = Coordinator(cfg, "base", state, progress=False)
-    coord2.run(2)
+    before = set(_done(state, "base"))
+    cfg.run.steps = 2
+    run_training(cfg, "base", state)
     after = state.phase_rows("base")
     assert {(r["step"], r["phase"]) for r in after if r["step"] <= 1} == before
     assert all(r["attempts"] == 1 for r in after)
-    assert {p for s, p in state.done_phases("base") if s == 2} == set(phases_of(2, cfg)) - {"evolve"}
+    assert [p for s, p in _done(state, "base") if s == 2] == STEP_PHASES  # one adapter: nothing to evolve
     # the single adapter trained in both roles
-    roles = {r["role"] for s in (1, 2) for r in rollouts_of(coord2.ctx, s)["base.B0"]}
+    j = Journal(state, "base")
+    roles = {r.role for s in (1, 2) for r in rollouts(cfg.rewards, j.get(s, "propose"), j.get(s, "validate"),
+                                                       j.get(s, "solve"), j.get(s, "check"))["base.B0"]}
     assert roles == {"teacher", "student"}
-    assert coord2.store.versions("base.B0")[-1] == 1 + sum(
+    assert store.versions("base.B0")[-1] == 1 + sum(
         bool(state.get("base", s, "update")["stats"]) for s in (1, 2))

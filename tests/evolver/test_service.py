@@ -11,13 +11,11 @@ import torch
 
 from populora.config import EvolutionConfig
 from populora.pb import common_pb2, evolver_pb2
-from populora.rpc import ServiceError, make_server
+from populora.rpc import ServiceError
 from populora.store import lora_config_dict, lora_keys
 from services.evolver.cli import main as cli_main
-from services.evolver.client import GrpcEvolverClient, InProcessEvolverClient
-from services.evolver.server import add_to_server
 from services.evolver.service import EvolverService
-from tests.conftest import free_port
+from tests.conftest import served
 from tests.evolver.conftest import SMALL_MODULES, TARGETS, delta_w, save_parent
 
 
@@ -32,11 +30,11 @@ def breed_request(operator, parents, child_id="C1", seed=7, **params):
 
 @pytest.fixture
 def client(store):
-    return InProcessEvolverClient(EvolverService(store, EvolutionConfig()))
+    return EvolverService(store, EvolutionConfig())
 
 
 def test_breed_writes_child_v1_with_parents_config_and_epsilon(store, parents, client):
-    resp = client.breed(breed_request("M1", ["P1"]))
+    resp = client.Breed(breed_request("M1", ["P1"]))
     assert (resp.child.adapter_id, resp.child.version) == ("C1", 1)
     assert resp.child.uri == store.ref("C1", 1).uri
     child, parent = store.read(store.ref("C1", 1)), store.read(parents[0])
@@ -51,7 +49,7 @@ def test_breed_writes_child_v1_with_parents_config_and_epsilon(store, parents, c
     den = sum(float(delta_w(parent.weights, m).norm() ** 2) for m, _, _ in SMALL_MODULES)
     assert resp.relative_change == pytest.approx((num / den) ** 0.5, rel=1e-6)
     # the child's epsilon is what its own children inherit
-    grandchild = client.breed(breed_request("M1", ["C1"], child_id="G1", seed=1))
+    grandchild = client.Breed(breed_request("M1", ["C1"], child_id="G1", seed=1))
     assert grandchild.epsilon != resp.epsilon
     assert abs(grandchild.epsilon / resp.epsilon - 1) < 0.3
 
@@ -60,20 +58,20 @@ def test_epsilon_survives_trainer_versions(store, client):
     """The trainer writes v2, v3, ... without the member's ε; the evolver finds it in the earlier version."""
     save_parent(store, "M", seed=1, meta={"epsilon": 0.5})
     save_parent(store, "M", seed=2, meta={"step": 10})  # a trainer update
-    resp = client.breed(evolver_pb2.BreedRequest(parents=[pb_ref("M", 2)], operator="M1", seed=1, child_id="MC"))
+    resp = client.Breed(evolver_pb2.BreedRequest(parents=[pb_ref("M", 2)], operator="M1", seed=1, child_id="MC"))
     assert abs(resp.epsilon / 0.5 - 1) < 0.3
 
 
 def test_crossover_and_latest_version(store, parents, client):
     save_parent(store, "P2", seed=5)  # P2 v2
-    resp = client.breed(evolver_pb2.BreedRequest(parents=[pb_ref("P1"), pb_ref("P2", 0)], operator="X4",
+    resp = client.Breed(evolver_pb2.BreedRequest(parents=[pb_ref("P1"), pb_ref("P2", 0)], operator="X4",
                                                  seed=1, child_id="C2", params={"eta": 1.2}))
     assert store.read(store.ref("C2", 1)).meta["parents"] == ["P1@v1", "P2@v2"]
     assert json.loads(resp.params_json)["eta"] == 1.2
 
 
 def test_list_operators(client):
-    ops = {o.name: o for o in client.list_operators(evolver_pb2.ListOperatorsRequest()).operators}
+    ops = {o.name: o for o in client.ListOperators(evolver_pb2.ListOperatorsRequest()).operators}
     assert sorted(ops) == ["M1", "M2", "M3", "M4", "X1", "X2", "X3", "X4"]
     assert ops["M4"].defaults["epsilon"] == 0.15 and ops["X1"].defaults["p"] == 0.7
     assert ops["X1"].n_parents == 2 and ops["M3"].n_parents == 1 and ops["X2"].description
@@ -105,7 +103,7 @@ def _assert_nothing_written(store, child_id="C1"):
 def test_bad_inputs_fail_clearly_and_write_nothing(store, parents, client, setup, request_args, code, words):
     setup(store)
     with pytest.raises(ServiceError) as err:
-        client.breed(breed_request(*request_args))
+        client.Breed(breed_request(*request_args))
     assert err.value.code.name == code and words in err.value.message, err.value.message
     _assert_nothing_written(store)
 
@@ -121,49 +119,44 @@ def test_bad_inputs_fail_clearly_and_write_nothing(store, parents, client, setup
 def test_bad_params_fail_clearly(store, parents, client, operator, params, words):
     refs = ["P1", "P2"][:2 if operator[0] == "X" else 1]
     with pytest.raises(ServiceError) as err:
-        client.breed(breed_request(operator, refs, **params))
+        client.Breed(breed_request(operator, refs, **params))
     assert err.value.code == grpc.StatusCode.INVALID_ARGUMENT and words in err.value.message, err.value.message
     _assert_nothing_written(store)
 
 
 def test_existing_child_and_bad_child_id(store, parents, client):
-    client.breed(breed_request("M2", ["P1"]))
+    client.Breed(breed_request("M2", ["P1"]))
     before = store.read(store.ref("C1", 1)).weights
     with pytest.raises(ServiceError) as err:
-        client.breed(breed_request("M1", ["P1"]))
+        client.Breed(breed_request("M1", ["P1"]))
     assert err.value.code == grpc.StatusCode.FAILED_PRECONDITION and "already exists" in err.value.message
     after = store.read(store.ref("C1", 1)).weights
     assert all(torch.equal(before[k], after[k]) for k in before)
     with pytest.raises(ServiceError) as err:
-        client.breed(breed_request("M1", ["P1"], child_id="../x"))
+        client.Breed(breed_request("M1", ["P1"], child_id="../x"))
     assert err.value.code == grpc.StatusCode.INVALID_ARGUMENT
 
 
 def test_corrupt_parent_is_invalid(store, parents, client):
     (store.path_of(parents[0]) / "adapter_model.safetensors").write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{bad")
     with pytest.raises(ServiceError) as err:
-        client.breed(breed_request("M1", ["P1"]))
+        client.Breed(breed_request("M1", ["P1"]))
     assert err.value.code == grpc.StatusCode.INVALID_ARGUMENT and "safetensors" in err.value.message
     _assert_nothing_written(store)
 
 
 def test_grpc_client_same_answers_and_codes(store, parents):
     service = EvolverService(store, EvolutionConfig())
-    server, port, _ = make_server([add_to_server(service)], free_port(), host="127.0.0.1")
-    remote = GrpcEvolverClient(f"127.0.0.1:{port}", timeout=60)
-    try:
-        resp = remote.breed(breed_request("X2", ["P1", "P2"], child_id="R1"))
-        local = InProcessEvolverClient(service).breed(breed_request("X2", ["P1", "P2"], child_id="R2"))
+    with served(service) as remote:
+        resp = remote.Breed(breed_request("X2", ["P1", "P2"], child_id="R1"))
+        local = service.Breed(breed_request("X2", ["P1", "P2"], child_id="R2"))
         a, b = store.read(store.ref("R1", 1)).weights, store.read(store.ref("R2", 1)).weights
         assert all(torch.equal(a[k], b[k]) for k in a), "same seed, same child over gRPC and in-process"
         assert resp.relative_change == local.relative_change
-        assert len(remote.list_operators(evolver_pb2.ListOperatorsRequest()).operators) == 8
+        assert len(remote.ListOperators(evolver_pb2.ListOperatorsRequest()).operators) == 8
         with pytest.raises(ServiceError) as err:
-            remote.breed(breed_request("X1", ["P1"], child_id="R3"))
+            remote.Breed(breed_request("X1", ["P1"], child_id="R3"))
         assert err.value.code == grpc.StatusCode.INVALID_ARGUMENT and "takes 2 parent" in err.value.message
-    finally:
-        remote.close()
-        server.stop(0)
 
 
 def _tiny_parent(store, adapter_id, model, seed, rank=4):
@@ -182,8 +175,8 @@ def test_child_loads_in_peft_and_runs_forward(store, tiny):
 
     _tiny_parent(store, "T1", tiny.model, 1)
     _tiny_parent(store, "T2", tiny.model, 2)
-    client = InProcessEvolverClient(EvolverService(store, EvolutionConfig()))
-    resp = client.breed(breed_request("X1", ["T1", "T2"], child_id="TC"))
+    client = EvolverService(store, EvolutionConfig())
+    resp = client.Breed(breed_request("X1", ["T1", "T2"], child_id="TC"))
     model = PeftModel.from_pretrained(copy.deepcopy(tiny.model), store.path_of(store.ref("TC", 1)))
     ids = tiny.tokenizer("def f(a): return a", return_tensors="pt").input_ids
     with torch.no_grad():

@@ -11,81 +11,76 @@ import pytest
 from fastapi.testclient import TestClient
 from grpc import StatusCode
 
+from coordinator.services import build
 from populora.config import load_config
 from populora.pb import league_pb2 as pb
-from populora.rpc import ServiceError, make_server
-from services.league.client import GrpcLeagueClient, InProcessLeagueClient, make_client
+from populora.rpc import ServiceError
 from services.league.rest import create_app
-from services.league.server import add_to_server
 from services.league.service import LeagueService
+from tests.conftest import served
 
 AUTH = {"Authorization": "Bearer s3cret"}
 
 
 def _season(client) -> None:
     """A small run through a client: 2 teachers, 2 students, two steps of matches, one child."""
-    assert client.create_run(pb.CreateRunRequest(run_id="r1", mode="population")).created
-    client.register_adapters(pb.RegisterAdaptersRequest(run_id="r1", adapters=[
+    assert client.CreateRun(pb.CreateRunRequest(run_id="r1", mode="population")).created
+    client.RegisterAdapters(pb.RegisterAdaptersRequest(run_id="r1", adapters=[
         pb.AdapterSpec(adapter_id=a, role=role, rank=8) for a, role in
         (("T0", "teacher"), ("T1", "teacher"), ("S0", "student"), ("S1", "student"))]))
     for step in range(2):
-        pairings = client.matchmake(pb.MatchmakeRequest(run_id="r1", step=step, seed=1)).pairings
+        pairings = client.Matchmake(pb.MatchmakeRequest(run_id="r1", step=step, seed=1)).pairings
         assert len(pairings) == 6
         results = [pb.MatchResult(match_id=p.match_id, teacher_id=p.teacher_id, student_id=p.student_id,
                                   task_type=p.task_type, step=step, rhos=[1.0 if p.student_id == "S0" else 0.0])
                    for p in pairings]
-        out = client.report_matches(pb.ReportMatchesRequest(run_id="r1", matches=results))
+        out = client.ReportMatches(pb.ReportMatchesRequest(run_id="r1", matches=results))
         assert out.applied == 6
-    client.record_child(pb.RecordChildRequest(run_id="r1", child_id="S2", role="student", parent_ids=["S0"],
+    client.RecordChild(pb.RecordChildRequest(run_id="r1", child_id="S2", role="student", parent_ids=["S0"],
                                               operator="M1", step=2, retire_id="S1", rank=8))
 
 
 @pytest.fixture
 def grpc_client(league):
-    server, port, _ = make_server([add_to_server(league)], port=0, host="127.0.0.1")
-    client = GrpcLeagueClient(f"127.0.0.1:{port}", timeout=30)
-    yield client
-    client.close()
-    server.stop(0)
+    with served(league) as client:
+        yield client
 
 
 def test_grpc_round_trip_matches_in_process(grpc_client, league):
     _season(grpc_client)
-    local = InProcessLeagueClient(league)
-    remote = grpc_client.get_ratings(pb.GetRatingsRequest(run_id="r1", include_retired=True))
-    assert remote == local.get_ratings(pb.GetRatingsRequest(run_id="r1", include_retired=True))
+    local = league
+    remote = grpc_client.GetRatings(pb.GetRatingsRequest(run_id="r1", include_retired=True))
+    assert remote == local.GetRatings(pb.GetRatingsRequest(run_id="r1", include_retired=True))
     by_id = {r.adapter_id: r for r in remote.ratings}
     assert by_id["S1"].status == "retired" and list(by_id["S2"].parents) == ["S0"]
     assert by_id["S0"].wins == by_id["S0"].matches > 0
-    lin = grpc_client.get_lineage(pb.GetLineageRequest(adapter_id="S2"))
+    lin = grpc_client.GetLineage(pb.GetLineageRequest(adapter_id="S2"))
     assert [(e.parent_id, e.operator, e.step) for e in lin.ancestors] == [("S0", "M1", 2)]
-    sel = grpc_client.select_for_replacement(pb.SelectForReplacementRequest(run_id="r1", step=10))
+    sel = grpc_client.SelectForReplacement(pb.SelectForReplacementRequest(run_id="r1", step=10))
     assert {r.role for r in sel.replacements} == {"teacher", "student"}
     with pytest.raises(ServiceError) as e:
-        grpc_client.report_matches(pb.ReportMatchesRequest(run_id="r1", matches=[pb.MatchResult(
+        grpc_client.ReportMatches(pb.ReportMatchesRequest(run_id="r1", matches=[pb.MatchResult(
             match_id="x", teacher_id="T0", student_id="T1", task_type="code_o", rhos=[0.5])]))
     assert e.value.code == StatusCode.INVALID_ARGUMENT and "matches[0].student_id" in e.value.message
     with pytest.raises(ServiceError) as e:
-        grpc_client.get_ratings(pb.GetRatingsRequest(run_id="nope"))
+        grpc_client.GetRatings(pb.GetRatingsRequest(run_id="nope"))
     assert e.value.code == StatusCode.NOT_FOUND
 
 
-def test_make_client_picks_by_deployment(tmp_path):
+def test_embedded_services_build_the_league_in_process(tmp_path):
     cfg = load_config(env=False, overrides=[f"run.output_dir={tmp_path}"])
-    client = make_client(cfg)
+    league = build("league", cfg)
     try:
-        assert isinstance(client, InProcessLeagueClient)
-        assert client.create_run(pb.CreateRunRequest(run_id="x")).created
+        assert isinstance(league, LeagueService)
+        assert league.CreateRun(pb.CreateRunRequest(run_id="x")).created
         assert (tmp_path / "league.sqlite").exists()
     finally:
-        client.service.close()
-    dist = load_config(env=False, overrides=["run.deployment=distributed"])
-    assert isinstance(make_client(dist), GrpcLeagueClient)
+        league.close()
 
 
 @pytest.fixture
 def rest(league):
-    _season(InProcessLeagueClient(league))
+    _season(league)
     with TestClient(create_app(league)) as client:
         yield client
 

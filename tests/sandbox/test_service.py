@@ -13,14 +13,12 @@ import pytest
 
 from populora.config import SandboxConfig, TasksConfig
 from populora.pb import sandbox_pb2
-from populora.rpc import ServiceError, make_server
+from populora.rpc import ServiceError
 from populora.tasks import Triplet
-from services.sandbox.client import GrpcSandboxClient, InProcessSandboxClient
 from services.sandbox.external import ExternalVerifiers
 from services.sandbox.registry import VerifierRegistry
-from services.sandbox.server import add_to_server
 from services.sandbox.service import SandboxService
-from tests.conftest import free_port
+from tests.conftest import free_port, served
 
 TOKEN = "s3cret"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -68,11 +66,11 @@ def verifier_url():
 
 @pytest.fixture
 def service(zygote, pg_url):
-    sandbox = SandboxConfig(verifiers={"code_i": "ext"}, token=TOKEN, verifier_timeout_s=0.5, verifier_retries=1,
+    sandbox = SandboxConfig(verifiers={"code_i": "ext"}, verifier_timeout_s=0.5, verifier_retries=1,
                             breaker_failures=2, breaker_reset_s=0.5)
     registry = VerifierRegistry(pg_url)
     svc = SandboxService(zygote, TasksConfig(timeout_s=1.0), sandbox, registry,
-                         ExternalVerifiers(0.5, 1, 2, 0.5))
+                         ExternalVerifiers(0.5, 1, 2, 0.5), token=TOKEN)
     yield svc
     svc.external.close()
     registry.close()
@@ -165,32 +163,26 @@ def test_rest_execute_check_and_external_verifiers(rest, verifier_url):
 
 
 def test_grpc_round_trip(service):
-    server, port, _ = make_server([add_to_server(service)], 0, "127.0.0.1")
-    client = GrpcSandboxClient(f"127.0.0.1:{port}", timeout=60)
-    try:
-        ex = client.execute(sandbox_pb2.ExecuteRequest(jobs=[
+    with served(service) as client:
+        ex = client.Execute(sandbox_pb2.ExecuteRequest(jobs=[
             sandbox_pb2.ExecJob(job_id="j", program="def f(a):\n    return {a: (a,)}", call="f(2)")]))
         assert (ex.results[0].status, ex.results[0].value_repr) == ("ok", "{2: (2,)}")
-        v = client.validate_proposals(sandbox_pb2.ValidateProposalsRequest(proposals=[
+        v = client.ValidateProposals(sandbox_pb2.ValidateProposalsRequest(proposals=[
             sandbox_pb2.Proposal(proposal_id="p", task_type="code_o", teacher_id="T0", response_text=(
                 "<answer>```python\ndef f(a):\n    return a[::-1]\n```\n```input\n'abc'\n```</answer>")),
             sandbox_pb2.Proposal(proposal_id="q", task_type="code_o", response_text="nothing")]))
         assert [(r.valid, r.reason) for r in v.results] == [(True, "ok"), (False, "no_answer")]
         task = Triplet.from_pb(v.results[0].task)
         assert task.outputs == ["'cba'"] and task.teacher_id == "T0" and task.complexity["lines_of_code"] == 2
-        c = client.check_answers(sandbox_pb2.CheckAnswersRequest(attempts=[
+        c = client.CheckAnswers(sandbox_pb2.CheckAnswersRequest(attempts=[
             sandbox_pb2.Attempt(attempt_id="a", task=v.results[0].task,
                                 response_text="<think>t</think><answer>'cba'</answer>")]))
         assert (c.results[0].outcome, c.results[0].verifier) == ("correct", "sandbox")
         with pytest.raises(ServiceError) as e:
-            client.execute(sandbox_pb2.ExecuteRequest(jobs=[sandbox_pb2.ExecJob(program="1", timeout_s=1e6)]))
+            client.Execute(sandbox_pb2.ExecuteRequest(jobs=[sandbox_pb2.ExecJob(program="1", timeout_s=1e6)]))
         assert "timeout_s" in e.value.message
         with pytest.raises(ServiceError) as e:
-            client.check_answers(sandbox_pb2.CheckAnswersRequest(attempts=[sandbox_pb2.Attempt(attempt_id="x")]))
+            client.CheckAnswers(sandbox_pb2.CheckAnswersRequest(attempts=[sandbox_pb2.Attempt(attempt_id="x")]))
         assert "task_type" in e.value.message
-        inproc = InProcessSandboxClient(service)
-        assert inproc.execute(sandbox_pb2.ExecuteRequest(jobs=[sandbox_pb2.ExecJob(program="", call="1+1")])
-                              ).results[0].value_repr == "2"
-    finally:
-        client.close()
-        server.stop(0)
+        assert service.Execute(sandbox_pb2.ExecuteRequest(jobs=[sandbox_pb2.ExecJob(program="", call="1+1")])
+                               ).results[0].value_repr == "2"

@@ -47,3 +47,8 @@ def rollouts(n: int = 4, role: str = "student", task_type: str = "code_o", offse
 
 def update_request(ref, rows, seed: int = 0, step: int = 1):
     return trainer_pb2.UpdateRequest(adapter=ref, rollouts=rows, seed=seed, step=step)
+
+
+def update_one(svc, request):
+    """One adapter's TRR++ step through the trainer's UpdateBatch RPC."""
+    return svc.UpdateBatch(trainer_pb2.UpdateBatchRequest(updates=[request])).results[0]

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from populora.pb import trainer_pb2
-from tests.trainer.conftest import make_service, update_request
+from tests.trainer.conftest import make_service, update_one, update_request
 
 PROMPT = [151644, 872, 198, 9707, 151645, 198, 151644, 77091, 198]  # <|im_start|>user\nHello<|im_end|>\n...assistant\n
 TARGET = 785
@@ -37,7 +37,7 @@ def test_rewarding_a_token_raises_its_probability(fresh_base, store):
     gen = torch.Generator().manual_seed(0)
     losses = []
     for step in range(30):
-        resp = svc.Update(update_request(ref, _batch(gen), seed=step, step=step))
+        resp = update_one(svc, update_request(ref, _batch(gen), seed=step, step=step))
         ref = resp.adapter
         losses.append(resp.stats.loss)
     end, end_rank = _target(store, fresh_base().model, ref)

@@ -9,7 +9,7 @@ import torch
 from populora.pb import common_pb2, trainer_pb2
 from populora.rpc import ServiceError
 from populora.store import OPTIMIZER_STATE
-from tests.trainer.conftest import make_service, rollouts, update_request
+from tests.trainer.conftest import make_service, rollouts, update_one, update_request
 
 
 def _init(svc, adapter_id, role="student", seed=0):
@@ -46,7 +46,7 @@ def test_update_changes_only_its_adapter_and_never_the_base(fresh_base, store, m
     base_before = {k: v.clone() for k, v in svc.pool.policy.causal_lm.state_dict().items() if "lora" not in k}
     held_before = {a: {k: p.detach().clone() for k, p in svc.pool.held[a].params.items()} for a in ("s0", "s2")}
 
-    resp = svc.Update(update_request(refs[1], rollouts()))
+    resp = update_one(svc, update_request(refs[1], rollouts()))
     assert (resp.adapter.adapter_id, resp.adapter.version) == ("s1", 2)
     assert resp.stats.tokens == 12 and resp.stats.rollouts == 4 and resp.stats.grad_norm > 0
     assert resp.stats.mean_abs_advantage == pytest.approx(1.0, abs=1e-4) and resp.stats.seconds > 0
@@ -130,14 +130,14 @@ def test_unknown_stale_and_dropped_adapters_are_failed_precondition(fresh_base, 
     svc = make_service(fresh_base, store)
     ref = _init(svc, "s0")
     unknown = common_pb2.AdapterRef(adapter_id="nobody", version=1)
-    assert _code(lambda: svc.Update(update_request(unknown, rollouts()))) == grpc.StatusCode.FAILED_PRECONDITION
-    v2 = svc.Update(update_request(ref, rollouts())).adapter
+    assert _code(lambda: update_one(svc, update_request(unknown, rollouts()))) == grpc.StatusCode.FAILED_PRECONDITION
+    v2 = update_one(svc, update_request(ref, rollouts())).adapter
     stale = update_request(ref, rollouts(offset=7))  # v1 again, with other rollouts
-    assert _code(lambda: svc.Update(stale)) == grpc.StatusCode.FAILED_PRECONDITION
+    assert _code(lambda: update_one(svc, stale)) == grpc.StatusCode.FAILED_PRECONDITION
     assert store.versions("s0") == [1, 2]
     assert svc.DropAdapter(trainer_pb2.DropAdapterRequest(adapter_id="s0")).dropped
     assert not svc.DropAdapter(trainer_pb2.DropAdapterRequest(adapter_id="s0")).dropped
-    assert _code(lambda: svc.Update(update_request(v2, rollouts()))) == grpc.StatusCode.FAILED_PRECONDITION
+    assert _code(lambda: update_one(svc, update_request(v2, rollouts()))) == grpc.StatusCode.FAILED_PRECONDITION
     assert store.versions("s0") == [1, 2]  # versions stay in the store
     assert _code(lambda: _init(svc, "s0")) == grpc.StatusCode.FAILED_PRECONDITION  # ids are never reused
 
@@ -145,22 +145,22 @@ def test_unknown_stale_and_dropped_adapters_are_failed_precondition(fresh_base, 
 def test_a_retried_update_returns_the_version_it_made(fresh_base, store):
     svc = make_service(fresh_base, store)
     ref = _init(svc, "s0")
-    first = svc.Update(update_request(ref, rollouts(), seed=3, step=5))
-    again = svc.Update(update_request(ref, rollouts(), seed=3, step=5))
+    first = update_one(svc, update_request(ref, rollouts(), seed=3, step=5))
+    again = update_one(svc, update_request(ref, rollouts(), seed=3, step=5))
     assert again.adapter == first.adapter and again.stats.loss == first.stats.loss
     assert store.versions("s0") == [1, 2]
 
 
 def test_adopt_takes_an_evolver_child_with_a_fresh_optimizer(fresh_base, store):
     svc = make_service(fresh_base, store, lr=1e-2)
-    v2 = svc.Update(update_request(_init(svc, "p0"), rollouts())).adapter
+    v2 = update_one(svc, update_request(_init(svc, "p0"), rollouts())).adapter
     parent = store.read(store.ref("p0", v2.version))
     child = store.save("c0", {k: w * 0.5 for k, w in parent.weights.items()}, parent.config,
                        meta={"operator": "M2"})
     resp = svc.AdoptAdapter(trainer_pb2.AdoptAdapterRequest(
         adapter=common_pb2.AdapterRef(adapter_id="c0", version=child.version, uri=child.uri), role="student"))
     assert resp.adapter.version == 1 and not svc.pool.held["c0"].optimizer.state
-    out = svc.Update(update_request(resp.adapter, rollouts()))
+    out = update_one(svc, update_request(resp.adapter, rollouts()))
     assert out.adapter.version == 2
     assert store.read(store.ref("c0", 2)).meta["updates"] == 1
     missing = common_pb2.AdapterRef(adapter_id="c9", version=1)
@@ -176,7 +176,7 @@ def test_a_restarted_trainer_makes_the_uninterrupted_update(fresh_base, tmp_path
 
     def run(svc, ref, ks):
         for k in ks:
-            ref = svc.Update(update_request(ref, batches[k], seed=k, step=k)).adapter
+            ref = update_one(svc, update_request(ref, batches[k], seed=k, step=k)).adapter
         return ref
 
     st_a = ArtifactStore(tmp_path / "a")
@@ -207,8 +207,8 @@ def test_bfloat16_adapters_step_float32_master_weights(fresh_base, store):
     svc = TrainerService.from_config(trainer_config("batched", lr=1e-5), base=base, store=store)
     ref = _init(svc, "s0")
     assert all(p.dtype == torch.bfloat16 for p in svc.pool.held["s0"].params.values())
-    v2 = svc.Update(update_request(ref, rollouts())).adapter  # B = 0 at init: only B moves in the first step
-    v3 = svc.Update(update_request(v2, rollouts(offset=1))).adapter
+    v2 = update_one(svc, update_request(ref, rollouts())).adapter  # B = 0 at init: only B moves in the first step
+    v3 = update_one(svc, update_request(v2, rollouts(offset=1))).adapter
     before, after = _weights(store, v2), _weights(store, v3)
     a_keys = [k for k in after if "lora_A" in k]
     assert all(after[k].dtype == torch.float32 for k in after)

@@ -1,0 +1,82 @@
+"""The five services as the coordinator holds them: built in this process (embedded) or reached over gRPC
+(distributed). Either way each is an object with one method per RPC of its contract, speaking the proto messages."""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING, Any
+
+from populora.config import Config
+from populora.rpc import SERVICE_NAMES, connect, run_server
+
+if TYPE_CHECKING:
+    from services.evolver.service import EvolverService
+    from services.inference.service import InferenceService
+    from services.league.service import LeagueService
+    from services.sandbox.service import SandboxService
+    from services.trainer.service import TrainerService
+
+# name -> (module, class): imported only when a service is built, so a coordinator that reaches every service over
+# gRPC never loads a model or a database driver it does not use.
+_TYPES = {name: (f"services.{name}.service", f"{name.capitalize()}Service") for name in SERVICE_NAMES}
+_REST = {"league": "services.league.rest", "sandbox": "services.sandbox.rest"}
+
+
+@dataclass
+class Services:
+    """What the step calls. In process these are the service objects themselves; distributed, `populora.rpc.Remote`
+    proxies with the same methods and messages (and the same ServiceError on failure)."""
+
+    inference: InferenceService
+    trainer: TrainerService
+    league: LeagueService
+    sandbox: SandboxService
+    evolver: EvolverService
+
+    def close(self) -> None:
+        for f in fields(self):
+            close = getattr(getattr(self, f.name), "close", None)
+            if close is not None:
+                close()
+
+
+def service_type(name: str) -> type:
+    if name not in _TYPES:
+        raise ValueError(f"unknown service '{name}'; allowed: {list(SERVICE_NAMES)}")
+    module, cls = _TYPES[name]
+    return getattr(importlib.import_module(module), cls)
+
+
+def build(name: str, cfg: Config) -> Any:
+    """The service `name` in this process, from the configuration."""
+    return service_type(name).from_config(cfg)
+
+
+def remote(name: str, cfg: Config) -> Any:
+    """The service `name` over gRPC at cfg.services.<name>, with the run's token, deadline and retries."""
+    ep = getattr(cfg.services, name)
+    return connect(name, f"{ep.host}:{ep.port}", cfg.services.token, cfg.services.grpc_timeout_s,
+                   cfg.services.grpc_retries)
+
+
+def open_services(cfg: Config) -> Services:
+    """In-process services (embedded) or gRPC proxies (distributed), as `cfg.run.deployment` says."""
+    make = build if cfg.run.deployment == "embedded" else remote
+    return Services(**{name: make(name, cfg) for name in SERVICE_NAMES})
+
+
+def serve(name: str, cfg: Config, port: int | None = None, bind: str | None = None) -> int:
+    """`populora serve NAME`: build the service, then serve its contract over gRPC on cfg.services.<name>.port
+    (bound to cfg.services.<name>.bind unless `bind` says otherwise), its REST app where it has one, /metrics."""
+    service = build(name, cfg)
+    ep = getattr(cfg.services, name)
+    rest_app = importlib.import_module(_REST[name]).create_app(service) if name in _REST else None
+    try:
+        return run_server(name, service, ep.port if port is None else port, bind or ep.bind, cfg.services.token,
+                          metrics_port=ep.metrics_port, rest_app=rest_app, rest_port=ep.rest_port,
+                          max_workers=getattr(service, "GRPC_WORKERS", 16))
+    finally:
+        close = getattr(service, "close", None)
+        if close is not None:
+            close()

@@ -1,0 +1,100 @@
+"""One training step of PopuLoRA, top to bottom: the map of the system.
+
+Each line is one phase of spec/ALGORITHMS.md, run through the journal (`j.once`), which stores the phase's typed
+result before the next line runs; a resumed run reads what is stored instead of running it again, and in
+distributed mode the journal hands each phase to a worker. The phases themselves are in coordinator.phases.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from coordinator.journal import Journal
+from coordinator.phases import (
+    Run,
+    check,
+    evolve,
+    init,
+    match,
+    propose,
+    rate,
+    rollouts,
+    seed,
+    solve,
+    update,
+    validate,
+)
+from populora.records import (
+    Checked,
+    Evolved,
+    Initialized,
+    Matched,
+    Population,
+    Proposed,
+    Rated,
+    Seeded,
+    Solved,
+    Updated,
+    Validated,
+)
+from populora.tasks import BufferSet
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """Step 0: the population as created and the buffers the base model filled."""
+
+    initialized: Initialized
+    seeded: Seeded
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """Everything one step produced, as stored."""
+
+    step: int
+    matched: Matched
+    proposed: Proposed
+    validated: Validated
+    solved: Solved
+    checked: Checked
+    rated: Rated
+    updated: Updated
+    evolved: Evolved | None
+
+    @property
+    def population(self) -> Population:
+        """The members playing the next step."""
+        return (self.evolved or self.updated).population
+
+
+def prepare(j: Journal, run: Run) -> Prepared:
+    """Step 0: create and register the adapters, then fill the task buffers (spec 10)."""
+    initialized = j.once(0, "init", init, run)
+    seeded = j.once(0, "seed", seed, run)
+    return Prepared(initialized, seeded)
+
+
+def train_step(j: Journal, run: Run, t: int) -> StepRecord:
+    """Step t >= 1: spec sections 2-9 in order."""
+    population, buffers = state_before(j, t)
+    matched = j.once(t, "match", match, run, t)                                             # 7   PFSP pairings
+    proposed = j.once(t, "propose", propose, run, t, matched, population, buffers)          # 2,10 teachers, 1 batch
+    validated = j.once(t, "validate", validate, run, proposed, buffers)                     # 3   sandbox; buffers
+    solved = j.once(t, "solve", solve, run, t, matched, proposed, validated, population)    # 2   students, 1 batch
+    checked = j.once(t, "check", check, run, solved, validated)                             # 2,4 correctness, rho
+    rated = j.once(t, "rate", rate, run, t, matched, proposed, checked)                     # 6   TrueSkill
+    batch = rollouts(run.cfg.rewards, proposed, validated, solved, checked)                 # 4   rewards
+    updated = j.once(t, "update", update, run, t, population, batch)                        # 5   TRR++ per adapter
+    evolved = None
+    if run.evolves(t):
+        evolved = j.once(t, "evolve", evolve, run, t, updated.population)                   # 8,9 replace the worst
+    return StepRecord(t, matched, proposed, validated, solved, checked, rated, updated, evolved)
+
+
+def state_before(j: Journal, t: int) -> tuple[Population, BufferSet]:
+    """The population and buffers step t starts from: what step t-1 (or step 0) left."""
+    if t == 1:
+        return j.get(0, "init").population, j.get(0, "seed").buffers
+    last: Updated | Evolved = j.get(t - 1, "evolve") or j.get(t - 1, "update")
+    return last.population, j.get(t - 1, "validate").buffers

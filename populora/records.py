@@ -1,0 +1,268 @@
+"""The typed records of a training step (what each phase returns, what the journal stores) and their one JSON codec.
+
+A step's data flows match -> propose -> validate -> solve -> check -> rate -> update -> evolve as these dataclasses;
+they are converted to JSON only when the journal persists them and back when it loads them. Every record decodes
+the JSON layout runs have stored since the first release, so stored runs stay readable. The league's dashboard
+reads the same records from the same rows.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any, TypeVar, Union
+
+from populora.tasks.buffers import BufferSet
+from populora.tasks.triplet import Triplet
+
+ROLES = ("teacher", "student", "both")  # "both": the baseline's single adapter (spec 1)
+
+
+# ------------------------------------------------------------------------------------------------ population
+@dataclass(frozen=True)
+class Member:
+    """One active adapter of the population: its role and the version it plays with."""
+
+    role: str
+    version: int
+
+
+Population = dict[str, Member]  # adapter id -> member
+
+
+# ------------------------------------------------------------------------------------------------ one step
+@dataclass(frozen=True)
+class Pairing:
+    """One match of spec 6-7: a teacher, the student PFSP drew for it, one task type, at one step."""
+
+    match_id: str
+    teacher: str
+    student: str
+    task_type: str
+    p_student: float = 0.0  # P(student beats teacher) when it was drawn
+
+
+@dataclass(frozen=True)
+class Matched:
+    pairings: list[Pairing]
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """One teacher completion: the prompt slot it answers and the text and tokens it wrote."""
+
+    id: str
+    task_type: str
+    teacher: str
+    match_id: str
+    version: int
+    text: str
+    prompt_token_ids: list[int]
+    response_token_ids: list[int]
+    finish_reason: str = ""
+    given_program: str = ""  # code_f: the program the teacher was given
+
+
+@dataclass(frozen=True)
+class Proposed:
+    proposals: list[Proposal]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Spec 3: valid with its task (outputs computed by the verifier), or the reason of the first failed check."""
+
+    valid: bool
+    reason: str
+    detail: str = ""
+    task: Triplet | None = None
+
+
+@dataclass(frozen=True)
+class Validated:
+    verdicts: dict[str, Verdict]  # proposal id -> verdict
+    buffers: BufferSet  # the buffers after the valid tasks of this step entered them (spec 10)
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One student sample for one valid task."""
+
+    id: str
+    task_id: str
+    student: str
+    match_id: str
+    text: str
+    prompt_token_ids: list[int]
+    response_token_ids: list[int]
+    finish_reason: str = ""
+
+
+@dataclass(frozen=True)
+class Solved:
+    attempts: list[Attempt]
+
+
+@dataclass(frozen=True)
+class Checked:
+    outcomes: dict[str, str]  # attempt id -> correct | wrong | malformed | verifier_error
+    rho: dict[str, float | None]  # task id -> mean correctness of its attempts (spec 4)
+
+
+@dataclass(frozen=True)
+class Rating:
+    role: str
+    mu: float
+    sigma: float
+    skill: float  # conservative skill mu - k sigma (spec 6)
+
+
+@dataclass(frozen=True)
+class Rated:
+    applied: int
+    duplicates: int
+    reported: list[str]  # match ids reported this step
+    ratings: dict[str, Rating]  # adapter id -> rating after the step's matches
+
+
+@dataclass(frozen=True)
+class Rollout:
+    """One response to train on with its reward (spec 4), grouped by (task type, role) for TRR++ (spec 5)."""
+
+    role: str
+    task_type: str
+    reward: float
+    prompt_token_ids: list[int]
+    response_token_ids: list[int]
+
+
+@dataclass(frozen=True)
+class UpdateStats:
+    loss: float = 0.0
+    grad_norm: float = 0.0
+    mean_abs_advantage: float = 0.0
+    tokens: int = 0
+    seconds: float = 0.0
+    rollouts: int = 0
+
+
+@dataclass(frozen=True)
+class Updated:
+    population: Population
+    stats: dict[str, UpdateStats]
+    mode: str = ""
+    reused: list[str] = field(default_factory=list)  # adapters whose version a crashed earlier try had written
+
+
+@dataclass(frozen=True)
+class EvolutionEvent:
+    step: int
+    role: str
+    retired: str
+    child: str
+    parents: list[str]
+    operator: str
+    relative_change: float
+    effective_rank: float
+
+
+@dataclass(frozen=True)
+class Evolved:
+    population: Population
+    events: list[EvolutionEvent]
+
+
+# ------------------------------------------------------------------------------------------------ step 0
+@dataclass(frozen=True)
+class Initialized:
+    population: Population
+
+
+@dataclass(frozen=True)
+class Seeded:
+    buffers: BufferSet
+    rounds: int
+    proposals: int
+    reasons: dict[str, int]
+    sizes: dict[str, int]
+
+
+# ------------------------------------------------------------------------------------------------ codec
+R = TypeVar("R")
+
+
+class CodecError(ValueError):
+    """A stored record does not match its type; the message names the path inside the record."""
+
+
+def to_json(value: Any) -> Any:
+    """A record (or anything it holds) as JSON-able data: dataclasses as objects of their fields, BufferSet as its
+    own JSON form, lists and dicts element-wise."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: to_json(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, BufferSet):
+        return value.to_json()
+    if isinstance(value, (list, tuple)):
+        return [to_json(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): to_json(v) for k, v in value.items()}
+    return value
+
+
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def from_json(kind: Any, data: Any, path: str = "$") -> Any:
+    """Rebuild a value of type `kind` from `to_json` output; missing fields take their defaults."""
+    origin = typing.get_origin(kind)
+    if kind is Any:
+        return data
+    if origin in (Union, types.UnionType):
+        options = typing.get_args(kind)
+        if data is None and type(None) in options:
+            return None
+        inner = [o for o in options if o is not type(None)]
+        return from_json(inner[0], data, path)
+    if kind is BufferSet:
+        return BufferSet.from_json(data)
+    if dataclasses.is_dataclass(kind):
+        if not isinstance(data, dict):
+            raise CodecError(f"{path}: expected an object for {kind.__name__}, got {type(data).__name__}")
+        hints = _hints(kind)
+        args = {}
+        for f in dataclasses.fields(kind):
+            if f.name in data:
+                args[f.name] = from_json(hints[f.name], data[f.name], f"{path}.{f.name}")
+            elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                raise CodecError(f"{path}: {kind.__name__} needs the field '{f.name}'")
+        return kind(**args)
+    if origin is list:
+        (item,) = typing.get_args(kind)
+        return [from_json(item, v, f"{path}[{i}]") for i, v in enumerate(_expect(data, list, path))]
+    if origin is dict:
+        _, item = typing.get_args(kind)
+        return {k: from_json(item, v, f"{path}.{k}") for k, v in _expect(data, dict, path).items()}
+    if kind is float:
+        return float(_expect(data, (int, float), path))
+    if kind in (int, str, bool):
+        return _expect(data, kind, path)
+    raise CodecError(f"{path}: no codec for {kind!r}")
+
+
+def _expect(data: Any, kind, path: str) -> Any:
+    if not isinstance(data, kind):
+        raise CodecError(f"{path}: expected {getattr(kind, '__name__', kind)}, got {type(data).__name__}")
+    return data
+
+
+# What each phase of the journal stores (coordinator.step runs them; spec sections in its comments).
+PHASE_RECORDS: dict[str, type] = {
+    "init": Initialized, "seed": Seeded,
+    "match": Matched, "propose": Proposed, "validate": Validated, "solve": Solved, "check": Checked,
+    "rate": Rated, "update": Updated, "evolve": Evolved,
+}
