@@ -22,7 +22,9 @@ import time
 import uuid
 
 DEFAULT_PG = os.environ.get("POPULORA_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
-TASK_TYPES = ("code_i", "code_o", "code_f")
+
+
+from populora.config import TASK_TYPES  # noqa: E402 - after the light imports, for the subprocess workers
 
 
 def percentile(values: list[float], q: float) -> float:

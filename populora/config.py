@@ -14,7 +14,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 PRESET_DIR = Path(__file__).resolve().parents[1] / "configs"
-TASK_TYPES = ("code_i", "code_o", "code_f")
+TASK_TYPES = ("code_i", "code_o", "code_f")  # spec 2
+ROLES = ("teacher", "student", "both")  # spec 1; "both": the baseline's single adapter
 ALL_TARGET_MODULES = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 OPERATORS = ("M1", "M2", "M3", "M4", "X1", "X2", "X3", "X4")
 
@@ -74,7 +75,7 @@ class PopulationConfig(Section):
 
 
 class TasksConfig(Section):
-    task_types: list[Literal["code_i", "code_o", "code_f"]] = Field(default_factory=lambda: list(TASK_TYPES))
+    task_types: list[Literal[TASK_TYPES]] = Field(default_factory=lambda: list(TASK_TYPES))
     """Task types played each step (spec 2)."""
     proposals_per_teacher: int = Field(2, ge=1)
     """Proposals each teacher writes per task type per step (its batch of tasks in a match)."""

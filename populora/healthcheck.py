@@ -1,8 +1,9 @@
 """`python -m populora.healthcheck [HOST:PORT]`: exit 0 when a service's gRPC health service answers SERVING.
 
 Container health checks (the Dockerfile's HEALTHCHECK, docker-compose `healthcheck`) run this every few seconds,
-so it imports only grpc and the standard health stubs, not the core (populora.rpc would import torch through
-populora.store). It speaks the same protocol as `populora.rpc.health_check`: grpc.health.v1 `Check`.
+so it imports only grpc and the standard health stubs (and, to find a port from the config, the config loader and
+the list of services), never torch. It speaks the same protocol as `populora.rpc.health_check`: grpc.health.v1
+`Check`.
 
 Without an address it finds the port from the configuration the service itself reads: the service named by
 $POPULORA_SERVICE (or --service) in the file $POPULORA_CONFIG plus POPULORA__* overrides, on 127.0.0.1.
@@ -14,8 +15,6 @@ import argparse
 import os
 import sys
 from dataclasses import dataclass
-
-SERVICES = ("inference", "trainer", "league", "sandbox", "evolver")
 
 
 @dataclass(frozen=True)
@@ -45,8 +44,10 @@ def check(probe: Probe) -> tuple[bool, str]:
 
 def address_from_config(service: str) -> str:
     """127.0.0.1:<services.<service>.port> of the configuration in $POPULORA_CONFIG (+ POPULORA__* overrides)."""
-    if service not in SERVICES:
-        raise ValueError(f"unknown service '{service}'; allowed: {list(SERVICES)} "
+    from populora.rpc import SERVICE_NAMES
+
+    if service not in SERVICE_NAMES:
+        raise ValueError(f"unknown service '{service}'; allowed: {list(SERVICE_NAMES)} "
                          "(set POPULORA_SERVICE or pass --service, or give HOST:PORT)")
     from populora.config import load_config
 

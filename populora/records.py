@@ -18,8 +18,6 @@ from typing import Any, TypeVar, Union
 from populora.tasks.buffers import BufferSet
 from populora.tasks.triplet import Triplet
 
-ROLES = ("teacher", "student", "both")  # "both": the baseline's single adapter (spec 1)
-
 
 # ------------------------------------------------------------------------------------------------ population
 @dataclass(frozen=True)

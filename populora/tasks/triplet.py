@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from populora.config import TASK_TYPES
 from populora.pb import common_pb2
 
-TASK_TYPES = ("code_i", "code_o", "code_f")
+__all__ = ["TASK_TYPES", "Triplet", "identity_triplet"]
 COMPLEXITY_KEYS = ("ast_depth", "cyclomatic", "lines_of_code")
 
 

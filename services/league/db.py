@@ -1,5 +1,9 @@
 """The league's storage: one SQLAlchemy code path for Postgres (distributed) and a SQLite file (embedded).
 
+SQL only: the rules (what a request must satisfy, how matches change ratings) are services.league.engine, applied
+here inside the transactions; errors are engine.InvalidRequest and engine.UnknownEntity, which the service turns
+into gRPC status codes.
+
 Every write is one transaction. Rating updates lock the rows of the adapters they touch (Postgres:
 SELECT ... FOR UPDATE in id order, so concurrent reporters queue instead of losing updates or deadlocking;
 SQLite: BEGIN IMMEDIATE, a single writer). A match id is inserted with ON CONFLICT DO NOTHING, so a match
@@ -12,114 +16,28 @@ import json
 import logging
 import threading
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 
-from populora.config import TASK_TYPES
-from populora.rpc import invalid, not_found
+from services.league import engine
 from services.league import tables as t
 from services.league.bulk import bulk_writer
-from services.league.payoff import PayoffCell, update_cell
-from services.league.ratings import RatingParams, Result, Skill, match_outcome, rate_match
+from services.league.engine import (
+    AdapterRow,
+    AdapterSpecIn,
+    ChildSpec,
+    Edge,
+    InvalidRequest,
+    MatchReport,
+    RatingRules,
+    ReportOutcome,
+    UnknownEntity,
+)
+from services.league.payoff import PayoffCell
 
-ROLES = ("teacher", "student", "both")
-TEACHER_ROLES = ("teacher", "both")
-STUDENT_ROLES = ("student", "both")
 ALEMBIC_INI = Path(__file__).resolve().parent / "alembic.ini"
-
-
-@dataclass
-class AdapterRow:
-    """One adapter as the league knows it: rating, record, status and origin."""
-
-    adapter_id: str
-    run_id: str
-    role: str
-    status: str
-    rank: int
-    created_step: int
-    mu: float
-    sigma: float
-    matches: int = 0
-    wins: int = 0
-    losses: int = 0
-    draws: int = 0
-    operator: str = ""
-    parents: list[str] = field(default_factory=list)
-    retired_step: int | None = None
-
-    @property
-    def skill(self) -> Skill:
-        return Skill(self.mu, self.sigma)
-
-
-@dataclass(frozen=True)
-class AdapterSpecIn:
-    """An adapter to register."""
-
-    adapter_id: str
-    role: str
-    rank: int = 0
-    created_step: int = 0
-
-
-@dataclass(frozen=True)
-class MatchReport:
-    """A played match: the matched student's rho per task of the teacher's batch (spec 4, 6)."""
-
-    match_id: str
-    teacher_id: str
-    student_id: str
-    task_type: str
-    step: int
-    rhos: tuple[float, ...]
-
-
-@dataclass(frozen=True)
-class RatingRules:
-    """How a match turns into rating updates: the TrueSkill environment, the outcome rule and the payoff decay."""
-
-    params: RatingParams = RatingParams()
-    outcome: str = "aggregate"
-    margin: float = 0.05
-    payoff_decay: float = 0.9
-
-
-@dataclass
-class ReportOutcome:
-    """What a ReportMatches call did."""
-
-    applied: int
-    duplicates: int
-    ratings: list[AdapterRow]
-
-
-@dataclass(frozen=True)
-class ChildSpec:
-    """A child made by an operator, and the member it replaces (spec 8)."""
-
-    child_id: str
-    role: str
-    parent_ids: tuple[str, ...]
-    operator: str
-    params_json: str = "{}"
-    seed: int = 0
-    step: int = 0
-    retire_id: str = ""
-    rank: int = 0
-
-
-@dataclass(frozen=True)
-class Edge:
-    """A lineage edge parent -> child."""
-
-    parent_id: str
-    child_id: str
-    operator: str
-    step: int
 
 
 def _row_to_adapter(row: sa.Row) -> AdapterRow:
@@ -214,7 +132,7 @@ class LeagueDB:
     def create_run(self, run_id: str, mode: str = "", config_yaml: str = "") -> bool:
         """Create a run; False when it already exists (idempotent)."""
         if not run_id:
-            raise invalid("run_id: must not be empty")
+            raise InvalidRequest("run_id: must not be empty")
         with self.engine.begin() as conn:
             created = conn.execute(self._insert(t.runs).values(run_id=run_id, mode=mode, config_yaml=config_yaml)
                                    .on_conflict_do_nothing(index_elements=["run_id"])
@@ -236,7 +154,7 @@ class LeagueDB:
 
     def _require_run(self, conn: sa.Connection, run_id: str) -> None:
         if conn.execute(sa.select(t.runs.c.run_id).where(t.runs.c.run_id == run_id)).first() is None:
-            raise not_found(f"run '{run_id}' does not exist; create it first (CreateRun)")
+            raise UnknownEntity(f"run '{run_id}' does not exist; create it first (CreateRun)")
 
     def run_exists(self, run_id: str) -> bool:
         with self.read_engine.connect() as conn:
@@ -244,23 +162,13 @@ class LeagueDB:
 
     def register_adapters(self, run_id: str, specs: Sequence[AdapterSpecIn]) -> list[AdapterRow]:
         """Register adapters with the default rating; one already registered in this run is left as it is."""
-        for i, spec in enumerate(specs):
-            if not spec.adapter_id:
-                raise invalid(f"adapters[{i}].adapter_id: must not be empty")
-            if spec.role not in ROLES:
-                raise invalid(f"adapters[{i}].role: '{spec.role}' is not one of {list(ROLES)}")
+        engine.check_specs(specs)
         ids = [s.adapter_id for s in specs]
-        if len(set(ids)) != len(ids):
-            raise invalid("adapters: an adapter_id appears twice in one request")
         p = self.rules.params
         with self.engine.begin() as conn:
             self._require_run(conn, run_id)
             existing = self._adapters_by_id(conn, ids)
-            for i, spec in enumerate(specs):
-                old = existing.get(spec.adapter_id)
-                if old is not None and (old.run_id != run_id or old.role != spec.role):
-                    raise invalid(f"adapters[{i}].adapter_id: '{spec.adapter_id}' is already registered "
-                                  f"(run '{old.run_id}', role '{old.role}'); adapter ids are unique")
+            engine.check_registration(run_id, specs, existing)
             new = [dict(adapter_id=s.adapter_id, run_id=run_id, role=s.role, status="active", rank=s.rank,
                         created_step=s.created_step, mu=p.mu, sigma=p.sigma) for s in specs
                    if s.adapter_id not in existing]
@@ -284,8 +192,7 @@ class LeagueDB:
 
     def adapters(self, run_id: str, role: str = "", include_retired: bool = False) -> list[AdapterRow]:
         """A run's adapters; `role` teacher/student also matches `both`; best conservative skill first."""
-        if role and role not in ROLES:
-            raise invalid(f"role: '{role}' is not one of {list(ROLES)} (or empty for all)")
+        engine.check_role(role, "role", allow_empty=True)
         q = sa.select(t.adapters).where(t.adapters.c.run_id == run_id)
         if role:
             q = q.where(t.adapters.c.role.in_([role, "both"]))
@@ -330,62 +237,30 @@ class LeagueDB:
         with self.read_engine.connect() as conn:
             row = conn.execute(sa.select(t.adapters).where(t.adapters.c.adapter_id == adapter_id)).first()
         if row is None:
-            raise not_found(f"adapter '{adapter_id}' does not exist")
+            raise UnknownEntity(f"adapter '{adapter_id}' does not exist")
         return _row_to_adapter(row)
 
     # ---- matches --------------------------------------------------------------------------------------------------
-    def _validate_matches(self, run_id: str, reports: Sequence[MatchReport],
-                          known: dict[str, AdapterRow]) -> None:
-        for i, m in enumerate(reports):
-            where = f"matches[{i}]"
-            if not m.match_id:
-                raise invalid(f"{where}.match_id: must not be empty")
-            if m.task_type not in TASK_TYPES:
-                raise invalid(f"{where}.task_type: '{m.task_type}' is not one of {list(TASK_TYPES)}")
-            if not m.rhos:
-                raise invalid(f"{where}.rhos: a match needs at least one rho (one per task)")
-            for j, rho in enumerate(m.rhos):
-                if not 0.0 <= rho <= 1.0:  # also rejects NaN
-                    raise invalid(f"{where}.rhos[{j}]: {rho} is outside [0, 1]")
-            for fld, adapter_id, roles in (("teacher_id", m.teacher_id, TEACHER_ROLES),
-                                           ("student_id", m.student_id, STUDENT_ROLES)):
-                a = known.get(adapter_id)
-                if a is None or a.run_id != run_id:
-                    raise invalid(f"{where}.{fld}: unknown adapter '{adapter_id}' in run '{run_id}'")
-                if a.role not in roles:
-                    raise invalid(f"{where}.{fld}: adapter '{adapter_id}' is a {a.role}, not a "
-                                  f"{fld.removesuffix('_id')}")
-            if m.teacher_id == m.student_id and known[m.teacher_id].role != "both":
-                raise invalid(f"{where}.student_id: a teacher never solves its own problems (spec 1)")
-
     def report_matches(self, run_id: str, reports: Sequence[MatchReport]) -> ReportOutcome:
-        """Validate, then in one transaction: lock the adapters, insert the new match ids, apply their games in
-        order (spec 6), update counters, rating history and payoff. Duplicates (already recorded, or twice in
-        this batch) change nothing. Invalid input raises before anything is written.
-
-        A self-match (the baseline's single `both` adapter against itself) is logged and enters the payoff
-        matrix, but leaves mu and sigma alone: TrueSkill has no meaning for a player against itself.
-        """
+        """In one transaction: lock the adapters, check the reports, insert the new match ids, apply their games in
+        order (engine.play), write counters, rating history and payoff. Duplicates (already recorded, or twice in
+        this batch) change nothing. Invalid input raises before anything is written."""
         ids = {m.teacher_id for m in reports} | {m.student_id for m in reports}
         with self.engine.begin() as conn:
             self._require_run(conn, run_id)
             locked = self._adapters_by_id(conn, ids, lock=True)
-            self._validate_matches(run_id, reports, locked)
+            engine.check_matches(run_id, reports, locked)
             fresh = self._insert_new_matches(conn, run_id, reports)
-            self._apply(conn, run_id, fresh, locked)
+            if fresh:
+                self._write_played(conn, run_id, engine.play(self._env, self.rules, locked, fresh, self._payoff_cells(
+                    conn, run_id, {(m.teacher_id, m.student_id) for m, _ in fresh})), locked)
         self._bump()
         return ReportOutcome(applied=len(fresh), duplicates=len(reports) - len(fresh),
                              ratings=[locked[a] for a in sorted(ids)])
 
     def _insert_new_matches(self, conn: sa.Connection, run_id: str,
-                            reports: Sequence[MatchReport]) -> list[tuple[MatchReport, list[Result]]]:
-        rules = self.rules
-        seen: set[str] = set()
-        batch: list[tuple[MatchReport, list[Result]]] = []
-        for m in reports:
-            if m.match_id not in seen:
-                seen.add(m.match_id)
-                batch.append((m, match_outcome(m.rhos, rules.outcome, rules.margin)))
+                            reports: Sequence[MatchReport]) -> list[tuple[MatchReport, list]]:
+        batch = engine.games(reports, self.rules)
         if not batch:
             return []
         rows = [dict(match_id=m.match_id, run_id=run_id, teacher_id=m.teacher_id, student_id=m.student_id,
@@ -395,43 +270,17 @@ class LeagueDB:
         inserted = self.bulk.insert_new(conn, t.matches, rows, "match_id")
         return [(m, results) for m, results in batch if m.match_id in inserted]
 
-    def _apply(self, conn: sa.Connection, run_id: str, fresh: Sequence[tuple[MatchReport, list[Result]]],
-               adapters: dict[str, AdapterRow]) -> set[str]:
-        history: dict[tuple[str, int], tuple[float, float, int]] = {}
-        cells = self._payoff_cells(conn, run_id, {(m.teacher_id, m.student_id) for m, _ in fresh})
-        for m, results in fresh:
-            teacher, student = adapters[m.teacher_id], adapters[m.student_id]
-            if teacher is not student:
-                t_skill, s_skill = rate_match(self._env, teacher.skill, student.skill, results)
-                teacher.mu, teacher.sigma = t_skill.mu, t_skill.sigma
-                student.mu, student.sigma = s_skill.mu, s_skill.sigma
-                teacher.wins += sum(r is Result.TEACHER_WINS for r in results)
-                teacher.losses += sum(r is Result.STUDENT_WINS for r in results)
-                student.wins += sum(r is Result.STUDENT_WINS for r in results)
-                student.losses += sum(r is Result.TEACHER_WINS for r in results)
-                for a in (teacher, student):
-                    a.draws += sum(r is Result.DRAW for r in results)
-            teacher.matches += 1
-            if student is not teacher:
-                student.matches += 1
-            key = (m.teacher_id, m.student_id)
-            cells[key] = update_cell(cells.get(key, PayoffCell()), sum(m.rhos) / len(m.rhos),
-                                     self.rules.payoff_decay)
-            for a in (teacher, student):  # the rating after this step's last match of the adapter
-                history[(a.adapter_id, m.step)] = (a.mu, a.sigma, a.matches)
-        touched = {m.teacher_id for m, _ in fresh} | {m.student_id for m, _ in fresh}
-        if not fresh:
-            return touched
+    def _write_played(self, conn: sa.Connection, run_id: str, played: engine.Played,
+                      adapters: dict[str, AdapterRow]) -> None:
         self.bulk.update(conn, t.adapters, [
             dict(adapter_id=x.adapter_id, mu=x.mu, sigma=x.sigma, matches=x.matches, wins=x.wins, losses=x.losses,
-                 draws=x.draws) for x in (adapters[i] for i in sorted(touched))], "adapter_id")
+                 draws=x.draws) for x in (adapters[i] for i in sorted(played.touched))], "adapter_id")
         self.bulk.upsert(conn, t.rating_history, [
             dict(adapter_id=aid, step=step, mu=mu, sigma=sigma, matches=n)
-            for (aid, step), (mu, sigma, n) in sorted(history.items())], ["adapter_id", "step"])
+            for (aid, step), (mu, sigma, n) in sorted(played.history.items())], ["adapter_id", "step"])
         self.bulk.upsert(conn, t.payoff, [
             dict(run_id=run_id, teacher_id=k[0], student_id=k[1], weighted_sum=c.weighted_sum, weight=c.weight,
-                 matches=c.matches) for k, c in sorted(cells.items())], ["run_id", "teacher_id", "student_id"])
-        return touched
+                 matches=c.matches) for k, c in sorted(played.cells.items())], ["run_id", "teacher_id", "student_id"])
 
     def _payoff_cells(self, conn: sa.Connection, run_id: str,
                       pairs: set[tuple[str, str]]) -> dict[tuple[str, str], PayoffCell]:
@@ -488,38 +337,17 @@ class LeagueDB:
     def record_child(self, run_id: str, child: ChildSpec) -> AdapterRow:
         """Register a child with rating (mean of its parents' mu, sigma0), retire the member it replaces and record
         lineage edges (spec 8), in one transaction. Recording the same child again returns it unchanged."""
-        if not child.child_id:
-            raise invalid("child_id: must not be empty")
-        if child.role not in ROLES:
-            raise invalid(f"role: '{child.role}' is not one of {list(ROLES)}")
-        if not child.parent_ids:
-            raise invalid("parent_ids: a child needs at least one parent")
-        if not child.operator:
-            raise invalid("operator: name the operator that made the child (M1..X4)")
         with self.engine.begin() as conn:
             self._require_run(conn, run_id)
             ids = [*child.parent_ids, child.child_id] + ([child.retire_id] if child.retire_id else [])
             known = self._adapters_by_id(conn, ids, lock=True)
-            existing = known.get(child.child_id)
-            if existing is not None:
-                if existing.run_id == run_id and existing.parents == list(child.parent_ids) \
-                        and existing.operator == child.operator:
-                    return existing
-                raise invalid(f"child_id: '{child.child_id}' already exists with other parents or operator")
-            for i, pid in enumerate(child.parent_ids):
-                p = known.get(pid)
-                if p is None or p.run_id != run_id:
-                    raise invalid(f"parent_ids[{i}]: unknown adapter '{pid}' in run '{run_id}'")
+            recorded = engine.check_child(run_id, child, known)
+            if recorded is not None:
+                return recorded
             if child.retire_id:
-                r = known.get(child.retire_id)
-                if r is None or r.run_id != run_id:
-                    raise invalid(f"retire_id: unknown adapter '{child.retire_id}' in run '{run_id}'")
-                if r.role != child.role:
-                    raise invalid(f"retire_id: '{child.retire_id}' is a {r.role}, the child a {child.role}")
                 conn.execute(t.adapters.update().where(t.adapters.c.adapter_id == child.retire_id)
                              .values(status="retired", retired_step=child.step))
-            mu = sum(known[p].mu for p in child.parent_ids) / len(child.parent_ids)
-            sigma = self.rules.params.sigma
+            mu, sigma = engine.child_rating([known[p] for p in child.parent_ids], self.rules.params)
             conn.execute(t.adapters.insert().values(
                 adapter_id=child.child_id, run_id=run_id, role=child.role, status="active", rank=child.rank,
                 created_step=child.step, mu=mu, sigma=sigma, operator=child.operator,
@@ -540,7 +368,7 @@ class LeagueDB:
         with self.read_engine.connect() as conn:
             if conn.execute(sa.select(t.adapters.c.adapter_id).where(t.adapters.c.adapter_id == adapter_id)
                             ).first() is None:
-                raise not_found(f"adapter '{adapter_id}' does not exist")
+                raise UnknownEntity(f"adapter '{adapter_id}' does not exist")
             ancestors = self._walk(conn, adapter_id, c.child_id, c.parent_id)
             descendants = self._walk(conn, adapter_id, c.parent_id, c.child_id)
         return ancestors, descendants

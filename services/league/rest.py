@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from populora.metrics import generate_latest
 from populora.pb import league_pb2
 from populora.rpc import ServiceError
+from services.league.engine import InvalidRequest, UnknownEntity
 from services.league.service import LeagueService
 
 HTTP_STATUS = {grpc.StatusCode.INVALID_ARGUMENT: 400, grpc.StatusCode.NOT_FOUND: 404,
@@ -224,10 +225,18 @@ def create_app(service: LeagueService) -> FastAPI:
     def _service_error(_request: Request, e: ServiceError) -> JSONResponse:
         return JSONResponse({"detail": e.message}, status_code=HTTP_STATUS.get(e.code, 500))
 
+    @app.exception_handler(UnknownEntity)
+    def _unknown(_request: Request, e: UnknownEntity) -> JSONResponse:
+        return JSONResponse({"detail": str(e)}, status_code=404)
+
+    @app.exception_handler(InvalidRequest)
+    def _refused(_request: Request, e: InvalidRequest) -> JSONResponse:
+        return JSONResponse({"detail": str(e)}, status_code=422)
+
     def require_token(authorization: str = Header("", description="Bearer <token>")) -> None:
         if not service.token:
             raise ServiceError(grpc.StatusCode.PERMISSION_DENIED,
-                               "writes are disabled: set league.token or $POPULORA_TOKEN on the server")
+                               "writes are disabled: set services.token or $POPULORA_TOKEN on the server")
         scheme, _, given = authorization.partition(" ")
         if scheme.lower() != "bearer" or not hmac.compare_digest(given.encode(), service.token.encode()):
             raise ServiceError(grpc.StatusCode.UNAUTHENTICATED,

@@ -2,31 +2,50 @@
 
 from __future__ import annotations
 
+import functools
 import random
 from dataclasses import dataclass
 
 import numpy as np
 
-from populora.config import TASK_TYPES, Config
+from populora.config import ROLES, TASK_TYPES, Config
 from populora.metrics import BATCH_SIZE
 from populora.pb import league_pb2
 from populora.rpc import CONTRACTS, invalid, not_found, precondition
 from populora.seeds import derive_seed
-from services.league.db import (
+from services.league.db import LeagueDB
+from services.league.engine import (
     STUDENT_ROLES,
     TEACHER_ROLES,
     AdapterRow,
     AdapterSpecIn,
     ChildSpec,
-    LeagueDB,
+    InvalidRequest,
     MatchReport,
     RatingRules,
+    UnknownEntity,
 )
 from services.league.pfsp import PfspParams, draw, pfsp_weights
 from services.league.ratings import RatingParams, win_probability_matrix
 from services.league.selection import Member, select_for_replacement
 
 ROW_BLOCK = 128  # teachers per block in matchmaking: (128, S) float32 temporaries are 250 KB at S = 500
+
+
+def _status_codes(method):
+    """The league's plain errors as the service's: a refused request is INVALID_ARGUMENT, an unknown run or
+    adapter NOT_FOUND (the gRPC server and the REST app both map ServiceError further)."""
+
+    @functools.wraps(method)
+    def mapped(*args, **kwargs):
+        try:
+            return method(*args, **kwargs)
+        except InvalidRequest as e:
+            raise invalid(str(e)) from None
+        except UnknownEntity as e:
+            raise not_found(str(e)) from None
+
+    return mapped
 
 
 @dataclass(frozen=True)
@@ -78,15 +97,18 @@ class LeagueService:
         return rating_to_pb(a, self.rules.params.k)
 
     # ---- RPCs ---------------------------------------------------------------------------------------------------
+    @_status_codes
     def CreateRun(self, request: league_pb2.CreateRunRequest) -> league_pb2.CreateRunResponse:
         created = self.db.create_run(request.run_id, request.mode, request.config_yaml)
         return league_pb2.CreateRunResponse(run_id=request.run_id, created=created)
 
+    @_status_codes
     def RegisterAdapters(self, request: league_pb2.RegisterAdaptersRequest) -> league_pb2.RegisterAdaptersResponse:
         specs = [AdapterSpecIn(a.adapter_id, a.role, a.rank, a.created_step) for a in request.adapters]
         rows = self.db.register_adapters(request.run_id, specs)
         return league_pb2.RegisterAdaptersResponse(ratings=[self._pb(a) for a in rows])
 
+    @_status_codes
     def Matchmake(self, request: league_pb2.MatchmakeRequest) -> league_pb2.MatchmakeResponse:
         """For every active teacher and task type, draw one student by PFSP (spec 7), deterministically for
         (run, step, seed, ratings). A teacher is never paired with itself unless it is the only candidate, as the
@@ -156,6 +178,7 @@ class LeagueService:
             allowed[i, column[teachers[i][0]]] = len(column) == 1
         return pfsp_weights(x, self.pfsp, allowed)
 
+    @_status_codes
     def ReportMatches(self, request: league_pb2.ReportMatchesRequest) -> league_pb2.ReportMatchesResponse:
         reports = [MatchReport(m.match_id, m.teacher_id, m.student_id, m.task_type, m.step, tuple(m.rhos))
                    for m in request.matches]
@@ -164,6 +187,7 @@ class LeagueService:
         return league_pb2.ReportMatchesResponse(applied=out.applied, duplicates=out.duplicates,
                                                 ratings=[self._pb(a) for a in out.ratings])
 
+    @_status_codes
     def SelectForReplacement(self, request: league_pb2.SelectForReplacementRequest
                              ) -> league_pb2.SelectForReplacementResponse:
         """For each sub-population (teachers, students; a `both` adapter is its own), the worst ceil(gamma*N) by
@@ -172,23 +196,26 @@ class LeagueService:
         active = self.db.adapters(request.run_id)
         rng = random.Random(derive_seed(request.run_id, request.step, request.seed, "select"))
         plans = []
-        for role in ("teacher", "student", "both"):
+        for role in ROLES:
             members = [Member(a.adapter_id, a.mu - k * a.sigma) for a in active if a.role == role]
             plans += select_for_replacement(role, members, self.selection.gamma, self.selection.tournament_size,
                                             rng)
         return league_pb2.SelectForReplacementResponse(replacements=[
             league_pb2.Replacement(role=p.role, retire_id=p.retire_id, parent_ids=p.parent_ids) for p in plans])
 
+    @_status_codes
     def RecordChild(self, request: league_pb2.RecordChildRequest) -> league_pb2.RecordChildResponse:
         child = self.db.record_child(request.run_id, ChildSpec(
             request.child_id, request.role, tuple(request.parent_ids), request.operator, request.params_json or "{}",
             request.seed, request.step, request.retire_id, request.rank))
         return league_pb2.RecordChildResponse(child=self._pb(child))
 
+    @_status_codes
     def GetRatings(self, request: league_pb2.GetRatingsRequest) -> league_pb2.GetRatingsResponse:
         rows = self.db.adapters(request.run_id, request.role, request.include_retired)
         return league_pb2.GetRatingsResponse(ratings=[self._pb(a) for a in rows])
 
+    @_status_codes
     def GetLineage(self, request: league_pb2.GetLineageRequest) -> league_pb2.GetLineageResponse:
         ancestors, descendants = self.db.lineage(request.adapter_id)
 
@@ -200,6 +227,7 @@ class LeagueService:
                                              descendants=edges(descendants))
 
     # ---- reads for the REST API -----------------------------------------------------------------------------------
+    @_status_codes
     def leaderboard(self, run_id: str, role: str = "", include_retired: bool = True) -> list[dict]:
         """Rows of the leaderboard, best conservative skill first (retired members included by default)."""
         k = self.rules.params.k
@@ -209,6 +237,7 @@ class LeagueService:
                  "created_step": a.created_step, "retired_step": a.retired_step}
                 for i, a in enumerate(self.db.adapters(run_id, role, include_retired))]
 
+    @_status_codes
     def payoff_matrix(self, run_id: str) -> dict:
         """The teacher x student payoff matrix: decayed mean solve rate per cell (None where never matched)."""
         cells = self.db.payoff(run_id)
@@ -224,6 +253,7 @@ class LeagueService:
         return {"run_id": run_id, "decay": self.rules.payoff_decay, "teachers": teachers, "students": students,
                 "solve_rate": solve, "matches": count}
 
+    @_status_codes
     def lineage_tree(self, adapter_id: str) -> dict:
         ancestors, descendants = self.db.lineage(adapter_id)
         adapter = self.db.adapter(adapter_id)
@@ -236,6 +266,7 @@ class LeagueService:
                 "operator": adapter.operator, "parents": adapter.parents, "created_step": adapter.created_step,
                 "ancestors": edges(ancestors), "descendants": edges(descendants)}
 
+    @_status_codes
     def require_run(self, run_id: str) -> None:
         if not self.db.run_exists(run_id):
             raise not_found(f"run '{run_id}' does not exist")

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 
 import torch
 
-from populora.config import TASK_TYPES, Config
+from populora.config import ROLES, TASK_TYPES, Config
 from populora.metrics import BATCH_SIZE, TOKENS, TOKENS_PER_S
 from populora.pb import trainer_pb2
 from populora.rpc import CONTRACTS, ServiceError, invalid, precondition, ref_from_pb, ref_to_pb
@@ -20,7 +20,6 @@ from services.trainer.trr import Rollout, StepStats, TrrSettings
 
 log = logging.getLogger(__name__)
 
-ADAPTER_ROLES = ("teacher", "student", "both")
 ROLLOUT_ROLES = {"teacher": ("teacher",), "student": ("student",), "both": ("teacher", "student")}
 # Room the batched layer keeps for the largest rank (only the `gather` layout pads to it; we use `segments`).
 MAX_RANK = 512
@@ -203,8 +202,8 @@ class TrainerService:
 
     @staticmethod
     def _check_role(role: str) -> str:
-        if role not in ADAPTER_ROLES:
-            raise invalid(f"role {role!r} is not one of {list(ADAPTER_ROLES)}")
+        if role not in ROLES:
+            raise invalid(f"role {role!r} is not one of {list(ROLES)}")
         return role
 
     def _record(self, items: list[UpdateItem], stats: list[StepStats]) -> None:

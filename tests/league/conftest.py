@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from services.league.db import LeagueDB, RatingRules
+from services.league.db import LeagueDB
+from services.league.engine import RatingRules
 from services.league.service import LeagueService
 
 

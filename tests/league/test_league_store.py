@@ -279,7 +279,7 @@ def test_selection_child_and_lineage(league):
 
 
 def test_per_task_outcome_and_payoff(league_url):
-    from services.league.db import RatingRules
+    from services.league.engine import RatingRules
     from tests.league.conftest import make_service
 
     service = make_service(league_url, RatingRules(outcome="per_task", payoff_decay=0.5))

@@ -1,0 +1,256 @@
+"""The league's rules over plain data: what a request must satisfy, how played matches change ratings, records and the
+payoff matrix (spec 6), and a child's starting rating (spec 8). No database here: db.py reads rows, calls these
+functions, and writes what they return, in one transaction."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import trueskill
+
+from populora.config import ROLES, TASK_TYPES
+from services.league.payoff import PayoffCell, update_cell
+from services.league.ratings import RatingParams, Result, Skill, match_outcome, rate_match
+
+TEACHER_ROLES = ("teacher", "both")
+STUDENT_ROLES = ("student", "both")
+
+
+class InvalidRequest(ValueError):
+    """A request the league refuses, naming the field: nothing was written."""
+
+
+class UnknownEntity(LookupError):
+    """A run or adapter that does not exist."""
+
+
+@dataclass
+class AdapterRow:
+    """One adapter as the league knows it: rating, record, status and origin."""
+
+    adapter_id: str
+    run_id: str
+    role: str
+    status: str
+    rank: int
+    created_step: int
+    mu: float
+    sigma: float
+    matches: int = 0
+    wins: int = 0
+    losses: int = 0
+    draws: int = 0
+    operator: str = ""
+    parents: list[str] = field(default_factory=list)
+    retired_step: int | None = None
+
+    @property
+    def skill(self) -> Skill:
+        return Skill(self.mu, self.sigma)
+
+
+@dataclass(frozen=True)
+class AdapterSpecIn:
+    """An adapter to register."""
+
+    adapter_id: str
+    role: str
+    rank: int = 0
+    created_step: int = 0
+
+
+@dataclass(frozen=True)
+class MatchReport:
+    """A played match: the matched student's rho per task of the teacher's batch (spec 4, 6)."""
+
+    match_id: str
+    teacher_id: str
+    student_id: str
+    task_type: str
+    step: int
+    rhos: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class RatingRules:
+    """How a match turns into rating updates: the TrueSkill environment, the outcome rule and the payoff decay."""
+
+    params: RatingParams = RatingParams()
+    outcome: str = "aggregate"
+    margin: float = 0.05
+    payoff_decay: float = 0.9
+
+
+@dataclass
+class ReportOutcome:
+    """What a ReportMatches call did."""
+
+    applied: int
+    duplicates: int
+    ratings: list[AdapterRow]
+
+
+@dataclass(frozen=True)
+class ChildSpec:
+    """A child made by an operator, and the member it replaces (spec 8)."""
+
+    child_id: str
+    role: str
+    parent_ids: tuple[str, ...]
+    operator: str
+    params_json: str = "{}"
+    seed: int = 0
+    step: int = 0
+    retire_id: str = ""
+    rank: int = 0
+
+
+@dataclass(frozen=True)
+class Edge:
+    """A lineage edge parent -> child."""
+
+    parent_id: str
+    child_id: str
+    operator: str
+    step: int
+
+
+@dataclass
+class Played:
+    """What a batch of new matches changed: the adapters touched, each one's rating after its last match of each
+    step (rating history), and the payoff cells of the pairs that played."""
+
+    touched: set[str]
+    history: dict[tuple[str, int], tuple[float, float, int]]
+    cells: dict[tuple[str, str], PayoffCell]
+
+
+# ---------------------------------------------------------------------------------------------- checks
+def check_role(role: str, where: str, allow_empty: bool = False) -> None:
+    if role not in ROLES and not (allow_empty and role == ""):
+        raise InvalidRequest(f"{where}: '{role}' is not one of {list(ROLES)}" + (" (or empty for all)"
+                                                                                 if allow_empty else ""))
+
+
+def check_specs(specs: Sequence[AdapterSpecIn]) -> None:
+    for i, spec in enumerate(specs):
+        if not spec.adapter_id:
+            raise InvalidRequest(f"adapters[{i}].adapter_id: must not be empty")
+        check_role(spec.role, f"adapters[{i}].role")
+    ids = [s.adapter_id for s in specs]
+    if len(set(ids)) != len(ids):
+        raise InvalidRequest("adapters: an adapter_id appears twice in one request")
+
+
+def check_registration(run_id: str, specs: Sequence[AdapterSpecIn], existing: dict[str, AdapterRow]) -> None:
+    """An adapter id belongs to one run and keeps its role."""
+    for i, spec in enumerate(specs):
+        old = existing.get(spec.adapter_id)
+        if old is not None and (old.run_id != run_id or old.role != spec.role):
+            raise InvalidRequest(f"adapters[{i}].adapter_id: '{spec.adapter_id}' is already registered "
+                                 f"(run '{old.run_id}', role '{old.role}'); adapter ids are unique")
+
+
+def check_matches(run_id: str, reports: Sequence[MatchReport], known: dict[str, AdapterRow]) -> None:
+    """Every report names a known teacher and student of this run in those roles, a task type, and rhos in [0, 1]."""
+    for i, m in enumerate(reports):
+        where = f"matches[{i}]"
+        if not m.match_id:
+            raise InvalidRequest(f"{where}.match_id: must not be empty")
+        if m.task_type not in TASK_TYPES:
+            raise InvalidRequest(f"{where}.task_type: '{m.task_type}' is not one of {list(TASK_TYPES)}")
+        if not m.rhos:
+            raise InvalidRequest(f"{where}.rhos: a match needs at least one rho (one per task)")
+        for j, rho in enumerate(m.rhos):
+            if not 0.0 <= rho <= 1.0:  # also rejects NaN
+                raise InvalidRequest(f"{where}.rhos[{j}]: {rho} is outside [0, 1]")
+        for fld, adapter_id, roles in (("teacher_id", m.teacher_id, TEACHER_ROLES),
+                                       ("student_id", m.student_id, STUDENT_ROLES)):
+            a = known.get(adapter_id)
+            if a is None or a.run_id != run_id:
+                raise InvalidRequest(f"{where}.{fld}: unknown adapter '{adapter_id}' in run '{run_id}'")
+            if a.role not in roles:
+                raise InvalidRequest(f"{where}.{fld}: adapter '{adapter_id}' is a {a.role}, not a "
+                                     f"{fld.removesuffix('_id')}")
+        if m.teacher_id == m.student_id and known[m.teacher_id].role != "both":
+            raise InvalidRequest(f"{where}.student_id: a teacher never solves its own problems (spec 1)")
+
+
+def check_child(run_id: str, child: ChildSpec, known: dict[str, AdapterRow]) -> AdapterRow | None:
+    """The child's parents and the member it retires exist in this run; returns the child when it was recorded
+    already with the same parents and operator (recording it again changes nothing)."""
+    if not child.child_id:
+        raise InvalidRequest("child_id: must not be empty")
+    check_role(child.role, "role")
+    if not child.parent_ids:
+        raise InvalidRequest("parent_ids: a child needs at least one parent")
+    if not child.operator:
+        raise InvalidRequest("operator: name the operator that made the child (M1..X4)")
+    existing = known.get(child.child_id)
+    if existing is not None:
+        if existing.run_id == run_id and existing.parents == list(child.parent_ids) \
+                and existing.operator == child.operator:
+            return existing
+        raise InvalidRequest(f"child_id: '{child.child_id}' already exists with other parents or operator")
+    for i, pid in enumerate(child.parent_ids):
+        p = known.get(pid)
+        if p is None or p.run_id != run_id:
+            raise InvalidRequest(f"parent_ids[{i}]: unknown adapter '{pid}' in run '{run_id}'")
+    if child.retire_id:
+        r = known.get(child.retire_id)
+        if r is None or r.run_id != run_id:
+            raise InvalidRequest(f"retire_id: unknown adapter '{child.retire_id}' in run '{run_id}'")
+        if r.role != child.role:
+            raise InvalidRequest(f"retire_id: '{child.retire_id}' is a {r.role}, the child a {child.role}")
+    return None
+
+
+# ---------------------------------------------------------------------------------------------- the rules
+def games(reports: Sequence[MatchReport], rules: RatingRules) -> list[tuple[MatchReport, list[Result]]]:
+    """Each distinct match id once, with the games it stands for (spec 6: one game from the mean rho with a margin,
+    or one per task)."""
+    seen: set[str] = set()
+    out = []
+    for m in reports:
+        if m.match_id not in seen:
+            seen.add(m.match_id)
+            out.append((m, match_outcome(m.rhos, rules.outcome, rules.margin)))
+    return out
+
+
+def play(env: trueskill.TrueSkill, rules: RatingRules, adapters: dict[str, AdapterRow],
+         fresh: Sequence[tuple[MatchReport, list[Result]]], cells: dict[tuple[str, str], PayoffCell]) -> Played:
+    """Apply new matches in order to the adapters' ratings and records (updated in place) and to the payoff cells.
+
+    A self-match (the baseline's single `both` adapter against itself) counts as a match and enters the payoff
+    matrix, but leaves mu and sigma alone: TrueSkill has no meaning for a player against itself.
+    """
+    cells = dict(cells)
+    history: dict[tuple[str, int], tuple[float, float, int]] = {}
+    for m, results in fresh:
+        teacher, student = adapters[m.teacher_id], adapters[m.student_id]
+        if teacher is not student:
+            t_skill, s_skill = rate_match(env, teacher.skill, student.skill, results)
+            teacher.mu, teacher.sigma = t_skill.mu, t_skill.sigma
+            student.mu, student.sigma = s_skill.mu, s_skill.sigma
+            teacher.wins += sum(r is Result.TEACHER_WINS for r in results)
+            teacher.losses += sum(r is Result.STUDENT_WINS for r in results)
+            student.wins += sum(r is Result.STUDENT_WINS for r in results)
+            student.losses += sum(r is Result.TEACHER_WINS for r in results)
+            for a in (teacher, student):
+                a.draws += sum(r is Result.DRAW for r in results)
+        teacher.matches += 1
+        if student is not teacher:
+            student.matches += 1
+        key = (m.teacher_id, m.student_id)
+        cells[key] = update_cell(cells.get(key, PayoffCell()), sum(m.rhos) / len(m.rhos), rules.payoff_decay)
+        for a in (teacher, student):  # the rating after this step's last match of the adapter
+            history[(a.adapter_id, m.step)] = (a.mu, a.sigma, a.matches)
+    touched = {m.teacher_id for m, _ in fresh} | {m.student_id for m, _ in fresh}
+    return Played(touched, history, {k: cells[k] for k in {(m.teacher_id, m.student_id) for m, _ in fresh}})
+
+
+def child_rating(parents: Sequence[AdapterRow], params: RatingParams) -> tuple[float, float]:
+    """A child starts at the mean of its parents' mu, with sigma0 (spec 8)."""
+    return sum(p.mu for p in parents) / len(parents), params.sigma
