@@ -23,7 +23,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from services.league import engine
 from services.league import tables as t
-from services.league.bulk import bulk_writer
+from services.league.dialect_sql import bulk_writer
 from services.league.engine import (
     AdapterRow,
     AdapterSpecIn,
