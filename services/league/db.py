@@ -333,6 +333,30 @@ class LeagueDB:
             rows = conn.execute(sa.select(t.rating_history).where(h.adapter_id == adapter_id).order_by(h.step))
             return [{"step": r.step, "mu": r.mu, "sigma": r.sigma, "matches": r.matches} for r in rows]
 
+    # ---- compute --------------------------------------------------------------------------------------------------
+    def record_compute(self, run_id: str, step: int, rows: Sequence[engine.UsageRow]) -> int:
+        """Store one step's compute; a step recorded again is replaced (a retried phase changes nothing)."""
+        engine.check_usage(step, rows)
+        with self.engine.begin() as conn:
+            self._require_run(conn, run_id)
+            conn.execute(t.compute.delete().where(t.compute.c.run_id == run_id, t.compute.c.step == step))
+            if rows:
+                conn.execute(t.compute.insert(), [dict(run_id=run_id, step=step, adapter_id=r.adapter_id,
+                                                       generated_tokens=r.generated_tokens,
+                                                       trained_tokens=r.trained_tokens,
+                                                       sandbox_jobs=r.sandbox_jobs) for r in rows])
+        self._bump()
+        return len(rows)
+
+    def compute(self, run_id: str) -> list[tuple[int, engine.UsageRow]]:
+        """Every (step, usage) row of a run, by step and adapter."""
+        c = t.compute.c
+        q = sa.select(t.compute).where(c.run_id == run_id).order_by(c.step, c.adapter_id)
+        with self.read_engine.connect() as conn:
+            self._require_run(conn, run_id)
+            return [(r.step, engine.UsageRow(r.adapter_id, r.generated_tokens, r.trained_tokens, r.sandbox_jobs))
+                    for r in conn.execute(q).all()]
+
     # ---- children and lineage -----------------------------------------------------------------------------------
     def record_child(self, run_id: str, child: ChildSpec) -> AdapterRow:
         """Register a child with rating (mean of its parents' mu, sigma0), retire the member it replaces and record

@@ -116,6 +116,16 @@ class Edge:
     step: int
 
 
+@dataclass(frozen=True)
+class UsageRow:
+    """Compute one adapter ("base": the bare base model; "": the run itself) spent in one step (spec 14)."""
+
+    adapter_id: str
+    generated_tokens: int = 0
+    trained_tokens: int = 0
+    sandbox_jobs: int = 0
+
+
 @dataclass
 class Played:
     """What a batch of new matches changed: the adapters touched, each one's rating after its last match of each
@@ -204,6 +214,21 @@ def check_child(run_id: str, child: ChildSpec, known: dict[str, AdapterRow]) -> 
         if r.role != child.role:
             raise InvalidRequest(f"retire_id: '{child.retire_id}' is a {r.role}, the child a {child.role}")
     return None
+
+
+def check_usage(step: int, rows: Sequence[UsageRow]) -> None:
+    if step < 0:
+        raise InvalidRequest(f"step: {step} is negative")
+    seen: set[str] = set()
+    for i, r in enumerate(rows):
+        if len(r.adapter_id) > 128:
+            raise InvalidRequest(f"usage[{i}].adapter_id: longer than 128 characters")
+        if r.adapter_id in seen:
+            raise InvalidRequest(f"usage[{i}].adapter_id: '{r.adapter_id}' appears twice")
+        seen.add(r.adapter_id)
+        for name in ("generated_tokens", "trained_tokens", "sandbox_jobs"):
+            if getattr(r, name) < 0:
+                raise InvalidRequest(f"usage[{i}].{name}: {getattr(r, name)} is negative")
 
 
 # ---------------------------------------------------------------------------------------------- the rules
