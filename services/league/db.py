@@ -133,6 +133,8 @@ class LeagueDB:
         """Create a run; False when it already exists (idempotent)."""
         if not run_id:
             raise InvalidRequest("run_id: must not be empty")
+        engine.check_text(run_id, "run_id", "run_id")
+        engine.check_text(mode, "mode", "mode")
         with self.engine.begin() as conn:
             created = conn.execute(self._insert(t.runs).values(run_id=run_id, mode=mode, config_yaml=config_yaml)
                                    .on_conflict_do_nothing(index_elements=["run_id"])

@@ -7,11 +7,12 @@ import random
 from dataclasses import dataclass
 
 import numpy as np
+from google.protobuf.message import Message
 
 from populora.config import ROLES, TASK_TYPES, Config
 from populora.metrics import BATCH_SIZE
 from populora.pb import league_pb2
-from populora.rpc import CONTRACTS, invalid, not_found, precondition
+from populora.rpc import CONTRACTS, invalid, not_found, nul_field, precondition
 from populora.seeds import derive_seed
 from services.league.db import LeagueDB
 from services.league.engine import (
@@ -40,6 +41,11 @@ def _status_codes(method):
 
     @functools.wraps(method)
     def mapped(*args, **kwargs):
+        for name, value in [*enumerate(args[1:]), *kwargs.items()]:
+            bad = nul_field(value) if isinstance(value, Message) else (
+                "argument" if isinstance(value, str) and "\x00" in value else "")
+            if bad:
+                raise invalid(f"{bad if bad != 'argument' else name}: text must not contain NUL (0x00) characters")
         try:
             return method(*args, **kwargs)
         except InvalidRequest as e:
