@@ -1,0 +1,190 @@
+"""Read queries of the REST API and the dashboard over the league's own tables: the leaderboard as one query,
+a run's rating curves, its whole lineage, one adapter's record. Writes stay in db.py; nothing here writes."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+
+import sqlalchemy as sa
+
+from populora.rpc import not_found
+from services.league import tables as t
+from services.league.db import LeagueDB
+
+# The leaderboard on Postgres: ranks, conservative skill and the JSON rows are computed by the server in one
+# statement, so the service only concatenates text. Ties are broken by adapter id in code point order (COLLATE
+# "C"), as the Python path does, and `mu - k*sigma` is the same IEEE double arithmetic on both sides.
+_PG_LEADERBOARD = """
+SELECT EXISTS (SELECT 1 FROM league_runs WHERE run_id = %(run)s),
+       (SELECT coalesce(json_agg(json_build_object(
+            'rank', r.pos, 'adapter_id', r.adapter_id, 'role', r.role, 'status', r.status, 'mu', r.mu,
+            'sigma', r.sigma, 'conservative_skill', r.skill, 'matches', r.matches, 'wins', r.wins,
+            'losses', r.losses, 'draws', r.draws, 'parents', r.parents_json::json, 'operator', r.operator,
+            'created_step', r.created_step, 'retired_step', r.retired_step) ORDER BY r.pos), '[]')::text
+        FROM (SELECT a.*, a.mu - %(k)s * a.sigma AS skill,
+                     row_number() OVER (ORDER BY a.mu - %(k)s * a.sigma DESC, a.adapter_id COLLATE "C") AS pos
+              FROM league_adapters a
+              WHERE a.run_id = %(run)s AND a.role = ANY(%(roles)s) AND a.status = ANY(%(statuses)s)) r)
+"""
+ALL_ROLES = ["teacher", "student", "both"]
+
+
+def leaderboard_body(db: LeagueDB, run_id: str, role: str, include_retired: bool) -> bytes:
+    """The serialised leaderboard (the REST `Leaderboard` model): best conservative skill first."""
+    k = db.rules.params.k
+    head = json.dumps({"run_id": run_id, "role": role, "k": k}, separators=(",", ":"))[:-1]
+    if db.read_engine.dialect.driver == "psycopg":
+        rows = _pg_leaderboard_rows(db, run_id, role, include_retired)
+    else:
+        rows = json.dumps(leaderboard_rows(db, run_id, role, include_retired), separators=(",", ":"))
+    return f'{head},"rows":{rows}}}'.encode()
+
+
+def _pg_leaderboard_rows(db: LeagueDB, run_id: str, role: str, include_retired: bool) -> str:
+    roles = [role, "both"] if role in ("teacher", "student") else [role] if role else ALL_ROLES
+    statuses = ["active", "retired"] if include_retired else ["active"]
+    with db.read_engine.connect() as conn:
+        with conn.connection.driver_connection.cursor() as cur:
+            cur.execute(_PG_LEADERBOARD, {"run": run_id, "k": float(db.rules.params.k), "roles": roles,
+                                          "statuses": statuses})
+            found, rows = cur.fetchone()
+    if not found:
+        raise not_found(f"run '{run_id}' does not exist")
+    return rows
+
+
+def leaderboard_rows(db: LeagueDB, run_id: str, role: str = "", include_retired: bool = True) -> list[dict]:
+    """Leaderboard rows through SQLAlchemy (SQLite, and the reference the Postgres statement is tested against)."""
+    k = db.rules.params.k
+    return [{"rank": i + 1, "adapter_id": a.adapter_id, "role": a.role, "status": a.status, "mu": a.mu,
+             "sigma": a.sigma, "conservative_skill": a.mu - k * a.sigma, "matches": a.matches, "wins": a.wins,
+             "losses": a.losses, "draws": a.draws, "parents": a.parents, "operator": a.operator,
+             "created_step": a.created_step, "retired_step": a.retired_step}
+            for i, a in enumerate(db.adapters(run_id, role, include_retired))]
+
+
+def _params(text: str) -> dict:
+    """An adapter's operator parameters (JSON written by the evolver); anything else reads as none."""
+    try:
+        value = json.loads(text or "{}")
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _epsilon(params: dict) -> float | None:
+    eps = params.get("epsilon")
+    return float(eps) if isinstance(eps, int | float) and not isinstance(eps, bool) else None
+
+
+def _require_run(conn: sa.Connection, run_id: str) -> None:
+    if conn.execute(sa.select(t.runs.c.run_id).where(t.runs.c.run_id == run_id)).first() is None:
+        raise not_found(f"run '{run_id}' does not exist")
+
+
+def run_ratings(db: LeagueDB, run_id: str) -> dict:
+    """Every adapter's rating after each step it played, as columns (steps, mu, sigma, conservative skill), and
+    the run's evolution events (one per child: step, operator, parents)."""
+    k = db.rules.params.k
+    a, h = t.adapters.c, t.rating_history.c
+    q = (sa.select(h.adapter_id, h.step, h.mu, h.sigma)
+         .select_from(t.rating_history.join(t.adapters, a.adapter_id == h.adapter_id))
+         .where(a.run_id == run_id).order_by(h.adapter_id, h.step))
+    with db.read_engine.connect() as conn:
+        _require_run(conn, run_id)
+        members = conn.execute(sa.select(a.adapter_id, a.role, a.status, a.created_step, a.retired_step)
+                               .where(a.run_id == run_id).order_by(a.adapter_id)).all()
+        history = conn.execute(q).all()
+        events = _events(conn, run_id)
+    curves: dict[str, dict] = {m.adapter_id: {"adapter_id": m.adapter_id, "role": m.role, "status": m.status,
+                                              "created_step": m.created_step, "retired_step": m.retired_step,
+                                              "steps": [], "mu": [], "sigma": [], "conservative_skill": []}
+                               for m in members}
+    for adapter_id, step, mu, sigma in history:
+        c = curves[adapter_id]
+        c["steps"].append(step)
+        c["mu"].append(mu)
+        c["sigma"].append(sigma)
+        c["conservative_skill"].append(mu - k * sigma)
+    return {"run_id": run_id, "k": k, "adapters": list(curves.values()), "events": events}
+
+
+def _events(conn: sa.Connection, run_id: str) -> list[dict]:
+    """One evolution event per child of the run, by step: who was born of whom by which operator, and which
+    members of its role were retired at that step."""
+    a = t.adapters.c
+    children = conn.execute(sa.select(a.adapter_id, a.role, a.created_step, a.operator, a.params_json, a.parents_json)
+                            .where(a.run_id == run_id, a.operator != "").order_by(a.created_step, a.adapter_id)).all()
+    retired = defaultdict(list)
+    for r in conn.execute(sa.select(a.adapter_id, a.role, a.retired_step).where(
+            a.run_id == run_id, a.status == "retired").order_by(a.adapter_id)):
+        retired[(r.retired_step, r.role)].append(r.adapter_id)
+    out = []
+    for c in children:
+        params = _params(c.params_json)
+        out.append({"step": c.created_step, "child_id": c.adapter_id, "role": c.role, "operator": c.operator,
+                    "parents": json.loads(c.parents_json or "[]"), "epsilon": _epsilon(params),
+                    "retired_ids": retired.get((c.created_step, c.role), [])})
+    return out
+
+
+def evolution_events(db: LeagueDB, run_id: str) -> list[dict]:
+    """The run's evolution events (see `run_ratings`)."""
+    with db.read_engine.connect() as conn:
+        return _events(conn, run_id)
+
+
+def run_lineage(db: LeagueDB, run_id: str) -> dict:
+    """The whole lineage of a run: every adapter it ever had (members and retired) as a node, every parent ->
+    child link as an edge with its operator, step and the ε the operator applied (null where it uses none)."""
+    k = db.rules.params.k
+    a, lin = t.adapters.c, t.lineage.c
+    with db.read_engine.connect() as conn:
+        _require_run(conn, run_id)
+        nodes = conn.execute(sa.select(a.adapter_id, a.role, a.status, a.created_step, a.retired_step, a.operator,
+                                       a.params_json, a.parents_json, a.mu, a.sigma, a.matches)
+                             .where(a.run_id == run_id).order_by(a.created_step, a.role, a.adapter_id)).all()
+        edges = conn.execute(sa.select(lin.parent_id, lin.child_id, lin.operator, lin.step)
+                             .where(lin.run_id == run_id).order_by(lin.step, lin.child_id, lin.parent_id)).all()
+    params = {n.adapter_id: _params(n.params_json) for n in nodes}
+    return {
+        "run_id": run_id, "k": k,
+        "nodes": [{"adapter_id": n.adapter_id, "role": n.role, "status": n.status, "created_step": n.created_step,
+                   "retired_step": n.retired_step, "operator": n.operator, "parents": json.loads(n.parents_json or "[]"),
+                   "params": params[n.adapter_id], "mu": n.mu, "sigma": n.sigma,
+                   "conservative_skill": n.mu - k * n.sigma, "matches": n.matches} for n in nodes],
+        "edges": [{"parent_id": e.parent_id, "child_id": e.child_id, "operator": e.operator, "step": e.step,
+                   "epsilon": _epsilon(params.get(e.child_id, {}))} for e in edges],
+    }
+
+
+def adapter_record(db: LeagueDB, adapter_id: str) -> dict:
+    """One adapter as the leaderboard shows it, with its operator parameters, seed and run."""
+    k = db.rules.params.k
+    with db.read_engine.connect() as conn:
+        row = conn.execute(sa.select(t.adapters).where(t.adapters.c.adapter_id == adapter_id)).first()
+    if row is None:
+        raise not_found(f"adapter '{adapter_id}' does not exist")
+    return {"adapter_id": row.adapter_id, "run_id": row.run_id, "role": row.role, "status": row.status,
+            "rank": row.rank, "created_step": row.created_step, "retired_step": row.retired_step, "mu": row.mu,
+            "sigma": row.sigma, "conservative_skill": row.mu - k * row.sigma, "matches": row.matches,
+            "wins": row.wins, "losses": row.losses, "draws": row.draws, "operator": row.operator,
+            "params": _params(row.params_json), "seed": row.seed, "parents": json.loads(row.parents_json or "[]")}
+
+
+def run_config_yaml(db: LeagueDB, run_id: str) -> str:
+    """The configuration a run was created with (YAML text; empty when it was created without one)."""
+    with db.read_engine.connect() as conn:
+        row = conn.execute(sa.select(t.runs.c.config_yaml).where(t.runs.c.run_id == run_id)).first()
+    return row[0] if row else ""
+
+
+def league_revision(db: LeagueDB, run_id: str) -> list[int]:
+    """Numbers that change whenever the run's league state does: its last applied match and its adapter count
+    (a child adds one). Cheap: two index lookups."""
+    m, a = t.matches.c, t.adapters.c
+    with db.read_engine.connect() as conn:
+        last = conn.execute(sa.select(sa.func.max(m.id)).where(m.run_id == run_id)).scalar()
+        count = conn.execute(sa.select(sa.func.count()).select_from(t.adapters).where(a.run_id == run_id)).scalar()
+    return [int(last or 0), int(count or 0)]
