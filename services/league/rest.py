@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -22,6 +23,8 @@ import grpc
 import sqlalchemy as sa
 from fastapi import Depends, FastAPI, Header, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from fastapi.routing import APIRoute
 from fastapi.staticfiles import StaticFiles
@@ -290,7 +293,9 @@ class StepSummary(Model):
     seconds: dict[str, float]
     step_seconds: float
     finished_at: float | None
-    population: dict[str, int] = Field(description="adapter id -> version after the step")
+    population: dict[str, int] = Field(description="member id -> its version after the step")
+    versions: dict[str, int] = Field(description="adapter id -> its last version during the step (the members it "
+                                                 "retired included)")
     seed: SeedInfo | None = None
     proposals: int | None = None
     valid: int | None = None
@@ -557,6 +562,24 @@ def _dumps(value: object) -> bytes:
     return json.dumps(value, separators=(",", ":"), allow_nan=False).encode()
 
 
+class _AsciiJSON(JSONResponse):
+    """An error that echoes its input: lone surrogates as \\u escapes, NaN and infinities as strings, so the
+    answer is always valid JSON."""
+
+    def render(self, content: object) -> bytes:
+        return json.dumps(_finite(content), ensure_ascii=True, separators=(",", ":")).encode()
+
+
+def _finite(value: object) -> object:
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
 def _json(body: bytes) -> Response:
     return Response(content=body, media_type="application/json")
 
@@ -584,6 +607,11 @@ def create_app(service: LeagueService, read_only: bool = False) -> FastAPI:
     @app.exception_handler(ServiceError)
     def _service_error(_request: Request, e: ServiceError) -> JSONResponse:
         return JSONResponse({"detail": e.message}, status_code=HTTP_STATUS.get(e.code, 500))
+
+    @app.exception_handler(RequestValidationError)
+    def _invalid_request(_request: Request, e: RequestValidationError) -> JSONResponse:
+        # The error echoes the input, which may hold a lone surrogate: written as a \u escape, never a 500.
+        return _AsciiJSON({"detail": jsonable_encoder(e.errors())}, status_code=422)
 
     @app.exception_handler(StarletteHTTPException)
     def _http_error(request: Request, e: StarletteHTTPException) -> JSONResponse:
@@ -806,16 +834,16 @@ def _writes(app: FastAPI, service: LeagueService, require_token: Callable) -> No
         return {"adapter_id": resp.child.adapter_id, "mu": resp.child.mu, "sigma": resp.child.sigma}
 
 
-# ---- serving the dashboard beside a run, or over a finished run's database -----------------------------------------
-class DashboardServer:
-    """The league's REST app, read-only, on uvicorn: in the foreground (`populora dashboard`) or in a thread beside
-    an embedded run (`populora train --dashboard`)."""
+# ---- serving the dashboard beside a run, or over a finished run's database; the tests' real server --------------
+class LeagueRestServer:
+    """The league's REST app on uvicorn, read-only by default: in the foreground (`populora dashboard`) or in a
+    thread beside an embedded run (`populora train --dashboard`)."""
 
-    def __init__(self, service: LeagueService, host: str = "127.0.0.1", port: int = 8080):
+    def __init__(self, service: LeagueService, host: str = "127.0.0.1", port: int = 8080, read_only: bool = True):
         import uvicorn
 
         self.service = service
-        config = uvicorn.Config(create_app(service, read_only=True), host=host, port=port, log_level="warning",
+        config = uvicorn.Config(create_app(service, read_only=read_only), host=host, port=port, log_level="warning",
                                 access_log=False)
         self.server = uvicorn.Server(config)
         self.url = f"http://{host}:{port}/"
@@ -824,7 +852,7 @@ class DashboardServer:
     def run(self) -> None:
         self.server.run()
 
-    def start(self) -> DashboardServer:
+    def start(self) -> LeagueRestServer:
         """Serve in a daemon thread; returns once the socket listens (or raises if it could not bind)."""
         self._thread = threading.Thread(target=self.server.run, name="dashboard", daemon=True)
         self._thread.start()

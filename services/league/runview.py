@@ -134,15 +134,16 @@ def _compact(phase: str, result: Any) -> dict:
     result = dict(_dict(result))
     result.pop("buffers", None)
     for key in ("proposals", "attempts"):
+        if not isinstance(result.get(key), list):
+            continue
         items = []
-        for item in _items(result.get(key)):
+        for item in _items(result[key]):
             item = dict(item)
             item.pop("prompt_token_ids", None)
             ids = item.pop("response_token_ids", None)
             item["response_tokens"] = len(ids) if isinstance(ids, list) else None
             items.append(item)
-        if key in result:
-            result[key] = items
+        result[key] = items
     return result
 
 
@@ -266,7 +267,7 @@ class Journal:
             seed = got.get("seed", {})
             out["seed"] = {"sizes": _dict(seed.get("sizes")), "reasons": _dict(seed.get("reasons")),
                            "rounds": _int(seed.get("rounds")), "proposals": _int(seed.get("proposals"))}
-            out["population"] = _population(got.get("init", {}))
+            out["population"] = out["versions"] = _population(got.get("init", {}))
         else:
             out.update(_step_metrics(got))
         with self._lock:
@@ -384,7 +385,7 @@ class Journal:
         """Each version of the adapter the run used, with the step after which it was current."""
         out: list[dict] = []
         for s in self.steps(run_id):
-            version = s.get("population", {}).get(adapter_id)
+            version = s.get("versions", {}).get(adapter_id)
             if version is not None and (not out or out[-1]["version"] != version):
                 out.append({"version": version, "step": s["step"]})
         return out
@@ -427,6 +428,7 @@ def _step_metrics(got: dict[str, dict]) -> dict:
     generated = [_int(x.get("response_tokens")) for x in proposals + attempts]
     trained = [_int(_dict(s).get("tokens")) for s in _dict(update.get("stats")).values()]
     population = _population(evolve) or _population(update)
+    versions = {**_population(update), **_population(evolve)}
     return {
         "proposals": len(proposals), "valid": n_valid,
         "valid_rate": n_valid / len(proposals) if validated and proposals else None,
@@ -437,7 +439,7 @@ def _step_metrics(got: dict[str, dict]) -> dict:
         "compute": {"generated_tokens": sum(x for x in generated if x is not None),
                     "trained_tokens": sum(x for x in trained if x is not None),
                     "sandbox_programs": len(verdicts) + len(outcomes)},
-        "population": population,
+        "population": population, "versions": versions,
         "evolution": [{"role": _text(e.get("role")), "retired": _text(e.get("retired")),
                        "child": _text(e.get("child")), "parents": [_text(p) for p in _list(e.get("parents"))],
                        "operator": _text(e.get("operator")), "relative_change": _number(e.get("relative_change"))}

@@ -131,7 +131,7 @@
       state.overview = ov;
       setLive(ov.status === "running" ? `live · ${liveText(ov)}` : `${ov.status} · ${liveText(ov)}`,
         ov.status === "running" ? "running" : "idle");
-      if (state.view === "overview") { if (state.renders) await renderOverview(ov); } else if (changed) await render();
+      if (state.view === "overview") { if (state.renders) await serial(() => renderOverview(ov)); } else if (changed) await render();
     } catch (e) {
       setLive(e instanceof ApiError ? e.message : "the league does not answer", "error");
     }
@@ -155,7 +155,15 @@
   }
 
   // ---- views ---------------------------------------------------------------------------------------------------------
-  async function render() {
+  // Renders run one after another, so the last one asked for is the one left on screen.
+  let queue = Promise.resolve();
+  function serial(fn) {
+    const next = queue.then(fn, fn);
+    queue = next.catch(() => {});
+    return next;
+  }
+  function render() { return serial(renderNow); }
+  async function renderNow() {
     const main = $("#main");
     state.renders += 1;
     destroyCharts();
@@ -171,7 +179,11 @@
     return guard(main, views[state.view]);
   }
   async function guard(main, fn) {
-    try { await fn(); } catch (e) {
+    const key = state.view === "adapter" ? `adapter/${state.adapter}` : `${state.view}/${state.run}`;
+    try {
+      await fn();
+      main.dataset.view = key; // what is on screen (the tests wait for it)
+    } catch (e) {
       main.replaceChildren(h("section", { class: "error-box" }, h("h2", { text: "Could not load this view" }),
         h("p", { text: e.message || String(e) })));
     }
