@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path as FilePath
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import grpc
 import sqlalchemy as sa
@@ -38,6 +38,9 @@ from populora.rpc import ServiceError
 from services.league import reads
 from services.league.runview import Journal, version_path
 from services.league.service import LeagueService
+
+if TYPE_CHECKING:
+    from populora.config import Config
 
 HTTP_STATUS = {grpc.StatusCode.INVALID_ARGUMENT: 400, grpc.StatusCode.NOT_FOUND: 404,
                grpc.StatusCode.FAILED_PRECONDITION: 409, grpc.StatusCode.RESOURCE_EXHAUSTED: 429,
@@ -870,3 +873,17 @@ class LeagueRestServer:
         if self._thread is not None:
             self._thread.join(10)
         self.service.close()
+
+
+def dashboard_server(cfg: Config, host: str = "127.0.0.1", port: int = 8080,
+                     existing: bool = True) -> LeagueRestServer:
+    """The read-only dashboard over the run database `cfg` names (`league.db_url`: the embedded SQLite file under
+    `run.output_dir`, or the distributed Postgres). With `existing`, a SQLite file that is not there is an error
+    rather than a new empty database."""
+    from populora.config import ConfigError
+
+    url = cfg.resolve(cfg.league.db_url) if existing else cfg.league_db_url
+    if existing and url.startswith("sqlite:///") and not FilePath(url[len("sqlite:///"):]).exists():
+        raise ConfigError(f"no run database at {url[len('sqlite:///'):]}: point --set run.output_dir=DIR at the "
+                          "directory `populora train` wrote to, or --set league.db_url=URL at its database")
+    return LeagueRestServer(LeagueService.from_config(cfg, url), host, port)
