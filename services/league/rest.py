@@ -677,7 +677,7 @@ def create_app(service: LeagueService, read_only: bool = False) -> FastAPI:
     @app.get("/v1/adapters/{adapter_id}/lineage", response_model=Lineage, tags=["read"], responses=not_found)
     async def lineage(adapter_id: AdapterPath) -> Response:
         """One adapter's ancestors and descendants."""
-        return _json(await cache.get(("adapter-lineage", adapter_id), lambda: service.lineage_tree(adapter_id)))
+        return _json(await cache.get(("adapter-lineage", adapter_id), lambda: reads.adapter_lineage(db, adapter_id)))
 
     @app.get("/v1/adapters/{adapter_id}/history", response_model=History, tags=["read"], responses=not_found)
     def history(adapter_id: AdapterPath) -> Response:

@@ -11,7 +11,7 @@ import numpy as np
 from populora.config import TASK_TYPES, Config
 from populora.metrics import BATCH_SIZE
 from populora.pb import league_pb2
-from populora.rpc import invalid, not_found, precondition
+from populora.rpc import invalid, precondition
 from services.league.db import (
     STUDENT_ROLES,
     TEACHER_ROLES,
@@ -211,16 +211,7 @@ class LeagueService:
         return league_pb2.GetLineageResponse(adapter_id=request.adapter_id, ancestors=edges(ancestors),
                                              descendants=edges(descendants))
 
-    # ---- reads for the REST API -----------------------------------------------------------------------------------
-    def leaderboard(self, run_id: str, role: str = "", include_retired: bool = True) -> list[dict]:
-        """Rows of the leaderboard, best conservative skill first (retired members included by default)."""
-        k = self.rules.params.k
-        return [{"rank": i + 1, "adapter_id": a.adapter_id, "role": a.role, "status": a.status, "mu": a.mu,
-                 "sigma": a.sigma, "conservative_skill": a.mu - k * a.sigma, "matches": a.matches, "wins": a.wins,
-                 "losses": a.losses, "draws": a.draws, "parents": a.parents, "operator": a.operator,
-                 "created_step": a.created_step, "retired_step": a.retired_step}
-                for i, a in enumerate(self.db.adapters(run_id, role, include_retired))]
-
+    # ---- reads for the REST API (the others are in reads.py) ------------------------------------------------------
     def payoff_matrix(self, run_id: str) -> dict:
         """The teacher x student payoff matrix: decayed mean solve rate per cell (None where never matched)."""
         cells = self.db.payoff(run_id)
@@ -235,20 +226,3 @@ class LeagueService:
             count[ti[t]][si[s]] = c.matches
         return {"run_id": run_id, "decay": self.rules.payoff_decay, "teachers": teachers, "students": students,
                 "solve_rate": solve, "matches": count}
-
-    def lineage_tree(self, adapter_id: str) -> dict:
-        ancestors, descendants = self.db.lineage(adapter_id)
-        adapter = self.db.adapter(adapter_id)
-
-        def edges(es):
-            return [{"parent_id": e.parent_id, "child_id": e.child_id, "operator": e.operator, "step": e.step}
-                    for e in es]
-
-        return {"adapter_id": adapter_id, "run_id": adapter.run_id, "role": adapter.role, "status": adapter.status,
-                "operator": adapter.operator, "parents": adapter.parents, "created_step": adapter.created_step,
-                "ancestors": edges(ancestors), "descendants": edges(descendants)}
-
-    def require_run(self, run_id: str) -> None:
-        if not self.db.run_exists(run_id):
-            raise not_found(f"run '{run_id}' does not exist")
-

@@ -191,3 +191,23 @@ def test_request_limits_and_allowed_methods(rest):
     assert resp.status_code == 413
     resp = rest.request("OPTIONS", "/v1/runs/r1/matches")
     assert resp.status_code == 405 and set(resp.headers["allow"].split(", ")) >= {"GET", "POST"}
+
+
+def test_one_statement_lineage_equals_the_level_by_level_walk(league):
+    """A DAG with crossovers, several paths to one ancestor and a long line: same edges, same order."""
+    client = InProcessLeagueClient(league)
+    client.create_run(pb.CreateRunRequest(run_id="g"))
+    client.register_adapters(pb.RegisterAdaptersRequest(run_id="g", adapters=[
+        pb.AdapterSpec(adapter_id=a, role="teacher") for a in ("A", "B", "C")]))
+    children = [("D", ["A", "B"], 1), ("E", ["B", "C"], 1), ("F", ["D", "E"], 2), ("G", ["A", "F"], 3),
+                ("H", ["G"], 4), ("I", ["H", "D"], 5)]
+    for child, parents, step in children:
+        client.record_child(pb.RecordChildRequest(run_id="g", child_id=child, role="teacher", parent_ids=parents,
+                                                  operator="X1" if len(parents) == 2 else "M1", step=step))
+    for adapter in "ABCDEFGHI":
+        got = reads.adapter_lineage(league.db, adapter)
+        ancestors, descendants = league.db.lineage(adapter)
+        as_dicts = [[{"parent_id": e.parent_id, "child_id": e.child_id, "operator": e.operator, "step": e.step}
+                     for e in es] for es in (ancestors, descendants)]
+        assert [got["ancestors"], got["descendants"]] == as_dicts, adapter
+    assert len(reads.adapter_lineage(league.db, "I")["ancestors"]) == 11
