@@ -200,12 +200,34 @@ def _figures(latencies: list[float], wall: float) -> dict:
 
 class LeagueProcess:
     """A league server in its own process, started as `populora serve league` starts one (populora.rpc.run_server:
-    gRPC, and the REST app in the same process)."""
+    gRPC, and the REST app in the same process). Its database connections carry its own application_name, so
+    `cpu_seconds()` can add their Postgres backends' CPU to its own."""
 
     def __init__(self, url: str, read_cache_s: float):
         self.grpc_port, self.rest_port = free_port(), free_port()
+        self.url = url
+        self.app_name = f"bench-league-{uuid.uuid4().hex[:8]}"
         self.proc = mp.get_context("spawn").Process(target=serve_league, daemon=True, args=(
-            url, self.grpc_port, self.rest_port, read_cache_s))
+            f"{url}&application_name={self.app_name}", self.grpc_port, self.rest_port, read_cache_s))
+
+    def cpu_seconds(self) -> dict[int, float]:
+        """CPU seconds (user + system) so far of the server process and of each of its Postgres backends."""
+        import psutil
+        import sqlalchemy as sa
+
+        engine = sa.create_engine(self.url)
+        with engine.connect() as conn:
+            pids = [r[0] for r in conn.execute(sa.text("SELECT pid FROM pg_stat_activity WHERE application_name = :a"),
+                                                {"a": self.app_name})]
+        engine.dispose()
+        out = {}
+        for pid in [self.proc.pid, *pids]:
+            try:
+                t = psutil.Process(pid).cpu_times()
+                out[pid] = t.user + t.system
+            except psutil.NoSuchProcess:
+                pass
+        return out
 
     def __enter__(self) -> LeagueProcess:
         self.proc.start()
@@ -288,20 +310,32 @@ class Writer:
         return log, (log[-1][1] - log[0][1]) / (log[-1][0] - log[0][0])
 
 
+def cpu_ms_per_request(league: LeagueProcess, paths: list[str], clients: int, seconds: float) -> float:
+    """CPU milliseconds per request of the server and its Postgres backends together (no writes meanwhile): what a
+    request costs, whatever else the machine is running."""
+    before = league.cpu_seconds()
+    latencies, _ = _run(_load(league.rest_port, paths, clients, seconds))
+    after = league.cpu_seconds()
+    spent = sum(t - before.get(pid, 0.0) for pid, t in after.items())
+    return round(1000 * spent / len(latencies), 3)
+
+
 def bench_reads_under_writes(url: str, run_id: str, teachers: list[str], students: list[str], lineage_ids: list[str],
                              clients: int, seconds: float, rate: float, read_cache_s: float, tag: str) -> dict:
     """The leaderboard (teachers, students) and lineage reads of a league server while another process reports
-    matches to it; a warm-up second first."""
+    matches to it; a warm-up second first, then (without writes) the CPU each leaderboard request costs."""
     with LeagueProcess(url, read_cache_s) as league:
         address = f"127.0.0.1:{league.grpc_port}"
         board = [f"/v1/runs/{run_id}/leaderboard?role=teacher", f"/v1/runs/{run_id}/leaderboard?role=student"]
         lineage = [f"/v1/adapters/{a}/lineage" for a in lineage_ids]
         _run(_load(league.rest_port, board + lineage, clients, 1.0))
+        cpu_ms = cpu_ms_per_request(league, board, clients, min(seconds, 3.0))
         with Writer(address, run_id, teachers, students, rate, seconds + 2, tag) as writer:
             time.sleep(0.5)
             board_lat, lineage_lat, wall = _run(_load_split(league.rest_port, board, lineage, clients, seconds))
             _, achieved = writer.result()
-    return {"board": _figures(board_lat, wall), "lineage": _figures(lineage_lat, wall), "write_rate": achieved}
+    return {"board": _figures(board_lat, wall), "lineage": _figures(lineage_lat, wall), "write_rate": achieved,
+            "cpu_ms": cpu_ms}
 
 
 async def _load_split(port: int, board: list[str], lineage: list[str], clients: int,
@@ -502,6 +536,7 @@ def bench_dashboard(url: str, teachers: list[str], students: list[str], next_ste
     with LeagueProcess(url, read_cache_s) as league:
         paths = dashboard_paths(DASH_RUN)
         _run(_load(league.rest_port, paths, clients, 2.0))  # warm-up (the journal's steps parsed once)
+        cpu_ms = cpu_ms_per_request(league, paths, clients, min(seconds, 3.0))
         ctx = mp.get_context("spawn")
         done = ctx.Queue()
         writer = ctx.Process(target=dashboard_steps, daemon=True, args=(
@@ -513,7 +548,7 @@ def bench_dashboard(url: str, teachers: list[str], students: list[str], next_ste
         writer.join(30)
     every = [x for lat in by_path.values() for x in lat]
     return {"p99_ms": round(percentile(every, 99), 2), "p50_ms": round(statistics.median(every), 2),
-            "calls": len(every), "write_rate": round(achieved, 1),
+            "calls": len(every), "write_rate": round(achieved, 1), "cpu_ms": cpu_ms,
             "by_endpoint_p99_ms": {p.rsplit("/", 1)[1]: round(percentile(lat, 99), 2) for p, lat in by_path.items()}}
 
 
@@ -633,6 +668,7 @@ def main(argv: list[str] | None = None) -> int:
             "leaderboard_uncached_rps": off["board"]["rps"], "leaderboard_uncached_p50_ms": off["board"]["p50_ms"],
             "leaderboard_uncached_p99_ms": off["board"]["p99_ms"], "lineage_uncached_rps": off["lineage"]["rps"],
             "lineage_uncached_p99_ms": off["lineage"]["p99_ms"],
+            "leaderboard_uncached_cpu_ms": off["cpu_ms"],
             "writes_matches_per_s": round(min(on["write_rate"], off["write_rate"]), 1)})
         same = bench_staleness(url, run_id, teachers, students, 5.0, args.write_rate, 1.0, replica=False)
         other = bench_staleness(url, run_id, teachers, students, 5.0, args.write_rate, 1.0, replica=True)
@@ -647,6 +683,7 @@ def main(argv: list[str] | None = None) -> int:
                        "dashboard_api_calls": dash["calls"], "dashboard_api_by_endpoint_p99_ms":
                        dash["by_endpoint_p99_ms"], "dashboard_api_uncached_p99_ms": dash_off["p99_ms"],
                        "dashboard_api_uncached_by_endpoint_p99_ms": dash_off["by_endpoint_p99_ms"],
+                       "dashboard_api_uncached_cpu_ms": dash_off["cpu_ms"],
                        "dashboard_writes_matches_per_s": min(dash["write_rate"], dash_off["write_rate"]),
                        "dashboard_adapters": args.dashboard_adapters, "dashboard_matches": args.dashboard_matches})
         result["tables_after_reports"] = table_health(url)

@@ -86,31 +86,57 @@ def _require_run(conn: sa.Connection, run_id: str) -> None:
         raise not_found(f"run '{run_id}' does not exist")
 
 
-def run_ratings(db: LeagueDB, run_id: str) -> dict:
-    """Every adapter's rating after each step it played, as columns (steps, mu, sigma, conservative skill), and
-    the run's evolution events (one per child: step, operator, parents)."""
+# Rating curves on Postgres: each adapter's columns written by the server (as the leaderboard's rows are), in
+# adapter id order; floats in Postgres' shortest exact form, so they read back equal to the Python path's.
+_PG_CURVES = """
+SELECT '[' || coalesce(string_agg(c, ',' ORDER BY id), '') || ']' FROM (
+  SELECT a.adapter_id COLLATE "C" AS id, concat(
+    '{"adapter_id":', to_json(a.adapter_id), ',"role":', to_json(a.role), ',"status":', to_json(a.status),
+    ',"created_step":', a.created_step, ',"retired_step":', coalesce(a.retired_step::text, 'null'),
+    ',"steps":[', string_agg(h.step::text, ',' ORDER BY h.step), '],"mu":[', string_agg(h.mu::text, ',' ORDER BY h.step),
+    '],"sigma":[', string_agg(h.sigma::text, ',' ORDER BY h.step),
+    '],"conservative_skill":[', string_agg((h.mu - %(k)s * h.sigma)::text, ',' ORDER BY h.step), ']}') AS c
+  FROM league_adapters a LEFT JOIN league_rating_history h ON h.adapter_id = a.adapter_id
+  WHERE a.run_id = %(run)s GROUP BY a.adapter_id, a.role, a.status, a.created_step, a.retired_step) curves
+"""
+
+
+def run_ratings(db: LeagueDB, run_id: str) -> bytes:
+    """The REST `RatingCurves`: every adapter's rating after each step it played, as columns (steps, mu, sigma,
+    conservative skill), by adapter id, and the run's evolution events (one per child: step, operator, parents)."""
     k = db.rules.params.k
-    a, h = t.adapters.c, t.rating_history.c
-    q = (sa.select(h.adapter_id, h.step, h.mu, h.sigma)
-         .select_from(t.rating_history.join(t.adapters, a.adapter_id == h.adapter_id))
-         .where(a.run_id == run_id).order_by(h.adapter_id, h.step))
     with db.read_engine.connect() as conn:
         _require_run(conn, run_id)
-        members = conn.execute(sa.select(a.adapter_id, a.role, a.status, a.created_step, a.retired_step)
-                               .where(a.run_id == run_id).order_by(a.adapter_id)).all()
-        history = conn.execute(q).all()
         events = _events(conn, run_id)
+        if db.read_engine.dialect.driver == "psycopg":
+            with conn.connection.driver_connection.cursor() as cur:
+                cur.execute(_PG_CURVES, {"run": run_id, "k": float(k)})
+                curves = cur.fetchone()[0]
+        else:
+            curves = json.dumps(_curves(conn, run_id, k), separators=(",", ":"))
+    head = json.dumps({"run_id": run_id, "k": k}, separators=(",", ":"))[:-1]
+    return f'{head},"adapters":{curves},"events":{json.dumps(events, separators=(",", ":"))}}}'.encode()
+
+
+def _curves(conn: sa.Connection, run_id: str, k: float) -> list[dict]:
+    """Rating curves through SQLAlchemy (SQLite, and the reference the Postgres statement is tested against)."""
+    a, h = t.adapters.c, t.rating_history.c
+    members = conn.execute(sa.select(a.adapter_id, a.role, a.status, a.created_step, a.retired_step)
+                           .where(a.run_id == run_id)).all()
     curves: dict[str, dict] = {m.adapter_id: {"adapter_id": m.adapter_id, "role": m.role, "status": m.status,
                                               "created_step": m.created_step, "retired_step": m.retired_step,
                                               "steps": [], "mu": [], "sigma": [], "conservative_skill": []}
-                               for m in members}
+                               for m in sorted(members, key=lambda m: m.adapter_id)}
+    history = conn.execute(sa.select(h.adapter_id, h.step, h.mu, h.sigma)
+                           .select_from(t.rating_history.join(t.adapters, a.adapter_id == h.adapter_id))
+                           .where(a.run_id == run_id).order_by(h.adapter_id, h.step))
     for adapter_id, step, mu, sigma in history:
         c = curves[adapter_id]
         c["steps"].append(step)
         c["mu"].append(mu)
         c["sigma"].append(sigma)
         c["conservative_skill"].append(mu - k * sigma)
-    return {"run_id": run_id, "k": k, "adapters": list(curves.values()), "events": events}
+    return list(curves.values())
 
 
 def _events(conn: sa.Connection, run_id: str) -> list[dict]:
@@ -183,50 +209,12 @@ def run_config_yaml(db: LeagueDB, run_id: str) -> str:
     return row[0] if row else ""
 
 
-def league_revision(db: LeagueDB, run_id: str) -> list[int]:
-    """Numbers that change whenever the run's league state does: its last applied match and its adapter count
-    (a child adds one). Cheap: two index lookups."""
+def league_counts(db: LeagueDB, run_id: str) -> dict[str, int]:
+    """The run's last applied match (its `seq`) and its adapter counts, which change whenever its league state does
+    (a report moves the first, a child adds an adapter). Two index lookups."""
     m, a = t.matches.c, t.adapters.c
+    active = sa.func.sum(sa.case((a.status == "active", 1), else_=0))
     with db.read_engine.connect() as conn:
         last = conn.execute(sa.select(sa.func.max(m.id)).where(m.run_id == run_id)).scalar()
-        count = conn.execute(sa.select(sa.func.count()).select_from(t.adapters).where(a.run_id == run_id)).scalar()
-    return [int(last or 0), int(count or 0)]
-
-
-# One adapter's ancestors and descendants in one statement: a recursive walk each way, each edge at the depth of its
-# first appearance, which is the order of LeagueDB.lineage's level-by-level walk (then step, parent, child).
-_LINEAGE = sa.text("""
-WITH RECURSIVE
-  up(parent_id, child_id, operator, step, depth) AS (
-    SELECT parent_id, child_id, operator, step, 1 FROM league_lineage WHERE child_id = :id
-    UNION
-    SELECT l.parent_id, l.child_id, l.operator, l.step, u.depth + 1
-    FROM league_lineage l JOIN up u ON l.child_id = u.parent_id WHERE u.depth < 100000),
-  down(parent_id, child_id, operator, step, depth) AS (
-    SELECT parent_id, child_id, operator, step, 1 FROM league_lineage WHERE parent_id = :id
-    UNION
-    SELECT l.parent_id, l.child_id, l.operator, l.step, d.depth + 1
-    FROM league_lineage l JOIN down d ON l.parent_id = d.child_id WHERE d.depth < 100000)
-SELECT 0 AS direction, parent_id, child_id, operator, step, min(depth) AS depth FROM up
-GROUP BY parent_id, child_id, operator, step
-UNION ALL
-SELECT 1, parent_id, child_id, operator, step, min(depth) FROM down GROUP BY parent_id, child_id, operator, step
-ORDER BY 1, 6, 5, 2, 3
-""")
-
-
-def adapter_lineage(db: LeagueDB, adapter_id: str) -> dict:
-    """The REST `Lineage` of one adapter: its own origin, and its ancestor and descendant edges."""
-    a = t.adapters.c
-    with db.read_engine.connect() as conn:
-        row = conn.execute(sa.select(a.run_id, a.role, a.status, a.operator, a.parents_json, a.created_step)
-                           .where(a.adapter_id == adapter_id)).first()
-        if row is None:
-            raise not_found(f"adapter '{adapter_id}' does not exist")
-        edges = conn.execute(_LINEAGE, {"id": adapter_id}).all()
-    walk: tuple[list[dict], list[dict]] = ([], [])
-    for direction, parent_id, child_id, operator, step, _depth in edges:
-        walk[direction].append({"parent_id": parent_id, "child_id": child_id, "operator": operator, "step": step})
-    return {"adapter_id": adapter_id, "run_id": row.run_id, "role": row.role, "status": row.status,
-            "operator": row.operator, "parents": json.loads(row.parents_json or "[]"),
-            "created_step": row.created_step, "ancestors": walk[0], "descendants": walk[1]}
+        count, n_active = conn.execute(sa.select(sa.func.count(), active).where(a.run_id == run_id)).one()
+    return {"adapters": int(count or 0), "active": int(n_active or 0), "last_match_seq": int(last or 0)}

@@ -296,9 +296,6 @@ class StepSummary(Model):
     seconds: dict[str, float]
     step_seconds: float
     finished_at: float | None
-    population: dict[str, int] = Field(description="member id -> its version after the step")
-    versions: dict[str, int] = Field(description="adapter id -> its last version during the step (the members it "
-                                                 "retired included)")
     seed: SeedInfo | None = None
     proposals: int | None = None
     valid: int | None = None
@@ -716,11 +713,10 @@ def create_app(service: LeagueService, read_only: bool = False) -> FastAPI:
         exists = db.run_exists(run_id)
         if view is None and not exists:
             raise ServiceError(grpc.StatusCode.NOT_FOUND, f"run '{run_id}' does not exist")
-        last_match, adapters, active = 0, 0, 0
+        counts = {"adapters": 0, "active": 0, "last_match_seq": 0}
         epsilon: dict[str, float | None] = {}
         if exists:
-            last_match, adapters = reads.league_revision(db, run_id)
-            active = sum(a.status == "active" for a in db.adapters(run_id, include_retired=False))
+            counts = reads.league_counts(db, run_id)
             epsilon = {e["child_id"]: e["epsilon"] for e in reads.evolution_events(db, run_id)}
         view = view or {"status": "unknown", "mode": "", "steps_planned": None, "created_at": None,
                         "updated_at": None, "progress": {"done": None, "in_progress": None}, "error": None,
@@ -729,8 +725,8 @@ def create_app(service: LeagueService, read_only: bool = False) -> FastAPI:
         for event in view["evolution"]:
             event["epsilon"] = epsilon.get(event["child"])
         return {"run_id": run_id, "server_time": time.time(), "journal": view["journal_rows"] > 0,
-                "revision": f"{view['journal_rows']}.{last_match}.{adapters}",
-                "league": {"adapters": adapters, "active": active, "last_match_seq": last_match}, **view}
+                "revision": f"{view['journal_rows']}.{counts['last_match_seq']}.{counts['adapters']}",
+                "league": counts, **view}
 
     @app.get("/v1/runs/{run_id}/overview", response_model=Overview, tags=["run"], responses=not_found)
     async def overview(run_id: RunPath) -> Response:

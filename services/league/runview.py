@@ -48,6 +48,7 @@ PHASES_TABLE = "coord_phases"
 INIT_PHASES = ("init", "seed")
 STEP_PHASES = ("match", "propose", "validate", "solve", "check", "rate", "update", "evolve")
 FAILED_PREFIX = "failed:"
+PRIVATE_KEYS = ("population", "versions")  # per-adapter maps: kept for `versions`, not served per step
 COMPLEXITY = ("ast_depth", "cyclomatic", "lines_of_code")
 
 _runs = sa.table(RUNS_TABLE, sa.column("run_id"), sa.column("mode"), sa.column("config_yaml"), sa.column("status"),
@@ -274,12 +275,16 @@ class Journal:
             self._summaries[key] = out
         return out
 
-    def steps(self, run_id: str, rows: list[PhaseRow] | None = None) -> list[dict]:
-        """The summary of every step of a run that has a persisted phase, by step."""
+    def steps(self, run_id: str, rows: list[PhaseRow] | None = None, public: bool = True) -> list[dict]:
+        """The summary of every step of a run that has a persisted phase, by step; `public` leaves out the
+        per-adapter version maps (a member's versions are `versions`)."""
         by_step: dict[int, list[PhaseRow]] = defaultdict(list)
         for r in self.rows(run_id) if rows is None else rows:
             by_step[r.step].append(r)
-        return [self.summary(run_id, s, by_step[s]) for s in sorted(by_step)]
+        out = [self.summary(run_id, s, by_step[s]) for s in sorted(by_step)]
+        if public:
+            out = [{k: v for k, v in s.items() if k not in PRIVATE_KEYS} for s in out]
+        return out
 
     # ---- views ------------------------------------------------------------------------------------------------------
     def overview(self, run_id: str) -> dict | None:
@@ -384,7 +389,7 @@ class Journal:
     def versions(self, run_id: str, adapter_id: str) -> list[dict]:
         """Each version of the adapter the run used, with the step after which it was current."""
         out: list[dict] = []
-        for s in self.steps(run_id):
+        for s in self.steps(run_id, public=False):
             version = s.get("versions", {}).get(adapter_id)
             if version is not None and (not out or out[-1]["version"] != version):
                 out.append({"version": version, "step": s["step"]})

@@ -76,6 +76,23 @@ def test_match_log_newest_first(rest):
     assert [m["seq"] for m in rest_["matches"]] == list(range(seqs[-1] - 1, 0, -1))
 
 
+def test_postgres_rating_curves_equal_the_python_path(pg_url):
+    from tests.league.conftest import make_service
+
+    league = make_service(pg_url)
+    try:
+        client = InProcessLeagueClient(league)
+        _season(client)
+        client.register_adapters(pb.RegisterAdaptersRequest(run_id="r1", adapters=[
+            pb.AdapterSpec(adapter_id="é", role="teacher"), pb.AdapterSpec(adapter_id="Z", role="student")]))
+        got = json.loads(reads.run_ratings(league.db, "r1"))
+        with league.db.read_engine.connect() as conn:
+            assert got["adapters"] == reads._curves(conn, "r1", 3.0)
+        assert [c["adapter_id"] for c in got["adapters"]] == sorted(c["adapter_id"] for c in got["adapters"])
+    finally:
+        league.close()
+
+
 def test_postgres_leaderboard_statement_equals_the_python_rows(pg_url):
     from tests.league.conftest import make_service
 

@@ -66,8 +66,9 @@ def journal(sqlite_url):
 
 def test_step_summary_from_the_documented_layout(journal):
     state, j = journal
-    steps = j.steps("r")
+    steps = j.steps("r", public=False)
     assert [s["step"] for s in steps] == [0, 1]
+    assert [set(s) & {"population", "versions"} for s in j.steps("r")] == [set(), set()]  # not served per step
     seed, one = steps
     assert seed["seed"] == {"sizes": {"code_o": 3}, "reasons": {"ok": 2, "no_answer": 5}, "rounds": 2,
                             "proposals": 7}
