@@ -218,3 +218,42 @@ def league_counts(db: LeagueDB, run_id: str) -> dict[str, int]:
         last = conn.execute(sa.select(sa.func.max(m.id)).where(m.run_id == run_id)).scalar()
         count, n_active = conn.execute(sa.select(sa.func.count(), active).where(a.run_id == run_id)).one()
     return {"adapters": int(count or 0), "active": int(n_active or 0), "last_match_seq": int(last or 0)}
+
+
+# One adapter's ancestors and descendants in one statement: a recursive walk each way, each edge at the depth of its
+# first appearance, which is the order of LeagueDB.lineage's level-by-level walk (then step, parent, child).
+_LINEAGE = sa.text("""
+WITH RECURSIVE
+  up(parent_id, child_id, operator, step, depth) AS (
+    SELECT parent_id, child_id, operator, step, 1 FROM league_lineage WHERE child_id = :id
+    UNION
+    SELECT l.parent_id, l.child_id, l.operator, l.step, u.depth + 1
+    FROM league_lineage l JOIN up u ON l.child_id = u.parent_id WHERE u.depth < 100000),
+  down(parent_id, child_id, operator, step, depth) AS (
+    SELECT parent_id, child_id, operator, step, 1 FROM league_lineage WHERE parent_id = :id
+    UNION
+    SELECT l.parent_id, l.child_id, l.operator, l.step, d.depth + 1
+    FROM league_lineage l JOIN down d ON l.parent_id = d.child_id WHERE d.depth < 100000)
+SELECT 0 AS direction, parent_id, child_id, operator, step, min(depth) AS depth FROM up
+GROUP BY parent_id, child_id, operator, step
+UNION ALL
+SELECT 1, parent_id, child_id, operator, step, min(depth) FROM down GROUP BY parent_id, child_id, operator, step
+ORDER BY 1, 6, 5, 2, 3
+""")
+
+
+def adapter_lineage(db: LeagueDB, adapter_id: str) -> dict:
+    """The REST `Lineage` of one adapter: its own origin, and its ancestor and descendant edges."""
+    a = t.adapters.c
+    with db.read_engine.connect() as conn:
+        row = conn.execute(sa.select(a.run_id, a.role, a.status, a.operator, a.parents_json, a.created_step)
+                           .where(a.adapter_id == adapter_id)).first()
+        if row is None:
+            raise not_found(f"adapter '{adapter_id}' does not exist")
+        edges = conn.execute(_LINEAGE, {"id": adapter_id}).all()
+    walk: tuple[list[dict], list[dict]] = ([], [])
+    for direction, parent_id, child_id, operator, step, _depth in edges:
+        walk[direction].append({"parent_id": parent_id, "child_id": child_id, "operator": operator, "step": step})
+    return {"adapter_id": adapter_id, "run_id": row.run_id, "role": row.role, "status": row.status,
+            "operator": row.operator, "parents": json.loads(row.parents_json or "[]"),
+            "created_step": row.created_step, "ancestors": walk[0], "descendants": walk[1]}
