@@ -113,7 +113,7 @@ def _responses(*codes: int) -> dict:
     what = {400: "invalid input (the message names the field); nothing was written",
             401: "missing or wrong bearer token", 403: "writes are disabled (no token configured)",
             404: "unknown run or adapter", 413: "request body over 16 MiB",
-            503: "the database does not answer"}
+            503: "the league's database does not answer (any endpoint)"}
     return {c: {"model": ErrorOut, "description": what[c]} for c in codes}
 
 
@@ -598,7 +598,8 @@ def create_app(service: LeagueService, read_only: bool = False) -> FastAPI:
     `read_only` it has no write endpoints (the dashboard beside a run)."""
     app = FastAPI(title="PopuLoRA league", version="1",
                   description="TrueSkill leaderboard, lineage, match log, payoff matrix and the phase journal of "
-                              "PopuLoRA runs, and the web dashboard at `/`.", max_body_size=MAX_BODY_BYTES)
+                              "PopuLoRA runs, and the web dashboard at `/`.", max_body_size=MAX_BODY_BYTES,
+                  responses=_responses(503))
     db = service.db
     cache = _ReadCache(service.read_cache_s, lambda: db.generation)
     journal = Journal(db.read_engine)
@@ -636,7 +637,7 @@ def create_app(service: LeagueService, read_only: bool = False) -> FastAPI:
             raise ServiceError(grpc.StatusCode.UNAUTHENTICATED,
                                "a write needs the header 'Authorization: Bearer <league token>'")
 
-    @app.get("/healthz", tags=["ops"], response_model=Health, responses=_responses(503))
+    @app.get("/healthz", tags=["ops"], response_model=Health)
     def healthz() -> dict:
         with db.read_engine.connect() as conn:
             conn.execute(sa.text("SELECT 1"))

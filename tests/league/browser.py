@@ -77,13 +77,18 @@ class Browser:
     def console_errors(self) -> list[str]:
         return [e["message"] for e in self.driver.get_log("browser") if e["level"] == "SEVERE"]
 
-    def screenshot(self, path: Path, css: str = "body") -> None:
-        """A PNG of the page (the whole scrolled height of `css`), reduced to a 256-colour palette to stay small."""
+    def screenshot(self, path: Path) -> None:
+        """A PNG of the whole page (the window grown to its height, at most 2,600 px), reduced to a 256-colour
+        palette to stay small."""
         from PIL import Image
 
-        height = self.js("return Math.ceil(document.querySelector(arguments[0]).scrollHeight)", css)
-        self.driver.set_window_size(1440, max(700, min(int(height) + 40, 2400)))
-        time.sleep(0.3)
+        for _ in range(4):
+            need, have = self.js("return [document.documentElement.scrollHeight, window.innerHeight]")
+            if have >= need:
+                break
+            height = self.driver.get_window_size()["height"]
+            self.driver.set_window_size(1440, min(2600, height + need - have))
+            time.sleep(0.3)
         path.parent.mkdir(parents=True, exist_ok=True)
         self.driver.save_screenshot(str(path))
         Image.open(path).convert("RGB").quantize(256, method=Image.Quantize.MEDIANCUT).save(path, optimize=True)

@@ -67,7 +67,7 @@ def view(page: Browser, site: LeagueRestServer, route: str) -> None:
 
 def shot(page: Browser, name: str) -> None:
     if SHOTS:
-        page.screenshot(Path(SHOTS) / f"dashboard-{name}.png", "main")
+        page.screenshot(Path(SHOTS) / f"dashboard-{name}.png")
 
 
 def close(text: str, value: float) -> bool:
@@ -349,7 +349,10 @@ def test_overview_follows_the_run_as_it_trains(page, site, short_run):
     trainer.start()
     seen: set[str] = set()
     while trainer.is_alive():
-        seen.update(page.texts("#ov-phase .card-value"))
+        phase = page.texts("#ov-phase .card-value")
+        if SHOTS and phase and phase[0] not in seen | {"–", "match"}:
+            shot(page, "overview-live")  # the last phase seen running, for docs/dashboard.md
+        seen.update(phase)
         trainer.join(0.2)
     assert not failure, failure
     page.wait(lambda: page.texts("#ov-step .card-value") == ["3 / 3"], timeout=30, what="step 3 on the page")
