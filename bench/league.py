@@ -124,6 +124,19 @@ def serve_rest(url: str, port: int, read_cache_s: float) -> None:
     uvicorn.run(create_app(service), host="127.0.0.1", port=port, log_level="warning", access_log=False)
 
 
+async def _get(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, path: str) -> bytes:
+    """One GET on a keep-alive HTTP/1.1 connection: the whole body; anything but 200 raises."""
+    writer.write(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
+    head = await reader.readuntil(b"\r\n\r\n")
+    status = int(head.split(b" ", 2)[1])
+    length = next(int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
+                  if line.lower().startswith(b"content-length:"))
+    body = await reader.readexactly(length)
+    if status != 200 or not body:
+        raise RuntimeError(f"GET {path}: HTTP {status}")
+    return body
+
+
 async def _client(port: int, paths: list[str], deadline: float, latencies: list[float]) -> None:
     """A keep-alive HTTP/1.1 client: one request at a time, read the full body, time it."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
@@ -133,15 +146,8 @@ async def _client(port: int, paths: list[str], deadline: float, latencies: list[
             path = paths[i % len(paths)]
             i += 1
             start = time.perf_counter()
-            writer.write(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
-            head = await reader.readuntil(b"\r\n\r\n")
-            status = int(head.split(b" ", 2)[1])
-            length = next(int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
-                          if line.lower().startswith(b"content-length:"))
-            body = await reader.readexactly(length)
+            await _get(reader, writer, path)
             latencies.append((time.perf_counter() - start) * 1000)
-            if status != 200 or not body:
-                raise RuntimeError(f"GET {path}: HTTP {status}")
     finally:
         writer.close()
 
@@ -358,11 +364,7 @@ async def _probe(port: int, path: str, seconds: float) -> list[tuple[float, int]
     try:
         while time.monotonic() < end:
             sent = time.monotonic()
-            writer.write(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
-            head = await reader.readuntil(b"\r\n\r\n")
-            length = next(int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
-                          if line.lower().startswith(b"content-length:"))
-            rows = json.loads(await reader.readexactly(length))["rows"]
+            rows = json.loads(await _get(reader, writer, path))["rows"]
             seen.append((sent, sum(r["matches"] for r in rows)))
             await asyncio.sleep(0.005)
     finally:
@@ -563,15 +565,8 @@ async def _load_by_path(port: int, paths: list[str], clients: int, seconds: floa
             while time.perf_counter() < end:
                 for path in paths:
                     start = time.perf_counter()
-                    writer.write(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
-                    head = await reader.readuntil(b"\r\n\r\n")
-                    status = int(head.split(b" ", 2)[1])
-                    length = next(int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
-                                  if line.lower().startswith(b"content-length:"))
-                    await reader.readexactly(length)
+                    await _get(reader, writer, path)
                     by_path[path].append((time.perf_counter() - start) * 1000)
-                    if status != 200:
-                        raise RuntimeError(f"GET {path}: HTTP {status}")
         finally:
             writer.close()
 

@@ -76,43 +76,38 @@ def test_match_log_newest_first(rest):
     assert [m["seq"] for m in rest_["matches"]] == list(range(seqs[-1] - 1, 0, -1))
 
 
-def test_postgres_rating_curves_equal_the_python_path(pg_url):
+@pytest.fixture
+def pg_league(pg_url):
+    """A small season on Postgres, with ids whose order differs between collations ('Z' < 'a' < 'é' by code
+    point), at the default rating (ties on mu - k*sigma), and a `both` adapter."""
     from tests.league.conftest import make_service
 
     league = make_service(pg_url)
-    try:
-        client = InProcessLeagueClient(league)
-        _season(client)
-        client.register_adapters(pb.RegisterAdaptersRequest(run_id="r1", adapters=[
-            pb.AdapterSpec(adapter_id="é", role="teacher"), pb.AdapterSpec(adapter_id="Z", role="student")]))
-        got = json.loads(reads.run_ratings(league.db, "r1"))
-        with league.db.read_engine.connect() as conn:
-            assert got["adapters"] == reads._curves(conn, "r1", 3.0)
-        assert [c["adapter_id"] for c in got["adapters"]] == sorted(c["adapter_id"] for c in got["adapters"])
-    finally:
-        league.close()
+    client = InProcessLeagueClient(league)
+    _season(client)
+    client.register_adapters(pb.RegisterAdaptersRequest(run_id="r1", adapters=[
+        pb.AdapterSpec(adapter_id=a, role=r) for a, r in (("a", "student"), ("Z", "student"), ("é", "teacher"),
+                                                           ("B", "both"))]))
+    yield league
+    league.close()
 
 
-def test_postgres_leaderboard_statement_equals_the_python_rows(pg_url):
-    from tests.league.conftest import make_service
+def test_postgres_rating_curves_equal_the_python_path(pg_league):
+    got = json.loads(reads.run_ratings(pg_league.db, "r1"))
+    with pg_league.db.read_engine.connect() as conn:
+        assert got["adapters"] == reads._curves(conn, "r1", 3.0)
+    assert [c["adapter_id"] for c in got["adapters"]] == sorted(c["adapter_id"] for c in got["adapters"])
 
-    league = make_service(pg_url)
-    try:
-        client = InProcessLeagueClient(league)
-        _season(client)
-        # ties on mu - k*sigma, broken by id in code point order ('Z' < 'a' < 'é'), and a `both` adapter
-        client.register_adapters(pb.RegisterAdaptersRequest(run_id="r1", adapters=[
-            pb.AdapterSpec(adapter_id=a, role=r) for a, r in (("a", "student"), ("Z", "student"),
-                                                               ("é", "teacher"), ("B", "both"))]))
-        for role in ("", "teacher", "student", "both"):
-            for retired in (True, False):
-                body = json.loads(reads.leaderboard_body(league.db, "r1", role, retired))
-                assert body["rows"] == reads.leaderboard_rows(league.db, "r1", role, retired), (role, retired)
-                assert body["run_id"] == "r1" and body["role"] == role and body["k"] == 3.0
-        ids = [r["adapter_id"] for r in json.loads(reads.leaderboard_body(league.db, "r1", "", True))["rows"]]
-        assert ids.index("B") < ids.index("Z") < ids.index("a") < ids.index("é")
-    finally:
-        league.close()
+
+def test_postgres_leaderboard_statement_equals_the_python_rows(pg_league):
+    league = pg_league
+    for role in ("", "teacher", "student", "both"):
+        for retired in (True, False):
+            body = json.loads(reads.leaderboard_body(league.db, "r1", role, retired))
+            assert body["rows"] == reads.leaderboard_rows(league.db, "r1", role, retired), (role, retired)
+            assert body["run_id"] == "r1" and body["role"] == role and body["k"] == 3.0
+    ids = [r["adapter_id"] for r in json.loads(reads.leaderboard_body(league.db, "r1", "", True))["rows"]]
+    assert ids.index("B") < ids.index("Z") < ids.index("a") < ids.index("é")
 
 
 def test_page_and_its_files_come_from_the_service(rest):

@@ -148,9 +148,11 @@
   }
   async function loadRuns() {
     try {
-      state.runs = await api("/v1/runs");
+      const runs = await api("/v1/runs");
+      const changed = runs.map((r) => r.run_id).join("\n") !== state.runs.map((r) => r.run_id).join("\n");
+      state.runs = runs;
       if (!state.run) state.run = lastRun();
-      renderNav();
+      if (changed) renderNav(); // not otherwise: an open run menu would close under the user
     } catch (e) { setLive("the league does not answer", "error"); }
   }
 
