@@ -36,7 +36,7 @@ from populora.metrics import generate_latest
 from populora.pb import league_pb2
 from populora.rpc import ServiceError
 from services.league import reads
-from services.league.runview import Journal, version_path
+from services.league.runview import Journal, config_of, store_root, version_path
 from services.league.service import LeagueService
 
 if TYPE_CHECKING:
@@ -761,10 +761,11 @@ def create_app(service: LeagueService, read_only: bool = False) -> FastAPI:
         record = reads.adapter_record(db, adapter_id)
         run = journal.run(record["run_id"])
         versions = journal.versions(record["run_id"], adapter_id) if run is not None else []
-        root = run.store_root() if run is not None else _store_root(reads.run_config_yaml(db, record["run_id"]))
+        config = run.config if run is not None else config_of(reads.run_config_yaml(db, record["run_id"]))
+        root = store_root(config)
         path = version_path(root, adapter_id, versions[-1]["version"]) if versions else ""
-        return _json(_dumps({"adapter": record, "k": db.rules.params.k, "versions": versions, "store_root": root, "store_path": path,
-                             "journal": run is not None}))
+        return _json(_dumps({"adapter": record, "k": db.rules.params.k, "versions": versions, "store_root": root,
+                             "store_path": path, "journal": run is not None}))
 
     @app.get("/v1/adapters/{adapter_id}/samples", response_model=Samples, tags=["run"], responses=not_found)
     def samples(adapter_id: AdapterPath, limit: Annotated[int, Query(ge=1, le=200)] = 20) -> Response:
@@ -787,19 +788,6 @@ def create_app(service: LeagueService, read_only: bool = False) -> FastAPI:
 
     app.mount("/static", _Static(directory=STATIC_DIR), name="static")
     return app
-
-
-def _store_root(config_yaml: str) -> str:
-    """The store directory named in a run's config YAML (the league's copy, when there is no journal)."""
-    import yaml
-
-    from services.league.runview import RunRecord
-
-    try:
-        config = yaml.safe_load(config_yaml) if config_yaml else {}
-    except yaml.YAMLError:
-        config = {}
-    return RunRecord("", "", "", config if isinstance(config, dict) else {}, None, None).store_root()
 
 
 def _writes(app: FastAPI, service: LeagueService, require_token: Callable) -> None:

@@ -124,9 +124,7 @@ class RunRecord:
         return mode == "population" and bool(every) and every > 0 and step % every == 0
 
     def store_root(self) -> str:
-        """The artifact store directory the run's config names, with `{output_dir}` filled in as the config does."""
-        root = _text(self.setting("store", "root"))
-        return root.replace("{output_dir}", _text(self.setting("run", "output_dir")))
+        return store_root(self.config)
 
 
 def _compact(phase: str, result: Any) -> dict:
@@ -200,10 +198,7 @@ class Journal:
     def _config(self, run_id: str, text: str) -> dict:
         key = (run_id, hash(text))
         if key not in self._configs:
-            try:
-                self._configs[key] = _dict(yaml.safe_load(text))
-            except yaml.YAMLError:
-                self._configs[key] = {}
+            self._configs[key] = config_of(text)
         return self._configs[key]
 
     def rows(self, run_id: str) -> list[PhaseRow]:
@@ -394,6 +389,20 @@ class Journal:
             if version is not None and (not out or out[-1]["version"] != version):
                 out.append({"version": version, "step": s["step"]})
         return out
+
+
+def store_root(config: dict) -> str:
+    """The artifact store directory a run's config names, with `{output_dir}` filled in as the config does."""
+    root = _text(_dict(config.get("store")).get("root"))
+    return root.replace("{output_dir}", _text(_dict(config.get("run")).get("output_dir")))
+
+
+def config_of(text: str) -> dict:
+    """A run's config YAML as a dict (empty when it is not a YAML mapping)."""
+    try:
+        return _dict(yaml.safe_load(text)) if text else {}
+    except yaml.YAMLError:
+        return {}
 
 
 def version_path(store_root: str, adapter_id: str, version: int) -> str:

@@ -660,7 +660,15 @@
     $("#run-select").addEventListener("change", (e) => { state.run = e.target.value; state.revision = null; state.overview = null; go(state.view === "adapter" ? "overview" : state.view, state.run); });
     window.addEventListener("hashchange", () => { route(); });
     let resizeTimer = null;
-    window.addEventListener("resize", () => { clearTimeout(resizeTimer); resizeTimer = setTimeout(() => { if (state.view !== "overview") render(); }, 250); });
+    window.addEventListener("resize", () => {
+      clearTimeout(resizeTimer);
+      resizeTimer = setTimeout(() => { // charts follow the width of their box; nothing is fetched again
+        for (const chart of Object.values(state.charts)) {
+          const box = chart.root.parentElement;
+          if (box && box.clientWidth) chart.setSize({ width: Math.max(320, box.clientWidth), height: chart.height });
+        }
+      }, 150);
+    });
     loadRuns().then(route).then(() => poll());
     setInterval(poll, POLL_MS);
   }
