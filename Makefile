@@ -16,11 +16,14 @@ install: $(VENV)/.installed populora/pb/common_pb2.py
 populora/pb/common_pb2.py: $(wildcard proto/*.proto) | $(VENV)/.installed
 	$(BIN)/python -m populora.protoc
 
-# Debian packages the sandbox and the compose validation use; only when root and missing.
+# Debian packages the sandbox, the compose validation and the dashboard's browser tests use; only when root and
+# missing.
 apt:
 	@missing=""; \
 	command -v bwrap >/dev/null || missing="$$missing bubblewrap"; \
 	command -v docker-compose >/dev/null || missing="$$missing docker-compose"; \
+	command -v chromium >/dev/null || missing="$$missing chromium"; \
+	command -v chromedriver >/dev/null || missing="$$missing chromium-driver"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \
 	    echo "installing Debian packages:$$missing"; \
