@@ -30,19 +30,21 @@ QWEN7B_LAYER = [("self_attn.q_proj", HIDDEN, HIDDEN), ("self_attn.k_proj", HIDDE
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
-def module_shapes(layers: int) -> list[tuple[str, int, int]]:
-    return [(f"model.layers.{i}.{suffix}", d_in, d_out) for i in range(layers) for suffix, d_in, d_out in QWEN7B_LAYER]
+def module_shapes(layers: int, layer: list[tuple[str, int, int]] = QWEN7B_LAYER) -> list[tuple[str, int, int]]:
+    return [(f"model.layers.{i}.{suffix}", d_in, d_out) for i in range(layers) for suffix, d_in, d_out in layer]
 
 
-def make_parent(store, adapter_id: str, layers: int, rank: int, seed: int) -> None:
-    """A trained-looking adapter: A ~ kaiming-scale noise, B small nonzero (as after some training steps)."""
+def make_parent(store, adapter_id: str, layers: int, rank: int, seed: int,
+                layer: list[tuple[str, int, int]] = QWEN7B_LAYER) -> None:
+    """A trained-looking adapter: A ~ kaiming-scale noise, B small nonzero (as after some training steps); `layer`
+    gives each decoder layer's (module suffix, d_in, d_out)."""
     import torch
 
     from populora.store import lora_config_dict, lora_keys
 
     g = torch.Generator().manual_seed(seed)
     weights = {}
-    for module, d_in, d_out in module_shapes(layers):
+    for module, d_in, d_out in module_shapes(layers, layer):
         key_a, key_b = lora_keys(module)
         weights[key_a] = torch.randn(rank, d_in, generator=g) / d_in ** 0.5
         weights[key_b] = torch.randn(d_out, rank, generator=g) * 1e-3
