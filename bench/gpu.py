@@ -40,6 +40,7 @@ import importlib
 import json
 import math
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -126,7 +127,7 @@ class Reporter:
 
 # ---------------------------------------------------------------- what must be there first
 
-def missing_modules(shape: str) -> list[str]:
+def missing_modules() -> list[str]:
     """One line per module that does not import: what it is, which package brings it, what needs it."""
     problems = []
     needed = list(REQUIRED)
@@ -444,9 +445,14 @@ def run(args, report: Reporter) -> int:
     failed = []
     base = None
     if "generation" in parts or "trainer" in parts:
-        base = random_base(args.shape, device, dtype)
-        report("model_parameters", sum(p.numel() for p in base.model.parameters()))
-        report("model_build_s", base.load_seconds)
+        try:
+            base = random_base(args.shape, device, dtype)
+            report("model_parameters", sum(p.numel() for p in base.model.parameters()))
+            report("model_build_s", base.load_seconds)
+        except Exception as e:  # the evolver needs no model: it still runs
+            failed.append("model")
+            report("model_error", f"{type(e).__name__}: {e}"[:2000])
+            parts = [p for p in parts if p == "evolver"]
     for part, fn in (("generation", bench_generation), ("trainer", bench_trainer), ("evolver", bench_evolver)):
         if part not in parts:
             continue
@@ -496,12 +502,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
     p.add_argument("--jsonl", help="also append each measurement to this file as it is taken")
     args = p.parse_args(argv)
+    if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", args.device):
+        p.error(f"--device {args.device!r}: use auto, cpu, cuda or cuda:N")
     unknown = sorted(set(args.parts.split(",")) - set(PARTS))
     if unknown:
         p.error(f"--parts: unknown {unknown}; choose from {list(PARTS)}")
     if args.repeats < 1:
         p.error("--repeats must be at least 1")
-    problems = missing_modules(args.shape)
+    problems = missing_modules()
     if problems:
         return cannot_start(["missing Python packages:", *problems, WHEELS_HINT])
     return run(args, Reporter(args.jsonl))
