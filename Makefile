@@ -8,7 +8,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install apt test lint run run-distributed test-vllm bench clean proto
+.PHONY: install apt test lint run run-distributed test-vllm bench bench-gpu clean proto
 
 install: $(VENV)/.installed populora/pb/common_pb2.py
 
@@ -70,6 +70,15 @@ bench: install
 	$(BIN)/python -m bench.inference --json
 	$(BIN)/python -m bench.trainer --json
 	$(BIN)/python -m bench.step --json
+
+# The GPU check (docs/gpu.md). It needs CUDA torch, so it runs with the machine's own Python, not the CPU venv;
+# every figure is also appended to GPU_JSONL the moment it is taken. GPU_ARGS="--shape tiny" runs it on a CPU.
+GPU_PYTHON ?= python3
+GPU_ARGS ?=
+GPU_JSONL ?= runs/bench-gpu.jsonl
+bench-gpu:
+	@mkdir -p $(dir $(GPU_JSONL))
+	PYTHONUNBUFFERED=1 $(GPU_PYTHON) -m bench.gpu --json --jsonl $(GPU_JSONL) $(GPU_ARGS)
 
 clean:
 	rm -rf $(VENV) populora/pb/*_pb2*.py .pytest_cache
