@@ -103,7 +103,8 @@ def zygote_or_skip(**kwargs):
     """A real zygote pool (bwrap, seccomp, setuid); skipped locally without root or bubblewrap, failed under CI."""
     import shutil
 
-    from services.sandbox.executors import SandboxUnavailable, ZygoteExecutor
+    from services.sandbox.executor import SandboxUnavailable
+    from services.sandbox.zygote import ZygoteExecutor
 
     if os.geteuid() != 0 or not shutil.which("bwrap"):
         msg = "the zygote backend needs root and bubblewrap"
@@ -121,7 +122,7 @@ def zygote_or_skip(**kwargs):
 @pytest.fixture(scope="session")
 def zygote():
     """One warm zygote pool per session for the sandbox and task-domain tests."""
-    from services.sandbox.executors import Limits
+    from services.sandbox.executor import Limits
 
     ex = zygote_or_skip(limits=Limits(timeout_s=2.0), workers=2)
     yield ex

@@ -13,7 +13,8 @@ from populora.rpc import exhausted, invalid
 from populora.tasks.jobs import Job, JobResult
 from populora.tasks.triplet import TASK_TYPES, Triplet
 from populora.tasks.verify import Attempt, Check, Proposal, check_answers, validate_proposals
-from services.sandbox.executors import Executor, make_executor
+from services.sandbox.backends import make_executor
+from services.sandbox.executor import Executor
 from services.sandbox.external import ExternalVerifiers
 from services.sandbox.registry import VerifierRegistry
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from services.sandbox.executors import CONTAINER_CAPABILITIES
+from services.sandbox.jail import CONTAINER_CAPABILITIES
 from tests.deploy.deployment import (
     COMPOSE_FILES,
     CONFIG_PATH,
@@ -114,6 +114,8 @@ def test_sandbox_isolation(compose):
     assert sorted(sandbox.get("cap_add", [])) == sorted(CONTAINER_CAPABILITIES), \
         f"{file}: the sandbox gets exactly the capabilities its zygote needs"
     assert sandbox.get("user") == "0:0", f"{file}: the zygote hands each job its own uid, so it runs as root"
+    assert sandbox["environment"].get("POPULORA__SANDBOX__ISOLATION") == "gvisor", \
+        f"{file}: inside gVisor the sandbox runs its in-gVisor profile (sandbox.isolation=gvisor)"
     others = {n for n, s in doc["services"].items() if s.get("cap_add") or str(s.get("user", "")).startswith("0")}
     assert others <= {"sandbox"}, f"{file}: {sorted(others - {'sandbox'})} should not run as root or add capabilities"
     assert not sandbox.get("ports"), f"{file}: the sandbox must not publish ports"

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from services.sandbox.executors import CONTAINER_CAPABILITIES
+from services.sandbox.jail import CONTAINER_CAPABILITIES
 from tests.deploy.deployment import (
     CONFIG_PATH,
     K8S,
@@ -201,6 +201,8 @@ def test_sandbox_isolation():
         assert sc["capabilities"]["drop"] == ["ALL"]
         # root, but only inside gVisor and with exactly the capabilities the zygote was tested with
         assert sorted(sc["capabilities"].get("add", [])) == sorted(CONTAINER_CAPABILITIES)
+        env = {e["name"]: e.get("value") for e in c["env"]}
+        assert env.get("POPULORA__SANDBOX__ISOLATION") == "gvisor", "the in-gVisor profile, as tested in runsc"
         assert spec["securityContext"].get("seccompProfile", {}).get("type") == "RuntimeDefault"
         volumes = {v["name"]: v for v in spec["volumes"]}
         tmp = next(m for m in c["volumeMounts"] if m["mountPath"] == "/tmp")
