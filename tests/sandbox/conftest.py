@@ -1,11 +1,41 @@
-"""The gvisor backend's fixture: one warm pool of gVisor sandboxes per session; skipped locally where runsc
-cannot run, failed under CI=true (make install puts runsc on the machine)."""
+"""Fixtures of the sandbox tests: the gvisor backend (one warm pool of gVisor sandboxes per session; skipped
+locally where runsc cannot run, failed under CI=true, since make install puts runsc on the machine) and the REST
+app served for real by uvicorn on loopback."""
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import httpx
 import pytest
 
-from tests.conftest import IN_CI
+from tests.conftest import IN_CI, free_port
+
+
+@contextmanager
+def serve_rest(app) -> Iterator[str]:
+    """Serve an ASGI app with uvicorn on a free loopback port; yields its base URL once it answers."""
+    import uvicorn
+
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(200):
+            try:
+                httpx.get(url + "/healthz", timeout=5)
+                break
+            except httpx.TransportError:
+                time.sleep(0.05)
+        yield url
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
 
 
 def gvisor_or_skip(**kwargs):
