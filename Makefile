@@ -12,10 +12,12 @@ export TOKENIZERS_PARALLELISM := false
 
 install: $(VENV)/.installed
 
-# Debian packages the sandbox and the compose validation use; only when root and missing.
+# Debian packages the sandbox (bubblewrap; runsc, gVisor, for the gvisor backend and its tests) and the compose
+# validation use; only when root and missing.
 apt:
 	@missing=""; \
 	command -v bwrap >/dev/null || missing="$$missing bubblewrap"; \
+	command -v runsc >/dev/null || missing="$$missing runsc"; \
 	command -v docker-compose >/dev/null || missing="$$missing docker-compose"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \
