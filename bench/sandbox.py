@@ -13,7 +13,8 @@ after WARMUP_JOBS of them have run untimed.
 the CPU the zygote path spends per job (host, zygotes and the job children they reap); on a shared machine
 `execs_per_cpu_s_x_cores` (cores / CPU per job) estimates the rate on idle cores. The subprocess backend
 runs `--subprocess-jobs` of the same jobs (it is slow; its rate is per job, so a subset measures it fairly), and
-the gvisor backend `--gvisor-jobs` of them, after the same warm-up, with the same number of workers.
+the gvisor backend `--gvisor-jobs` of them, after the same warm-up, with the same number of workers; its baseline,
+one fresh `runsc do` per job, runs two jobs per worker.
 """
 
 from __future__ import annotations
@@ -156,6 +157,30 @@ def reward_hack_report(executor) -> dict:
             "reward_hack_failures": [f"{v.name}: {v.outcome}" for v in verdicts if not v.blocked]}
 
 
+def fresh_runsc_rate(jobs: list[Job], workers: int, platform: str = "ptrace") -> tuple[float, int]:
+    """The baseline of the gvisor backend: one fresh `runsc do` sandbox per job (what that backend did before),
+    `workers` at a time. Returns (jobs per second, jobs ok)."""
+    import subprocess
+    from concurrent.futures import ThreadPoolExecutor
+
+    from services.sandbox.executor import Limits, job_message
+    from services.sandbox.jail import RUNTIME, clean_env, python_command
+    from services.sandbox.verdict import classify
+
+    def one(job: Job) -> bool:
+        nonce = os.urandom(16)
+        msg = json.dumps(job_message(job, Limits(timeout_s=10.0), nonce)).encode()
+        out = subprocess.run(["runsc", "--network=none", f"--platform={platform}", "do", *python_command(),
+                              str(RUNTIME), "one"], input=msg, capture_output=True, env=clean_env(), timeout=120)
+        raw = {"exit": out.returncode, "stdout": out.stderr[-1000:], "result": out.stdout}
+        return classify(job, raw, nonce).status == "ok"
+
+    with ThreadPoolExecutor(workers) as pool:
+        start = time.perf_counter()
+        ok = sum(pool.map(one, jobs))
+        return len(jobs) / (time.perf_counter() - start), ok
+
+
 def gvisor_report(jobs: list[Job], workers: int) -> dict:
     """The benchmark mix through the gvisor backend (warmed like the zygote), then the hostile corpus in it."""
     from services.sandbox.executor import Limits, SandboxUnavailable
@@ -170,7 +195,11 @@ def gvisor_report(jobs: list[Job], workers: int) -> dict:
         gv.run(jobs[:WARMUP_JOBS])
         g_time, g_results = run_timed(gv.run, jobs)
         hostile = hostile_report(gv, gvisor=True)
-        return {"gvisor_execs_per_s": round(len(jobs) / g_time, 1), "gvisor_jobs": len(jobs),
+        fresh_rate, fresh_ok = fresh_runsc_rate(jobs[:2 * workers], workers)
+        rate = len(jobs) / g_time
+        return {"gvisor_execs_per_s": round(rate, 1), "gvisor_jobs": len(jobs),
+                "gvisor_fresh_runsc_execs_per_s": round(fresh_rate, 2), "gvisor_fresh_runsc_ok": fresh_ok,
+                "gvisor_speedup_vs_fresh_runsc": round(rate / fresh_rate, 1),
                 "gvisor_ok": sum(r.status == "ok" for r in g_results),
                 "gvisor_p50_ms": round(statistics.median(r.seconds * 1000 for r in g_results), 2),
                 "gvisor_hostile_total": hostile["hostile_total"],

@@ -12,7 +12,7 @@ from contextlib import contextmanager
 import httpx
 import pytest
 
-from tests.conftest import IN_CI, free_port
+from tests.conftest import free_port, sandbox_or_skip
 
 
 @contextmanager
@@ -39,20 +39,9 @@ def serve_rest(app) -> Iterator[str]:
 
 
 def gvisor_or_skip(**kwargs):
-    from services.sandbox.executor import SandboxUnavailable
     from services.sandbox.gvisor import GvisorExecutor, runsc_available
 
-    why = runsc_available()
-    if why:
-        if IN_CI:
-            pytest.fail(why + " (CI=true: the gVisor tests fail rather than skip)")
-        pytest.skip(why)
-    try:
-        return GvisorExecutor(**kwargs)
-    except SandboxUnavailable as e:
-        if IN_CI:
-            raise
-        pytest.skip(str(e))
+    return sandbox_or_skip(runsc_available(), lambda: GvisorExecutor(**kwargs))
 
 
 @pytest.fixture(scope="session")
