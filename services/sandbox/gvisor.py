@@ -35,14 +35,19 @@ def runsc_available() -> str | None:
     return None
 
 
-def oci_config(tmp_mb: int) -> dict:
+def oci_config(tmp_mb: int, args: list[str] | None = None, binds: list[tuple[str, str]] | None = None,
+               env: dict[str, str] | None = None, tmp_mode: str = "755", tmpfs: tuple[str, ...] = ()) -> dict:
     """The OCI runtime spec of one worker's sandbox: the jail's tree as read-only binds on an empty read-only
-    root, /proc, a private /tmp, new pid/net/ipc/uts/mount namespaces, root with the container capabilities."""
-    binds, _ = system_tree()
+    root, /proc, a private /tmp, new pid/net/ipc/uts/mount namespaces, root with the container capabilities and
+    no_new_privs (what the deployment files give the sandbox's container). `args`, `binds` and `env` default to
+    the zygote's; `tmpfs` adds writable scratch mounts with /tmp's mode."""
+    binds = system_tree()[0] if binds is None else binds
     caps = [f"CAP_{c}" for c in CONTAINER_CAPABILITIES]
     mounts = [{"destination": "/proc", "type": "proc", "source": "proc"},
               {"destination": "/tmp", "type": "tmpfs", "source": "tmpfs",
-               "options": ["nosuid", "nodev", "mode=755", f"size={tmp_mb * 1024 * 1024}"]}]
+               "options": ["nosuid", "nodev", f"mode={tmp_mode}", f"size={tmp_mb * 1024 * 1024}"]}]
+    mounts += [{"destination": path, "type": "tmpfs", "source": "tmpfs",
+                "options": ["nosuid", "nodev", f"mode={tmp_mode}", "size=67108864"]} for path in tmpfs]
     mounts += [{"destination": dst, "type": "bind", "source": src, "options": ["rbind", "ro", "nosuid", "nodev"]}
                for src, dst in binds]
     if os.path.exists("/etc/ld.so.cache"):
@@ -51,8 +56,8 @@ def oci_config(tmp_mb: int) -> dict:
     return {
         "ociVersion": "1.0.2",
         "process": {"terminal": False, "user": {"uid": 0, "gid": 0},
-                    "args": Interpreter.current().jail_argv("zygote"),
-                    "env": [f"{k}={v}" for k, v in jail_env().items()], "cwd": "/tmp",
+                    "args": args or Interpreter.current().jail_argv("zygote"),
+                    "env": [f"{k}={v}" for k, v in (env or jail_env()).items()], "cwd": "/tmp",
                     "capabilities": {k: caps for k in ("bounding", "effective", "permitted")},
                     "noNewPrivileges": True},
         "root": {"path": "rootfs", "readonly": True},
@@ -62,9 +67,8 @@ def oci_config(tmp_mb: int) -> dict:
     }
 
 
-def write_bundle(path: str, tmp_mb: int) -> None:
+def write_bundle(path: str, cfg: dict) -> None:
     """An OCI bundle: config.json and a root holding only the mount points and the /bin, /lib links."""
-    cfg = oci_config(tmp_mb)
     rootfs = os.path.join(path, "rootfs")
     os.makedirs(rootfs, mode=0o755)
     _, links = system_tree()
@@ -95,7 +99,7 @@ class GvisorExecutor(ZygoteExecutor):
         self.platform = platform
         self.state = tempfile.mkdtemp(prefix="populora-runsc-")
         try:
-            write_bundle(os.path.join(self.state, "bundle"), (limits or Limits()).tmp_mb)
+            write_bundle(os.path.join(self.state, "bundle"), oci_config((limits or Limits()).tmp_mb))
             super().__init__(limits, workers, "gvisor", seccomp)
         except BaseException:
             shutil.rmtree(self.state, ignore_errors=True)

@@ -70,6 +70,33 @@ def jail_env() -> dict[str, str]:
     return {**clean_env(), "LD_LIBRARY_PATH": f"{JAIL_PYTHON}/lib"}
 
 
+def blank_environ_block() -> None:
+    """Zero this process's initial environment block, what /proc/<pid>/environ shows, keeping every value for
+    itself (os.environ) and its children (C's `environ`, pointed at fresh copies first).
+
+    Inside gVisor any uid can read another process's /proc/<pid>/environ, and a sandbox service that runs its
+    zygotes in its own container (sandbox.isolation=gvisor) holds its token and database URL there."""
+    import ctypes
+
+    libc = ctypes.CDLL(None)
+
+    def pointers() -> list[int]:
+        environ = ctypes.POINTER(ctypes.c_void_p).in_dll(libc, "environ")
+        out, i = [], 0
+        while environ[i]:
+            out.append(environ[i])
+            i += 1
+        return out
+
+    originals = pointers()
+    for key, value in os.environ.items():
+        os.putenv(key, value)  # setenv(3): C's environ now holds copies on the heap
+    kept = set(pointers())
+    for address in originals:
+        if address not in kept:
+            ctypes.memset(address, 0, len(ctypes.string_at(address)))
+
+
 def python_command() -> list[str]:
     """The host's interpreter, for the jail-less backends (subprocess, none): site-packages, user site and the
     script directory off; with clean_env() this is `python -I -S` except that PYTHONHASHSEED is honoured."""

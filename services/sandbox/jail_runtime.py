@@ -387,7 +387,7 @@ def _killer():
     return kill_pidfd, "pidfd"
 
 
-def _remove_tree(path):
+def remove_tree(path):
     """Delete a directory tree without recursion (a job may nest directories deeply) and without shutil
     (importing it maps the compression libraries, and every mapping makes each fork slower)."""
     stack = [(path, False)]
@@ -422,7 +422,7 @@ def _discard_dir(path):
     except OSError:
         pass
     try:
-        _remove_tree(path)
+        remove_tree(path)
     except OSError:
         try:
             os.chown(path, 0, 0)
@@ -485,6 +485,28 @@ def _warm_up(preload=()):
     encode(eval(compile("f(1)", "<warm>", "eval"), scope))
 
 
+def _close_shared_dirs():
+    """Without a jail of its own (inside a gVisor container) the zygote shares the container's file system with its
+    jobs: take the world-write bit off every writable mount's root and the usual scratch directories (/tmp,
+    /dev/shm, ...), so no job can leave a file there for a later job. The zygote runs as root and needs none."""
+    places = {"/tmp", "/var/tmp", "/dev/shm", "/dev/mqueue", "/run", "/run/lock", "/home"}
+    try:
+        with open("/proc/self/mounts") as mounts:
+            for line in mounts:
+                fields = line.split()
+                if len(fields) > 3 and "rw" in fields[3].split(","):
+                    places.add(fields[1].replace("\\040", " "))
+    except OSError:
+        pass
+    for path in sorted(places):
+        try:
+            mode = os.stat(path).st_mode
+            if mode & 0o002:
+                os.chmod(path, mode & 0o7755)
+        except OSError:
+            pass
+
+
 def zygote_main():
     import gc
     import socket
@@ -496,6 +518,8 @@ def zygote_main():
     os.dup2(null, 0)
     os.dup2(null, 1)
     cfg = json.loads(_recv_raw(proto_in))
+    if cfg.get("close_shared"):
+        _close_shared_dirs()
     jail_filter = _Filter(bytes.fromhex(cfg["seccomp"])) if cfg.get("seccomp") else None
     no_fork = _Filter(bytes.fromhex(cfg["no_fork"])) if cfg.get("no_fork") else None
     _warm_up(cfg.get("preload", ()))

@@ -21,20 +21,23 @@ from services.sandbox.executor import Executor, Limits, SandboxUnavailable, job_
 from services.sandbox.jail import (
     RUNTIME,
     Interpreter,
+    blank_environ_block,
     bwrap_args,
     clean_env,
     pick_isolation,
     python_command,
     unshare_command,
 )
+from services.sandbox.jail_runtime import remove_tree
 from services.sandbox.verdict import classify
 
 PIPELINE = 3  # jobs queued at each zygote
+JAIL_ENV_NAMES = (*clean_env(), "LD_LIBRARY_PATH")
 
 # Run as the first job of every zygote (it is ours, not model-written): what a job can and cannot do in this
 # jail. check_layers compares it with what the profile promises, so a layer that does not work on this kernel
 # (an RLIMIT_NPROC gVisor ignores, a filter that did not load) stops the start instead of being assumed.
-LAYER_PROBE = '''
+LAYER_PROBE = r'''
 import errno, os
 def f():
     seen = {"uid": os.getuid()}
@@ -74,6 +77,32 @@ def f():
         seen["root"] = "writable"
     except OSError:
         seen["root"] = "read-only"
+    # any place outside its own directory where a job could leave a file for a later job
+    places = {"/", "/tmp", "/var/tmp", "/dev/shm", "/dev/mqueue", "/run", "/home", os.environ.get("HOME", "/")}
+    try:
+        with open("/proc/self/mounts") as mounts:
+            places.update(line.split()[1] for line in mounts if len(line.split()) > 1)
+    except OSError:
+        pass
+    # the names in every other process's environment this job can read (gVisor lets any uid read them)
+    seen["environ"] = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit() and int(pid) != os.getpid():
+            try:
+                with open("/proc/%s/environ" % pid, "rb") as env:
+                    seen["environ"] += [e.split(b"=")[0].decode("latin-1") for e in env.read().split(b"\0")
+                                        if e.strip(b"\0")]
+            except OSError:
+                pass
+    seen["shared"] = []
+    for place in sorted(places):
+        probe = os.path.join(place, ".probe-%d" % os.getpid())
+        try:
+            open(probe, "x").close()
+        except OSError:
+            continue
+        seen["shared"].append(place)
+        os.unlink(probe)
     return seen
 '''
 
@@ -89,8 +118,9 @@ class Launch:
     on_stop: list = field(default_factory=list)
 
 
-def check_layers(seen: dict, uid: int | None, seccomp: bool) -> list[str]:
-    """The layers LAYER_PROBE found working, in words; SandboxUnavailable naming the first one that is not."""
+def check_layers(seen: dict, uid: int | None, seccomp: bool, jailed: bool = True) -> list[str]:
+    """The layers LAYER_PROBE found working, in words; SandboxUnavailable naming the first one that is not.
+    `jailed`: every isolation but `none` (development only) promises that jobs share no writable place."""
     def need(ok: bool, what: str) -> None:
         if not ok:
             raise SandboxUnavailable(f"sandbox start-up check failed: {what} (probe saw {seen}); the isolation "
@@ -109,6 +139,12 @@ def check_layers(seen: dict, uid: int | None, seccomp: bool) -> list[str]:
         layers.append("seccomp (checked: socket, execve, kill refused)")
     need(seen.get("jobdir") == [0o700, seen.get("uid")], "each job needs its own mode-0700 directory")
     layers.append("private job directory (checked: mode 0700, the job's uid)")
+    foreign = sorted(set(seen.get("environ", ())) - set(JAIL_ENV_NAMES))
+    need(not foreign, f"jobs can read other processes' environment variables {foreign}")
+    layers.append("no other process's environment readable (checked)")
+    if jailed:
+        need(seen.get("shared") == [], f"jobs could leave files for later jobs in {seen.get('shared')}")
+        layers.append("no place shared between jobs (checked: nothing writable outside the job's directory)")
     if seen.get("root") == "read-only":
         layers.append("read-only root (checked)")
     return layers
@@ -117,8 +153,10 @@ def check_layers(seen: dict, uid: int | None, seccomp: bool) -> list[str]:
 class _Worker:
     """One warm zygote process and the unprivileged uid its jobs run as. Not thread-safe: one owner thread."""
 
-    def __init__(self, index: int, uid: int | None, profile: str, limits: Limits, seccomp: bool, launcher):
+    def __init__(self, index: int, uid: int | None, profile: str, limits: Limits, seccomp: bool, launcher,
+                 jailed: bool = True):
         self.index, self.uid, self.profile, self.limits, self.seccomp = index, uid, profile, limits, seccomp
+        self.jailed = jailed
         self.launcher = launcher
         self.proc: subprocess.Popen | None = None
         self.launch: Launch | None = None
@@ -141,7 +179,8 @@ class _Worker:
         cfg = {"uid": self.uid, "tmp": self.launch.tmp, "fsize": self.limits.fsize_bytes,
                "nofile": self.limits.nofile, "nproc": self.limits.nproc, "preload": list(self.limits.preload),
                "seccomp": filters.jail_filter(deny_signals=not gvisor).hex() if self.seccomp else "",
-               "no_fork": filters.no_fork_filter().hex() if gvisor else ""}
+               "no_fork": filters.no_fork_filter().hex() if gvisor else "",
+               "close_shared": gvisor}
         try:
             self._send(cfg)
             hello = self._recv(timeout=60.0)
@@ -162,7 +201,7 @@ class _Worker:
             raise SandboxUnavailable(f"sandbox worker {self.index}: the start-up check did not run: {probe.status} "
                                      f"{probe.error} {probe.stdout[-500:]}")
         try:
-            self.layers = check_layers(probe.values[0], self.uid, self.seccomp)
+            self.layers = check_layers(probe.values[0], self.uid, self.seccomp, self.jailed)
         except SandboxUnavailable:
             self.stop()
             raise
@@ -278,6 +317,8 @@ class ZygoteExecutor(Executor):
                              "lets a plain fork through, and the process limit is what stops a job forking")
         self.isolation_kind = self._pick(isolation)
         self.seccomp = seccomp
+        if self.isolation_kind == "gvisor" and self.name == "zygote":
+            blank_environ_block()  # jobs share this container's /proc, and gVisor lets them read environ files
         root = os.geteuid() == 0
         if self.isolation_kind != "none" and not root:
             raise SandboxUnavailable(f"the {self.name} backend drops each job to its own uid and needs to run as "
@@ -289,7 +330,7 @@ class ZygoteExecutor(Executor):
         try:
             for i in range(n):
                 self._workers.append(_Worker(i, base + i if root else None, self.profile(), self.limits, seccomp,
-                                             self._launch))
+                                             self._launch, jailed=self.isolation_kind != "none"))
         except BaseException:
             for w in self._workers:
                 w.stop()
@@ -317,10 +358,14 @@ class ZygoteExecutor(Executor):
         if self.isolation_kind == "unshare":
             return Launch(unshare_command(self.limits.tmp_mb), clean_env(), "/tmp")
         tmp = tempfile.mkdtemp(prefix="populora-sbx-")
-        import shutil
 
-        return Launch([*python_command(), str(RUNTIME), "zygote"], clean_env(), tmp,
-                      on_stop=[lambda: shutil.rmtree(tmp, ignore_errors=True)])
+        def remove() -> None:
+            try:
+                remove_tree(tmp)  # iterative: a job may have left a tree deeper than rmtree's recursion
+            except OSError:
+                pass
+
+        return Launch([*python_command(), str(RUNTIME), "zygote"], clean_env(), tmp, on_stop=[remove])
 
     def _serve(self, worker: _Worker) -> None:
         """Keep up to PIPELINE jobs queued at the zygote, so it starts the next job the moment one ends instead

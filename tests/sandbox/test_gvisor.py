@@ -109,3 +109,77 @@ def test_a_dead_gvisor_sandbox_is_replaced(gvisor):
     again = gvisor.run([Job(str(i), "", calls=[f"{i} + 1"]) for i in range(8)])
     assert [r.values for r in again] == [[i + 1] for i in range(8)]
     assert all(w.proc.poll() is None for w in gvisor._workers)
+
+
+# Run inside a gVisor container configured as the deployment files configure the sandbox's: root with exactly the
+# container capabilities, no_new_privs, a read-only root, world-writable /tmp and /home/populora (Compose's
+# tmpfs mode 1777), the token in the environment. The service's own ZygoteExecutor(isolation="gvisor") runs there.
+IN_CONTAINER = r'''
+import json, sys
+sys.path.insert(0, PROJECT)
+from populora.config import TasksConfig
+from populora.tasks.jobs import Job
+from services.sandbox.executor import Limits
+from services.sandbox.zygote import ZygoteExecutor
+from tests.sandbox.hostile_corpus import run_corpus
+from tests.sandbox.reward_hack_corpus import judge_hacks, load_hacks
+ex = ZygoteExecutor(Limits(timeout_s=2.0), workers=2, isolation="gvisor")
+total, wrong = run_corpus(ex.run, gvisor=True, check_repeats=2)
+hacks = [v.name for v in judge_hacks(load_hacks(), TasksConfig(timeout_s=1.0), ex.run) if not v.blocked]
+hunt = """
+import os
+def f(token):
+    found = []
+    for pid in os.listdir('/proc'):
+        for what in ('environ', 'cmdline', 'status'):
+            try:
+                if token in open('/proc/%s/%s' % (pid, what), 'rb').read():
+                    found.append(pid + '/' + what)
+            except OSError:
+                pass
+    return found
+"""
+[r] = ex.run([Job("hunt", hunt, calls=["f(b'hunter2-' + b'secret')"])])
+print(json.dumps({"isolation": ex.isolation(), "total": total, "wrong": wrong, "hacks_earned": hacks,
+                  "token_found": r.values, "hunt": r.status}))
+ex.close()
+'''
+
+
+@pytest.mark.slow
+def test_the_deployed_profile_inside_a_gvisor_container(tmp_path):
+    """sandbox.isolation=gvisor, the profile the Kubernetes and Compose files ship, run by the service itself in
+    a gVisor container set up like theirs: every start-up check passes, the hostile corpus is contained, no reward
+    hack is rewarded, and no job finds the service's token in any process's environment."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from services.sandbox.gvisor import oci_config, runsc_available, write_bundle
+    from services.sandbox.jail import Interpreter, system_tree
+    from tests.conftest import sandbox_or_skip
+
+    sandbox_or_skip(runsc_available(), lambda: None)
+    project = str(Path(__file__).resolve().parents[2])
+    tree = Interpreter.current().tree
+    binds = [b for b in system_tree()[0] if not b[1].startswith("/sandbox")] + [(tree, tree), (project, project)]
+    venv_python = str(Path(sys.executable).absolute())
+    assert venv_python.startswith(project) or venv_python.startswith(tree), venv_python
+    env = {"PATH": "/usr/bin:/bin", "HOME": "/home/populora", "LANG": "C.UTF-8", "POPULORA_TOKEN": "hunter2-secret"}
+    script = f"PROJECT = {project!r}\n" + IN_CONTAINER
+    write_bundle(str(tmp_path / "bundle"), oci_config(256, args=[venv_python, "-c", script], binds=binds, env=env,
+                                                      tmp_mode="1777", tmpfs=("/home/populora",)))
+    out = subprocess.run(["runsc", "--root", str(tmp_path / "state"), "--network=none", "--platform=ptrace",
+                          "--ignore-cgroups", "run", "--bundle", str(tmp_path / "bundle"), f"deployed-{tmp_path.name}"],
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    checked = " ".join(got["isolation"])
+    for promise in ("fork refused", "socket, execve, kill refused", "no other process's environment readable",
+                    "no place shared between jobs"):
+        assert promise in checked, promise
+    # the one difference from a jail of its own: the container's process list (the service and the other
+    # zygotes) is visible, though not their environments, memory or signals
+    assert [w for w in got["wrong"] if not w.startswith("proc_host_pids:")] == [] and got["total"] >= 60
+    assert got["hacks_earned"] == [] and got["hunt"] == "ok" and got["token_found"] == [[]]

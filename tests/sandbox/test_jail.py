@@ -78,3 +78,21 @@ def test_host_names_are_what_the_test_thinks():
     """The names looked for are real host paths (the test would pass vacuously otherwise)."""
     assert all(os.path.exists(p) for p in _host_names())
     assert os.path.realpath(sys.base_prefix) in _host_names()
+
+
+def test_blank_environ_block_hides_the_environment_and_keeps_it():
+    """After blank_environ_block, /proc/<pid>/environ shows nothing, while the process (os.environ, getenv) and
+    its children still have every variable."""
+    import subprocess
+
+    script = ("import os, subprocess\n"
+              "from services.sandbox.jail import blank_environ_block\n"
+              "blank_environ_block()\n"
+              "shown = open('/proc/self/environ', 'rb').read().strip(bytes(1))\n"
+              "child = subprocess.run(['/usr/bin/env'], capture_output=True, text=True).stdout\n"
+              "print(len(shown), os.environ['SECRET_SETTING'], 'SECRET_SETTING=s3' in child)\n")
+    env = {**os.environ, "SECRET_SETTING": "s3"}
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=60,
+                         cwd=str(Path(RUNTIME).parents[2]))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["0", "s3", "True"]
