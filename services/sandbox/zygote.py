@@ -337,6 +337,10 @@ class ZygoteExecutor(Executor):
             raise
         self._threads = [threading.Thread(target=self._serve, args=(w,), daemon=True, name=f"sandbox-w{w.index}")
                          for w in self._workers]
+        if os.getpid() == 1:
+            # the service is its container's init (sandbox.isolation=gvisor, docs/operations.md): a zygote killed
+            # with its process group leaves its fork server and job to this process, which must reap them
+            self._threads.append(threading.Thread(target=self._reap_orphans, daemon=True, name="sandbox-reaper"))
         self._closed = False
         for t in self._threads:
             t.start()
@@ -421,6 +425,23 @@ class ZygoteExecutor(Executor):
             err += f"; restart failed: {restart_error}"
         for job, fut in pending:
             fut.set_result(JobResult(job.job_id, "sandbox_error", error=err))
+
+    def _reap_orphans(self) -> None:
+        """As pid 1: reap every zombie child that is not one of this executor's zygotes (those are its Popen's to
+        wait for), once a second, until closed."""
+        while not self._closed:
+            ours = {w.proc.pid for w in self._workers if w.proc is not None}
+            for entry in os.listdir("/proc"):
+                if not entry.isdigit() or int(entry) in ours:
+                    continue
+                try:
+                    with open(f"/proc/{entry}/stat") as f:
+                        state, ppid = f.read().rsplit(")", 1)[1].split()[:2]
+                    if state == "Z" and int(ppid) == 1:
+                        os.waitpid(int(entry), os.WNOHANG)
+                except (OSError, ValueError, ChildProcessError):
+                    continue
+            time.sleep(1.0)
 
     def run(self, jobs: list[Job]) -> list[JobResult]:
         if self._closed:

@@ -140,8 +140,16 @@ def f(token):
     return found
 """
 [r] = ex.run([Job("hunt", hunt, calls=["f(b'hunter2-' + b'secret')"])])
+# a zygote killed with its process group leaves its fork server and children to pid 1, this service
+import os, signal, time
+os.killpg(ex._workers[0].proc.pid, signal.SIGKILL)
+after = ex.run([Job(str(i), "", calls=[str(i)]) for i in range(6)])
+time.sleep(3)
+zombies = [p for p in os.listdir("/proc")
+           if p.isdigit() and open("/proc/%s/stat" % p).read().rsplit(")", 1)[1].split()[0] == "Z"]
 print(json.dumps({"isolation": ex.isolation(), "total": total, "wrong": wrong, "hacks_earned": hacks,
-                  "token_found": r.values, "hunt": r.status}))
+                  "token_found": r.values, "hunt": r.status, "pid": os.getpid(), "zombies": zombies,
+                  "after_restart": [x.status for x in after]}))
 ex.close()
 '''
 
@@ -183,3 +191,5 @@ def test_the_deployed_profile_inside_a_gvisor_container(tmp_path):
     # zygotes) is visible, though not their environments, memory or signals
     assert [w for w in got["wrong"] if not w.startswith("proc_host_pids:")] == [] and got["total"] >= 60
     assert got["hacks_earned"] == [] and got["hunt"] == "ok" and got["token_found"] == [[]]
+    # the service is pid 1, as in the deployment files, and leaves no zombie behind a replaced zygote
+    assert got["pid"] == 1 and got["zombies"] == [] and got["after_restart"].count("ok") >= 3
