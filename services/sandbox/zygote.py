@@ -120,7 +120,8 @@ class Launch:
 
 def check_layers(seen: dict, uid: int | None, seccomp: bool, jailed: bool = True) -> list[str]:
     """The layers LAYER_PROBE found working, in words; SandboxUnavailable naming the first one that is not.
-    `jailed`: every isolation but `none` (development only) promises that jobs share no writable place."""
+    `jailed`: every isolation but `none` (development only) promises that jobs share no writable place and read
+    no other process's environment."""
     def need(ok: bool, what: str) -> None:
         if not ok:
             raise SandboxUnavailable(f"sandbox start-up check failed: {what} (probe saw {seen}); the isolation "
@@ -139,14 +140,14 @@ def check_layers(seen: dict, uid: int | None, seccomp: bool, jailed: bool = True
         layers.append("seccomp (checked: socket, execve, kill refused)")
     need(seen.get("jobdir") == [0o700, seen.get("uid")], "each job needs its own mode-0700 directory")
     layers.append("private job directory (checked: mode 0700, the job's uid)")
-    foreign = sorted(set(seen.get("environ", ())) - set(JAIL_ENV_NAMES))
-    need(not foreign, f"jobs can read other processes' environment variables {foreign}")
-    layers.append("no other process's environment readable (checked)")
     if jailed:
+        foreign = sorted(set(seen.get("environ", ())) - set(JAIL_ENV_NAMES))
+        need(not foreign, f"jobs can read other processes' environment variables {foreign}")
+        layers.append("no other process's environment readable (checked)")
         need(seen.get("shared") == [], f"jobs could leave files for later jobs in {seen.get('shared')}")
         layers.append("no place shared between jobs (checked: nothing writable outside the job's directory)")
     if seen.get("root") == "read-only":
-        layers.append("read-only root (checked)")
+        layers.append("root not writable (checked)")
     return layers
 
 

@@ -30,7 +30,7 @@ def test_one_sandbox_per_worker_with_its_layers_checked(gvisor):
     assert layers[0].startswith("gVisor runsc sandbox per worker")
     checked = " ".join(layers)
     for promise in ("own uid per worker (checked", "fork refused", "socket, execve, kill refused",
-                    "private job directory (checked", "read-only root (checked"):
+                    "private job directory (checked", "root not writable (checked"):
         assert promise in checked, promise
     # every job runs in one of the worker's long-lived sandboxes: the same kernel answers jobs one after another
     got = gvisor.run([Job(str(i), "import os\ndef f():\n    return os.uname().release", calls=["f()"])
