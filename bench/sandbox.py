@@ -97,14 +97,20 @@ def _cpu_seconds(procs) -> float:
     return total
 
 
-def zygote_pids(executor) -> list[int]:
+def worker_tree_cpu(executor) -> float:
+    """CPU time of every process under the executor's workers (the jail, the zygote, its fork server, gVisor's
+    sandbox, gofer and stubs) and of the children they reaped. The tree is listed anew at each call, so a process
+    born and reaped in between is counted in its parent's children times."""
     import psutil
 
-    pids = []
+    procs = []
     for w in executor._workers:
-        procs = [psutil.Process(w.proc.pid), *psutil.Process(w.proc.pid).children(recursive=True)]
-        pids += [p.pid for p in procs if "python" in p.name()]
-    return pids
+        try:
+            root = psutil.Process(w.proc.pid)
+            procs += [root, *root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            continue
+    return _cpu_seconds(procs)
 
 
 def _pool_job(job: tuple[str, list[str]]) -> tuple[str, list[str], str]:
@@ -193,7 +199,9 @@ def gvisor_report(jobs: list[Job], workers: int) -> dict:
                 "gvisor_error": str(e)}
     try:
         gv.run(jobs[:WARMUP_JOBS])
+        cpu0, host0 = worker_tree_cpu(gv), time.process_time()
         g_time, g_results = run_timed(gv.run, jobs)
+        g_cpu = (worker_tree_cpu(gv) - cpu0 + time.process_time() - host0) / len(jobs)
         hostile = hostile_report(gv, gvisor=True)
         fresh_rate, fresh_ok = fresh_runsc_rate(jobs[:2 * workers], workers)
         rate = len(jobs) / g_time
@@ -202,6 +210,9 @@ def gvisor_report(jobs: list[Job], workers: int) -> dict:
                 "gvisor_speedup_vs_fresh_runsc": round(rate / fresh_rate, 1),
                 "gvisor_ok": sum(r.status == "ok" for r in g_results),
                 "gvisor_p50_ms": round(statistics.median(r.seconds * 1000 for r in g_results), 2),
+                # CPU per job of the whole gVisor path (host, runsc's sandbox and gofer, the zygote, the jobs)
+                "gvisor_cpu_ms_per_job": round(g_cpu * 1000, 3),
+                "gvisor_execs_per_cpu_s_x_cores": round(workers / g_cpu, 1),
                 "gvisor_hostile_total": hostile["hostile_total"],
                 "gvisor_hostile_contained": hostile["hostile_contained"],
                 "gvisor_hostile_failures": hostile["hostile_failures"], "gvisor_isolation": gv.isolation()}
@@ -231,10 +242,9 @@ def main(argv: list[str] | None = None) -> int:
     zygote = ZygoteExecutor(Limits(timeout_s=10.0), workers=workers)
     try:
         zygote.run(jobs[:WARMUP_JOBS])  # steady state: host threads, zygotes and page cache warmed up
-        pids = zygote_pids(zygote)
-        cpu0, host0 = _cpu_seconds(pids), time.process_time()
+        cpu0, host0 = worker_tree_cpu(zygote), time.process_time()
         z_time, z_results = run_timed(zygote.run, jobs)
-        z_cpu = (_cpu_seconds(pids) - cpu0 + time.process_time() - host0) / len(jobs)
+        z_cpu = (worker_tree_cpu(zygote) - cpu0 + time.process_time() - host0) / len(jobs)
         statuses: dict[str, int] = {}
         for r in z_results:
             statuses[r.status] = statuses.get(r.status, 0) + 1

@@ -17,7 +17,14 @@ from dataclasses import dataclass, field
 
 from populora.tasks.jobs import Job, JobResult
 from services.sandbox import seccomp as filters
-from services.sandbox.executor import Executor, Limits, SandboxUnavailable, job_message
+from services.sandbox.executor import (
+    GVISOR_PRELOAD,
+    PRELOAD,
+    Executor,
+    Limits,
+    SandboxUnavailable,
+    job_message,
+)
 from services.sandbox.jail import (
     RUNTIME,
     Interpreter,
@@ -177,8 +184,9 @@ class _Worker:
             for fd in self.launch.pass_fds:
                 os.close(fd)
         gvisor = self.profile == "gvisor"
+        preload = self.limits.preload if self.limits.preload is not None else GVISOR_PRELOAD if gvisor else PRELOAD
         cfg = {"uid": self.uid, "tmp": self.launch.tmp, "fsize": self.limits.fsize_bytes,
-               "nofile": self.limits.nofile, "nproc": self.limits.nproc, "preload": list(self.limits.preload),
+               "nofile": self.limits.nofile, "nproc": self.limits.nproc, "preload": list(preload),
                "seccomp": filters.jail_filter(deny_signals=not gvisor).hex() if self.seccomp else "",
                "no_fork": filters.no_fork_filter().hex() if gvisor else "",
                "close_shared": gvisor}
