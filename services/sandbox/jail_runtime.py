@@ -488,7 +488,9 @@ def _warm_up(preload=()):
 def _close_shared_dirs():
     """Without a jail of its own (inside a gVisor container) the zygote shares the container's file system with its
     jobs: take the world-write bit off every writable mount's root and the usual scratch directories (/tmp,
-    /dev/shm, ...), so no job can leave a file there for a later job. The zygote runs as root and needs none."""
+    /dev/shm, ...), so no job can leave a file there for a later job. The zygote runs as root and needs none. The
+    host asks for this only where the file system is the sandbox's own (its gVisor sandbox, or the container whose
+    pid 1 is the service), never on a shared host."""
     places = {"/tmp", "/var/tmp", "/dev/shm", "/dev/mqueue", "/run", "/run/lock", "/home"}
     try:
         with open("/proc/self/mounts") as mounts:

@@ -162,9 +162,9 @@ class _Worker:
     """One warm zygote process and the unprivileged uid its jobs run as. Not thread-safe: one owner thread."""
 
     def __init__(self, index: int, uid: int | None, profile: str, limits: Limits, seccomp: bool, launcher,
-                 jailed: bool = True):
+                 jailed: bool = True, own_root: bool = False):
         self.index, self.uid, self.profile, self.limits, self.seccomp = index, uid, profile, limits, seccomp
-        self.jailed = jailed
+        self.jailed, self.own_root = jailed, own_root
         self.launcher = launcher
         self.proc: subprocess.Popen | None = None
         self.launch: Launch | None = None
@@ -189,7 +189,9 @@ class _Worker:
                "nofile": self.limits.nofile, "nproc": self.limits.nproc, "preload": list(preload),
                "seccomp": filters.jail_filter(deny_signals=not gvisor).hex() if self.seccomp else "",
                "no_fork": filters.no_fork_filter().hex() if gvisor else "",
-               "close_shared": gvisor}
+               # only where the file system is the sandbox's own: its gVisor sandbox, or the container of a
+               # service that is pid 1 (never a host's /tmp)
+               "close_shared": gvisor and (self.own_root or os.getpid() == 1)}
         try:
             self._send(cfg)
             hello = self._recv(timeout=60.0)
@@ -339,7 +341,8 @@ class ZygoteExecutor(Executor):
         try:
             for i in range(n):
                 self._workers.append(_Worker(i, base + i if root else None, self.profile(), self.limits, seccomp,
-                                             self._launch, jailed=self.isolation_kind != "none"))
+                                             self._launch, jailed=self.isolation_kind != "none",
+                                             own_root=self.name == "gvisor"))
         except BaseException:
             for w in self._workers:
                 w.stop()
