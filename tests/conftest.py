@@ -100,29 +100,38 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def zygote_or_skip(**kwargs):
-    """A real zygote pool (bwrap, seccomp, setuid); skipped locally without root or bubblewrap, failed under CI."""
-    import shutil
+def sandbox_or_skip(why_not: str | None, make):
+    """A real sandbox executor from `make()`; skipped locally when it cannot run here (`why_not`, or
+    SandboxUnavailable from `make`), failed under CI=true."""
+    from services.sandbox.executor import SandboxUnavailable
 
-    from services.sandbox.executors import SandboxUnavailable, ZygoteExecutor
-
-    if os.geteuid() != 0 or not shutil.which("bwrap"):
-        msg = "the zygote backend needs root and bubblewrap"
+    if why_not:
         if IN_CI:
-            pytest.fail(msg)
-        pytest.skip(msg)
+            pytest.fail(why_not + " (CI=true: tests that need it fail rather than skip)")
+        pytest.skip(why_not)
     try:
-        return ZygoteExecutor(**kwargs)
+        return make()
     except SandboxUnavailable as e:
         if IN_CI:
             raise
         pytest.skip(str(e))
 
 
+def zygote_or_skip(**kwargs):
+    """A real zygote pool (bwrap, seccomp, setuid); skipped locally without root or bubblewrap, failed under CI."""
+    import shutil
+
+    from services.sandbox.zygote import ZygoteExecutor
+
+    root_and_bwrap = os.geteuid() == 0 and shutil.which("bwrap")
+    return sandbox_or_skip(None if root_and_bwrap else "the zygote backend needs root and bubblewrap",
+                           lambda: ZygoteExecutor(**kwargs))
+
+
 @pytest.fixture(scope="session")
 def zygote():
     """One warm zygote pool per session for the sandbox and task-domain tests."""
-    from services.sandbox.executors import Limits
+    from services.sandbox.executor import Limits
 
     ex = zygote_or_skip(limits=Limits(timeout_s=2.0), workers=2)
     yield ex

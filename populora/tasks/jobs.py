@@ -14,8 +14,10 @@ class Job:
     """One sandboxed run: execute `program`, then evaluate each of `calls` in the program's namespace and each
     of `literals` in a fresh namespace that holds only the restricted-expression constructors (spec 3.4).
 
-    The values come back as plain data in the order calls, then literals. 0 for a limit = the executor's
-    default.
+    Everything in a job is model-written (a program, inputs, a predicted output) and judges only itself: no gold
+    value is ever part of a job; the verifier rebuilds gold on the host (populora.tasks.literals) and compares
+    there. The values come back as plain data in the order calls, then literals. 0 for a limit = the
+    executor's default.
     """
 
     job_id: str

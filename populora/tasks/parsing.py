@@ -86,4 +86,8 @@ def rename_entry(program: str) -> str:
     for node in ast.walk(tree):
         if isinstance(node, ast.Name) and node.id == name:
             node.id = "f"
-    return ast.unparse(tree)
+    try:
+        return ast.unparse(tree)
+    except RecursionError:  # a tree the parser accepts can still be too deep to write back out
+        raise ParseError("syntax_error", "the program is nested too deeply to rename its function to f; "
+                                         "name it f or nest less") from None

@@ -43,7 +43,9 @@ class Violation:
 
 
 def _is_dunder(name: str) -> bool:
-    return len(name) > 4 and name.startswith("__") and name.endswith("__")
+    """`__x__`: two underscores, a name, two underscores. A run of underscores alone (`'_____'`, a separator
+    line in a string) names no special attribute."""
+    return len(name) > 4 and name.startswith("__") and name.endswith("__") and name.strip("_") != ""
 
 
 def _dotted(node: ast.AST) -> tuple[str, ...] | None:

@@ -1,17 +1,25 @@
 """Proposal validation (spec 3) and answer checking (spec 2), batched over one executor call each.
 
 Everything model-written is run through a `Runner` (the sandbox); this module only parses, applies the static
-rules, builds the jobs and judges plain-data results. Comparisons with gold values happen here, outside the
-child that ran the code: a result is data, never a verdict.
+rules, builds the jobs and judges plain-data results.
+
+Gold never meets model code (docs/sandbox.md, "Reward integrity"): no job carries a gold value. A gold output is
+a repr this verifier produced, rebuilt here on the host by the trusted evaluator `literals.literal_value`; a
+student's answer runs in a job of its own (a code_o prediction in a job that runs nothing else, a code_i input
+through the task's program, a code_f program on the hidden inputs), and the comparison happens here, on values
+rebuilt by exact type from the job's report. Whatever a program reaches inside its process (frames, tracebacks,
+generators, the nonce, the epilogue) can change nothing but its own values. In validation each of the
+`deterministic_runs` is its own process, and the runs are compared here: a run judges only itself.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from populora.tasks.complexity import complexity
 from populora.tasks.jobs import Job, JobResult, Runner
+from populora.tasks.literals import LiteralError, literal_value
 from populora.tasks.parsing import (
     ParseError,
     extract_answer,
@@ -155,6 +163,10 @@ def _gold(parsed: _Parsed, results: list[JobResult], settings: ValidationSetting
                                              f"{settings.max_output_repr}")
         if expression_violation(text, "output") is not None:
             raise _Reject("output_not_literal", f"output {text[:80]!r} cannot be written back as a literal")
+        try:
+            literal_value(text)
+        except LiteralError as e:
+            raise _Reject("output_not_literal", f"output {text[:80]!r} cannot be rebuilt as a literal: {e}") from None
     return list(first.reprs)
 
 
@@ -197,8 +209,21 @@ def validate_proposals(proposals: list[Proposal], settings: ValidationSettings, 
     return [verdicts[i] for i in range(len(proposals))]
 
 
-def _attempt_job(a: Attempt, settings: ValidationSettings) -> tuple[Job, int]:
-    """The job that checks one attempt and how many (value, gold) pairs it yields; raises _Reject(malformed)."""
+def _gold_values(texts: list[str]) -> list[Any]:
+    """The gold outputs rebuilt on the host from their reprs (never in a job); _Reject(verifier_error) when a
+    task's output is not a literal the verifier can rebuild (a task that did not come from validate_proposals)."""
+    values = []
+    for k, text in enumerate(texts):
+        try:
+            values.append(literal_value(text))
+        except LiteralError as e:
+            raise _Reject("verifier_error", f"gold output {k + 1} {text[:80]!r}: {e}") from None
+    return values
+
+
+def _attempt_job(a: Attempt, settings: ValidationSettings) -> tuple[Job, list[Any], list[str]]:
+    """The job that runs one attempt, with the gold values (and their texts) its values are compared with;
+    raises _Reject(malformed) for an answer that breaks the rules, _Reject(verifier_error) for a bad task."""
     t = a.task
     answer = extract_answer(a.response_text, require_think=True)
     job_id = f"{a.attempt_id}#check"
@@ -207,38 +232,42 @@ def _attempt_job(a: Attempt, settings: ValidationSettings) -> tuple[Job, int]:
         bad = expression_violation(pred, "predicted output")
         if bad and (settings.restricted_expressions or bad.reason == "syntax_error"):
             raise _Reject("malformed", f"{bad.reason}: {bad.detail}")
+        gold = t.outputs[:1]
         if settings.restricted_expressions:
-            return Job(job_id, "", literals=[pred, t.outputs[0]], timeout_s=settings.timeout_s), 1
+            # the prediction is model-written: evaluated in a job of its own that runs nothing else (spec 2)
+            return Job(job_id, "", literals=[pred], timeout_s=settings.timeout_s), _gold_values(gold), gold
         # unrestricted (off by config): the prediction may use any builtin, so it is evaluated as a call
-        return Job(job_id, "", calls=[pred], literals=[t.outputs[0]], timeout_s=settings.timeout_s), 1
+        return Job(job_id, "", calls=[pred], timeout_s=settings.timeout_s), _gold_values(gold), gold
     if t.task_type == "code_i":
         pred = strip_fence(answer)
         bad = arguments_violation(pred, "predicted input")
         if bad and (settings.restricted_expressions or bad.reason == "syntax_error"):
             raise _Reject("malformed", f"{bad.reason}: {bad.detail}")
-        return Job(job_id, t.program, calls=[f"f({pred})"], literals=[t.outputs[0]],
-                   timeout_s=settings.timeout_s), 1
+        gold = t.outputs[:1]
+        return Job(job_id, t.program, calls=[f"f({pred})"], timeout_s=settings.timeout_s), _gold_values(gold), gold
     half = len(t.inputs) // 2
     hidden_in, hidden_out = t.inputs[half:], t.outputs[half:]
     try:
         program = _static_program(python_program(fenced_blocks(answer), fallback=answer))
     except (ParseError, _Reject) as e:
         raise _Reject("malformed", f"{e.reason}: {e.detail}") from None
-    return Job(job_id, program, calls=[f"f({i})" for i in hidden_in], literals=list(hidden_out),
-               timeout_s=settings.timeout_s), len(hidden_in)
+    return (Job(job_id, program, calls=[f"f({i})" for i in hidden_in], timeout_s=settings.timeout_s),
+            _gold_values(hidden_out), list(hidden_out))
 
 
-def _judge(task_type: str, r: JobResult, pairs: int) -> tuple[str, str]:
+def _judge(task_type: str, r: JobResult, gold: list[Any], gold_texts: list[str]) -> tuple[str, str]:
+    """The outcome of one attempt's run, compared here with the gold values rebuilt on the host."""
     if r.status == "sandbox_error" and task_type != "code_f":
         return "verifier_error", r.error or "sandbox_error"
     if r.status != "ok":
         return "wrong", f"{r.status}: {r.error}".strip(": ")
-    if len(r.values) != 2 * pairs:
-        return "verifier_error", f"expected {2 * pairs} values, got {len(r.values)}"
-    got, gold = r.values[:pairs], r.values[pairs:]
-    for k, (x, y) in enumerate(zip(got, gold)):
-        if not x == y:  # both sides are exact builtin types rebuilt by trusted code
-            return "wrong", f"pair {k + 1}: got {r.reprs[k][:200]}, expected {r.reprs[pairs + k][:200]}"
+    if len(r.values) != len(gold):
+        # a code_f program ran as the student wrote it, so a report of the wrong length is its own doing
+        outcome = "wrong" if task_type == "code_f" else "verifier_error"
+        return outcome, f"expected {len(gold)} values, got {len(r.values)}"
+    for k, (x, y) in enumerate(zip(r.values, gold)):
+        if not x == y:  # both sides are exact builtin types rebuilt by trusted code on this host
+            return "wrong", f"pair {k + 1}: got {r.reprs[k][:200]}, expected {gold_texts[k][:200]}"
     return "correct", ""
 
 
@@ -250,21 +279,22 @@ def check_answers(attempts: list[Attempt], settings: ValidationSettings, runner:
     N/2). Malformed: no `<think>` then `<answer>`, or an answer that breaks the static rules.
     """
     verdicts: dict[int, Check] = {}
-    pending: list[tuple[int, int]] = []
+    pending: list[tuple[int, list[Any], list[str]]] = []
     jobs: list[Job] = []
     for idx, a in enumerate(attempts):
         try:
-            job, pairs = _attempt_job(a, settings)
+            job, gold, gold_texts = _attempt_job(a, settings)
         except ParseError as e:
             verdicts[idx] = Check(a.attempt_id, "malformed", f"{e.reason}: {e.detail}")
             continue
         except _Reject as e:
-            verdicts[idx] = Check(a.attempt_id, "malformed", e.detail)
+            verdicts[idx] = Check(a.attempt_id, "verifier_error" if e.reason == "verifier_error" else "malformed",
+                                  e.detail)
             continue
-        pending.append((idx, pairs))
+        pending.append((idx, gold, gold_texts))
         jobs.append(job)
     results = runner(jobs) if jobs else []
-    for (idx, pairs), r in zip(pending, results):
-        outcome, detail = _judge(attempts[idx].task.task_type, r, pairs)
+    for (idx, gold, gold_texts), r in zip(pending, results):
+        outcome, detail = _judge(attempts[idx].task.task_type, r, gold, gold_texts)
         verdicts[idx] = Check(attempts[idx].attempt_id, outcome, detail)
     return [verdicts[i] for i in range(len(attempts))]

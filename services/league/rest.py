@@ -10,7 +10,6 @@ valid UTF-8, lengths fit the columns, integers fit the proto fields (int32 ranks
 from __future__ import annotations
 
 import asyncio
-import hmac
 import json
 import math
 import threading
@@ -21,7 +20,7 @@ from typing import TYPE_CHECKING, Annotated, Literal
 
 import grpc
 import sqlalchemy as sa
-from fastapi import Depends, FastAPI, Header, Path, Query, Request
+from fastapi import Depends, FastAPI, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
@@ -32,6 +31,7 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
+from populora.http import http_status, require_token
 from populora.metrics import generate_latest
 from populora.pb import league_pb2
 from populora.rpc import ServiceError
@@ -43,9 +43,6 @@ from services.league.service import LeagueService
 if TYPE_CHECKING:
     from populora.config import Config
 
-HTTP_STATUS = {grpc.StatusCode.INVALID_ARGUMENT: 400, grpc.StatusCode.NOT_FOUND: 404,
-               grpc.StatusCode.FAILED_PRECONDITION: 409, grpc.StatusCode.RESOURCE_EXHAUSTED: 429,
-               grpc.StatusCode.UNAUTHENTICATED: 401, grpc.StatusCode.PERMISSION_DENIED: 403}
 STATIC_DIR = FilePath(__file__).resolve().parent / "static"
 MAX_BODY_BYTES = 16 * 1024 * 1024
 INT32_MAX = 2**31 - 1
@@ -627,7 +624,7 @@ def create_app(service: LeagueService, read_only: bool = False) -> FastAPI:
 
     @app.exception_handler(ServiceError)
     def _service_error(_request: Request, e: ServiceError) -> JSONResponse:
-        return JSONResponse({"detail": e.message}, status_code=HTTP_STATUS.get(e.code, 500))
+        return JSONResponse({"detail": e.message}, status_code=http_status(e))
 
     @app.exception_handler(UnknownEntity)
     def _unknown(_request: Request, e: UnknownEntity) -> JSONResponse:
@@ -655,15 +652,7 @@ def create_app(service: LeagueService, read_only: bool = False) -> FastAPI:
     def _database_down(_request: Request, e: sa.exc.OperationalError) -> JSONResponse:
         return JSONResponse({"detail": f"the league database does not answer: {e.orig}"}, status_code=503)
 
-    def require_token(authorization: str = Header("", description="Bearer <token>")) -> None:
-        if not service.token:
-            raise ServiceError(grpc.StatusCode.PERMISSION_DENIED,
-                               "writes are disabled: set services.token or $POPULORA_TOKEN on the server")
-        scheme, _, given = authorization.partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(given.encode("utf-8", "replace"),
-                                                                 service.token.encode()):
-            raise ServiceError(grpc.StatusCode.UNAUTHENTICATED,
-                               "a write needs the header 'Authorization: Bearer <league token>'")
+    token_check = require_token(lambda: service.token)
 
     @app.get("/healthz", tags=["ops"], response_model=Health)
     def healthz() -> dict:
@@ -812,7 +801,7 @@ def create_app(service: LeagueService, read_only: bool = False) -> FastAPI:
 
     # ---- writes ---------------------------------------------------------------------------------------------------
     if not read_only:
-        _writes(app, service, require_token)
+        _writes(app, service, token_check)
 
     # ---- the dashboard ----------------------------------------------------------------------------------------------
     page = (STATIC_DIR / "index.html").read_bytes()
@@ -825,8 +814,8 @@ def create_app(service: LeagueService, read_only: bool = False) -> FastAPI:
     return app
 
 
-def _writes(app: FastAPI, service: LeagueService, require_token: Callable) -> None:
-    auth = [Depends(require_token)]
+def _writes(app: FastAPI, service: LeagueService, token_check: Callable) -> None:
+    auth = [Depends(token_check)]
     errors = _responses(400, 401, 403, 404, 413)
 
     @app.post("/v1/runs", tags=["write"], dependencies=auth, responses=_responses(400, 401, 403, 413))

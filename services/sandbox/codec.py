@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from services.sandbox.payload import MAGIC
+from services.sandbox.jail_runtime import MAGIC
 
 _HEADER = len(MAGIC) + 16 + 12
 
@@ -19,7 +19,7 @@ def _s(h: str) -> str:
 
 
 def decode_value(node: Any, depth: int = 0) -> Any:
-    """Rebuild one value from payload.encode's tagged tree; only exact builtin types come out."""
+    """Rebuild one value from jail_runtime.encode's tagged tree; only exact builtin types come out."""
     if depth > 210 or not isinstance(node, list) or not node or not isinstance(node[0], str):
         raise FrameError("malformed value")
     tag, args = node[0], node[1:]

@@ -12,7 +12,11 @@ import sqlalchemy as sa
 
 from populora.tasks.triplet import TASK_TYPES
 
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+# http(s), a host, then printable characters only (no spaces, no NUL or other control characters), bounded
+URL_PATTERN = r"^https?://[^\s/\x00-\x1f\x7f][^\s\x00-\x1f\x7f]{0,2039}$"
+_NAME = re.compile(NAME_PATTERN)
+_URL = re.compile(URL_PATTERN)
 metadata = sa.MetaData()
 external_verifiers = sa.Table(
     "external_verifiers", metadata,
@@ -45,11 +49,12 @@ class VerifierRecord:
 
 
 def check_record(name: str, url: str, task_types: list[str]) -> None:
-    if not _NAME.match(name or ""):
+    if not _NAME.fullmatch(name or ""):
         raise RegistryError("name", "1-64 characters of letters, digits, '_', '.', '-', starting with a letter "
                                     "or digit")
-    if not re.match(r"^https?://[^\s/]+", url or ""):
-        raise RegistryError("url", f"{url!r} is not an http:// or https:// URL")
+    if not _URL.fullmatch(url or ""):
+        raise RegistryError("url", f"{url[:100]!r} is not an http:// or https:// URL of printable characters "
+                                   "(at most 2048)")
     if not task_types:
         raise RegistryError("task_types", "name at least one task type")
     unknown = sorted(set(task_types) - set(TASK_TYPES))

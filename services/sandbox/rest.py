@@ -1,43 +1,101 @@
 """The sandbox's REST API (FastAPI, OpenAPI at /docs): run jobs, check answers, and register external
-verifiers. Every POST and DELETE needs `Authorization: Bearer <sandbox token>`; reads are open."""
+verifiers. Every POST and DELETE needs `Authorization: Bearer <services.token>`; reads are open.
+
+Every field is bounded and validated here, at the edge: text must be valid UTF-8 (no lone surrogates) and of
+bounded length, identifiers hold no control characters (NUL included), numbers stay in range. A request this
+app cannot serve gets a 4xx naming the field; every status an endpoint returns is in its OpenAPI entry.
+"""
 
 from __future__ import annotations
 
-import hmac
-from typing import Literal
+import json
+from typing import Annotated, Literal
 
 import grpc
-from fastapi import APIRouter, Depends, FastAPI, Header, Request
+from fastapi import APIRouter, Depends, FastAPI, Path, Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from sqlalchemy.exc import SQLAlchemyError
 
+from populora.http import http_status, require_token
 from populora.metrics import generate_latest
 from populora.rpc import ServiceError
 from populora.tasks.triplet import Triplet
 from populora.tasks.verify import Attempt
-from services.sandbox.registry import RegistryError
-from services.sandbox.service import MAX_MEMORY_MB, MAX_TIMEOUT_S, SandboxService, _check_batch
+from services.sandbox.registry import NAME_PATTERN, URL_PATTERN, RegistryError
+from services.sandbox.service import (
+    MAX_BATCH,
+    MAX_MEMORY_MB,
+    MAX_TIMEOUT_S,
+    SandboxService,
+    _check_batch,
+    plain_text,
+)
 
-HTTP_STATUS = {grpc.StatusCode.INVALID_ARGUMENT: 400, grpc.StatusCode.NOT_FOUND: 404,
-               grpc.StatusCode.FAILED_PRECONDITION: 409, grpc.StatusCode.RESOURCE_EXHAUSTED: 429,
-               grpc.StatusCode.UNAUTHENTICATED: 401, grpc.StatusCode.PERMISSION_DENIED: 403}
 TaskType = Literal["code_i", "code_o", "code_f"]
+MAX_PROGRAM = 1_000_000
+MAX_TEXT = 100_000
+MAX_ITEMS = 1_000
+
+
+def _utf8(text: str) -> str:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("must be valid UTF-8 text (no lone surrogates)") from None
+    return text
+
+
+def Text(max_length: int, description: str = ""):  # noqa: N802 - a type alias with parameters
+    """Free text: valid UTF-8, at most `max_length` characters (NUL allowed: it is data, never an identifier)."""
+    return Annotated[str, Field(max_length=max_length, description=description), AfterValidator(_utf8)]
+
+
+# an identifier echoed back or logged: printable, bounded
+Ident = Annotated[str, Field(max_length=256, pattern=r"^[^\x00-\x1f\x7f]*$"), AfterValidator(_utf8)]
 
 
 class Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class ErrorOut(Model):
+    detail: str
+
+
+class ValidationIssue(Model):
+    loc: list[str | int]
+    msg: str
+    type: str
+
+
+class ValidationOut(Model):
+    detail: list[ValidationIssue]
+
+
+def _errors(*codes: int) -> dict:
+    """OpenAPI entries of the error statuses a route returns."""
+    text = {400: "the body cannot be read (not UTF-8 JSON), or it is well-formed but not valid (the message says "
+                 "which field)",
+            401: "no valid `Authorization: Bearer <token>`", 403: "the server has no token: writes are disabled",
+            404: "no such verifier", 409: "this sandbox has no verifier registry",
+            422: "a field is missing, of the wrong type or out of bounds (`detail[].loc` names it)",
+            429: f"more than {MAX_BATCH} items in one request", 503: "the registry's database is unavailable"}
+    return {c: {"model": ValidationOut if c == 422 else ErrorOut, "description": text[c]} for c in codes}
+
+
 class ExecJobIn(Model):
-    job_id: str = ""
-    program: str = Field(max_length=1_000_000, description="Python source")
-    call: str = Field("", max_length=100_000, description="expression evaluated after the program, e.g. f(1, 2)")
+    job_id: Ident = ""
+    program: Text(MAX_PROGRAM, "Python source")
+    call: Text(MAX_TEXT, "expression evaluated after the program, e.g. f(1, 2)") = ""
     timeout_s: float = Field(0.0, ge=0, le=MAX_TIMEOUT_S, description="0 = the server's default")
     memory_mb: int = Field(0, ge=0, le=MAX_MEMORY_MB, description="0 = the server's default")
 
 
 class ExecuteIn(Model):
-    jobs: list[ExecJobIn]
+    jobs: list[ExecJobIn] = Field(description=f"at most {MAX_BATCH} (429 beyond)")
 
 
 class ExecResultOut(Model):
@@ -54,23 +112,24 @@ class ExecuteOut(Model):
 
 
 class TaskIn(Model):
-    task_id: str = ""
+    task_id: Ident = ""
     task_type: TaskType
-    program: str
-    inputs: list[str] = Field(min_length=1)
-    outputs: list[str] = Field(min_length=1, description="gold output reprs, one per input")
-    message: str = ""
-    teacher_id: str = ""
+    program: Text(MAX_PROGRAM)
+    inputs: list[Text(MAX_TEXT)] = Field(min_length=1, max_length=MAX_ITEMS)
+    outputs: list[Text(MAX_TEXT)] = Field(min_length=1, max_length=MAX_ITEMS,
+                                          description="gold output reprs, one per input")
+    message: Text(MAX_TEXT) = ""
+    teacher_id: Ident = ""
 
 
 class AttemptIn(Model):
-    attempt_id: str
+    attempt_id: Ident
     task: TaskIn
-    response_text: str
+    response_text: Text(MAX_PROGRAM)
 
 
 class CheckIn(Model):
-    attempts: list[AttemptIn]
+    attempts: list[AttemptIn] = Field(description=f"at most {MAX_BATCH} (429 beyond)")
 
 
 class CheckOut(Model):
@@ -85,9 +144,9 @@ class CheckResponse(Model):
 
 
 class VerifierIn(Model):
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-    url: str = Field(pattern=r"^https?://\S+$", description="the endpoint that receives the contract's POST")
-    task_types: list[TaskType] = Field(min_length=1)
+    name: str = Field(pattern=NAME_PATTERN)
+    url: str = Field(pattern=URL_PATTERN, description="the endpoint that receives the contract's POST")
+    task_types: list[TaskType] = Field(min_length=1, max_length=3)
 
 
 class VerifierOut(Model):
@@ -138,20 +197,29 @@ def create_app(service: SandboxService) -> FastAPI:
 
     @app.exception_handler(ServiceError)
     def _service_error(_request: Request, e: ServiceError) -> JSONResponse:
-        return JSONResponse({"detail": e.message}, status_code=HTTP_STATUS.get(e.code, 500))
+        return JSONResponse({"detail": plain_text(e.message)}, status_code=http_status(e))
 
     @app.exception_handler(RegistryError)
     def _registry_error(_request: Request, e: RegistryError) -> JSONResponse:
-        return JSONResponse({"detail": [{"loc": ["body", e.field], "msg": e.message}]}, status_code=422)
+        return JSONResponse({"detail": [{"loc": ["body", e.field], "msg": plain_text(e.message),
+                                         "type": "value_error"}]}, status_code=422)
 
-    def require_token(authorization: str = Header("", description="Bearer <token>")) -> None:
-        if not service.token:
-            raise ServiceError(grpc.StatusCode.PERMISSION_DENIED,
-                               "writes are disabled: set sandbox.token or $POPULORA_TOKEN on the server")
-        scheme, _, given = authorization.partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(given.encode(), service.token.encode()):
-            raise ServiceError(grpc.StatusCode.UNAUTHENTICATED,
-                               "this endpoint needs the header 'Authorization: Bearer <sandbox token>'")
+    @app.exception_handler(SQLAlchemyError)
+    def _database_error(_request: Request, e: SQLAlchemyError) -> JSONResponse:
+        return JSONResponse({"detail": f"the verifier registry's database is unavailable: {type(e).__name__}"},
+                            status_code=503)
+
+    @app.exception_handler(RequestValidationError)
+    def _invalid(_request: Request, e: RequestValidationError) -> Response:
+        # what was sent is not echoed back: it may be huge, hold lone surrogates or be NaN, none of which this
+        # response could carry as JSON
+        issues = [{"loc": [str(x) if not isinstance(x, int) else x for x in err.get("loc", ())],
+                   "msg": plain_text(str(err.get("msg", ""))), "type": str(err.get("type", ""))}
+                  for err in e.errors()]
+        return Response(json.dumps(jsonable_encoder({"detail": issues})), status_code=422,
+                        media_type="application/json")
+
+    token_check = require_token(lambda: service.token)
 
     def registry():
         if service.registry is None:
@@ -167,7 +235,8 @@ def create_app(service: SandboxService) -> FastAPI:
     def metrics() -> Response:
         return Response(generate_latest(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
-    @app.post("/v1/execute", tags=["run"], response_model=ExecuteOut, dependencies=[Depends(require_token)])
+    @app.post("/v1/execute", tags=["run"], response_model=ExecuteOut, dependencies=[Depends(token_check)],
+              responses=_errors(400, 401, 403, 422, 429))
     def execute(body: ExecuteIn) -> ExecuteOut:
         """Run programs in the sandbox; one result per job, in order."""
         from populora.pb import sandbox_pb2
@@ -178,7 +247,8 @@ def create_app(service: SandboxService) -> FastAPI:
                                                  stdout=r.stdout, error=r.error, seconds=r.seconds)
                                    for r in res.results])
 
-    @app.post("/v1/check", tags=["run"], response_model=CheckResponse, dependencies=[Depends(require_token)])
+    @app.post("/v1/check", tags=["run"], response_model=CheckResponse, dependencies=[Depends(token_check)],
+              responses=_errors(400, 401, 403, 422, 429))
     def check(body: CheckIn) -> CheckResponse:
         """Check student attempts (spec 2) in the sandbox or through the configured external verifier."""
         _check_batch(len(body.attempts), "attempts")
@@ -189,24 +259,26 @@ def create_app(service: SandboxService) -> FastAPI:
                                    f"attempts[{k}].task: {len(a.task.inputs)} inputs but {len(a.task.outputs)} "
                                    "outputs")
             attempts.append(Attempt(a.attempt_id, Triplet(**a.task.model_dump()), a.response_text))
-        return CheckResponse(results=[CheckOut(attempt_id=c.attempt_id, outcome=c.outcome, detail=c.detail,
-                                               verifier=c.verifier) for c in service.check(attempts)])
+        return CheckResponse(results=[CheckOut(attempt_id=c.attempt_id, outcome=c.outcome,
+                                               detail=plain_text(c.detail), verifier=c.verifier)
+                                      for c in service.check(attempts)])
 
     @app.post("/v1/verifiers", tags=["verifiers"], status_code=201, response_model=VerifierOut,
-              dependencies=[Depends(require_token)], callbacks=contract.routes)
+              dependencies=[Depends(token_check)], callbacks=contract.routes,
+              responses=_errors(400, 401, 403, 409, 422, 503))
     def register(body: VerifierIn) -> VerifierOut:
         """Register (or replace) an external verifier; `sandbox.verifiers` in the run's config routes a task
         type to it by name."""
         rec = registry().register(body.name, body.url, list(body.task_types))
         return VerifierOut(**rec.to_dict())
 
-    @app.get("/v1/verifiers", tags=["verifiers"], response_model=list[VerifierOut])
+    @app.get("/v1/verifiers", tags=["verifiers"], response_model=list[VerifierOut], responses=_errors(409, 503))
     def list_verifiers() -> list[VerifierOut]:
         return [VerifierOut(**r.to_dict()) for r in registry().list()]
 
     @app.delete("/v1/verifiers/{name}", tags=["verifiers"], status_code=204,
-                dependencies=[Depends(require_token)])
-    def delete(name: str) -> Response:
+                dependencies=[Depends(token_check)], responses=_errors(401, 403, 404, 409, 422, 503))
+    def delete(name: Annotated[str, Path(pattern=NAME_PATTERN)]) -> Response:
         if not registry().delete(name):
             raise ServiceError(grpc.StatusCode.NOT_FOUND, f"no verifier named {name!r}; GET /v1/verifiers "
                                                           "lists them")

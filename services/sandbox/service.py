@@ -13,7 +13,8 @@ from populora.rpc import CONTRACTS, exhausted, invalid
 from populora.tasks.jobs import Job, JobResult
 from populora.tasks.triplet import TASK_TYPES, Triplet
 from populora.tasks.verify import Attempt, Check, Proposal, check_answers, validate_proposals
-from services.sandbox.executors import Executor, make_executor
+from services.sandbox.backends import make_executor
+from services.sandbox.executor import Executor
 from services.sandbox.external import ExternalVerifiers
 from services.sandbox.registry import VerifierRegistry
 
@@ -78,8 +79,9 @@ class SandboxService:
         out = sandbox_pb2.ExecuteResponse()
         for r in self.run_jobs(jobs):
             out.results.append(sandbox_pb2.ExecResult(job_id=r.job_id, status=r.status,
-                                                      value_repr=r.reprs[0] if r.reprs else "", stdout=r.stdout,
-                                                      error=r.error, seconds=r.seconds))
+                                                      value_repr=r.reprs[0] if r.reprs else "",
+                                                      stdout=plain_text(r.stdout), error=plain_text(r.error),
+                                                      seconds=r.seconds))
         return out
 
     def ValidateProposals(self, request: sandbox_pb2.ValidateProposalsRequest
@@ -92,7 +94,7 @@ class SandboxService:
         out = sandbox_pb2.ValidateProposalsResponse()
         for v in validate_proposals(proposals, self.tasks, run):
             res = sandbox_pb2.ValidationResult(proposal_id=v.proposal_id, valid=v.valid, reason=v.reason,
-                                               detail=v.detail)
+                                               detail=plain_text(v.detail))
             if v.task is not None:
                 res.task.CopyFrom(v.task.to_pb())
             out.results.append(res)
@@ -156,9 +158,15 @@ class SandboxService:
         out = sandbox_pb2.CheckAnswersResponse()
         for c in self.check(attempts, run):
             out.results.append(sandbox_pb2.AttemptResult(attempt_id=c.attempt_id, outcome=c.outcome,
-                                                         detail=c.detail, verifier=c.verifier))
+                                                         detail=plain_text(c.detail), verifier=c.verifier))
         out.jobs = jobs[0]
         return out
+
+
+def plain_text(text: str) -> str:
+    """`text` as valid UTF-8: a lone surrogate (a job's exception message may hold one) becomes its escape, so
+    no response, proto or JSON, fails to carry it."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _check_batch(n: int, what: str) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from services.sandbox.executors import CONTAINER_CAPABILITIES
+from services.sandbox.jail import CONTAINER_CAPABILITIES
 from tests.deploy.deployment import (
     COMPOSE_FILES,
     CONFIG_PATH,
@@ -67,7 +67,8 @@ def _container(file: str, name: str, svc: dict) -> Container:
         address = build_parser().parse_args(test[4:]).address
         assert address and address.startswith("127.0.0.1:"), f"{file}: {name} health check must ask 127.0.0.1"
         health_ports.append(int(address.rsplit(":", 1)[1]))
-    return Container(f"{file}: services.{name}", name, [str(a) for a in svc["command"]],
+    entrypoint = svc.get("entrypoint") or []  # set only where the image's (tini) is replaced
+    return Container(f"{file}: services.{name}", name, [str(a) for a in [*entrypoint, *svc["command"]]],
                      {k: str(v) for k, v in (svc.get("environment") or {}).items()},
                      Path(mounts[CONFIG_PATH]), ports, health_ports)
 
@@ -114,6 +115,10 @@ def test_sandbox_isolation(compose):
     assert sorted(sandbox.get("cap_add", [])) == sorted(CONTAINER_CAPABILITIES), \
         f"{file}: the sandbox gets exactly the capabilities its zygote needs"
     assert sandbox.get("user") == "0:0", f"{file}: the zygote hands each job its own uid, so it runs as root"
+    assert sandbox["environment"].get("POPULORA__SANDBOX__ISOLATION") == "gvisor", \
+        f"{file}: inside gVisor the sandbox runs its in-gVisor profile (sandbox.isolation=gvisor)"
+    assert sandbox.get("entrypoint") == ["populora"], \
+        f"{file}: the sandbox service must be pid 1, the process that blanks its environment (no tini)"
     others = {n for n, s in doc["services"].items() if s.get("cap_add") or str(s.get("user", "")).startswith("0")}
     assert others <= {"sandbox"}, f"{file}: {sorted(others - {'sandbox'})} should not run as root or add capabilities"
     assert not sandbox.get("ports"), f"{file}: the sandbox must not publish ports"

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from services.sandbox.executors import CONTAINER_CAPABILITIES
+from services.sandbox.jail import CONTAINER_CAPABILITIES
 from tests.deploy.deployment import (
     CONFIG_PATH,
     K8S,
@@ -81,6 +81,11 @@ def _config_file(docs: list[dict], tmp_path: Path, overlay: str) -> Path:
     return path
 
 
+def _argv(container: dict) -> list[str]:
+    """What the container runs: its command (set only where the image's tini is replaced), then its args."""
+    return [*container.get("command", []), *container.get("args", [])]
+
+
 def _env(container: dict, where: str) -> dict[str, str]:
     env = {}
     for var in container.get("env", []):
@@ -102,7 +107,7 @@ def _probe_ports(container: dict, where: str) -> list[int]:
             continue
         assert "grpc" in probe, f"{where}: {kind} must use the gRPC health service"
         ports.append(int(probe["grpc"]["port"]))
-    assert {"readinessProbe", "livenessProbe"} <= set(container) or "populora train" in " ".join(container["args"]), \
+    assert {"readinessProbe", "livenessProbe"} <= set(container) or "populora train" in " ".join(_argv(container)), \
         f"{where}: needs readiness and liveness probes"
     return ports
 
@@ -123,7 +128,7 @@ def test_every_service_matches_cli_and_config(overlay, tmp_path):
             f"{where}: {CONFIG_PATH} must come from the ConfigMap populora-config"
         ports = {int(p["containerPort"]) for p in container.get("ports", [])}
         health = [] if name == "coordinator" else _probe_ports(container, where)
-        cfg = check_container(Container(where, name, container["args"], _env(container, where), config_file,
+        cfg = check_container(Container(where, name, _argv(container), _env(container, where), config_file,
                                         ports, health))
         if name == "coordinator":
             continue
@@ -201,6 +206,9 @@ def test_sandbox_isolation():
         assert sc["capabilities"]["drop"] == ["ALL"]
         # root, but only inside gVisor and with exactly the capabilities the zygote was tested with
         assert sorted(sc["capabilities"].get("add", [])) == sorted(CONTAINER_CAPABILITIES)
+        env = {e["name"]: e.get("value") for e in c["env"]}
+        assert env.get("POPULORA__SANDBOX__ISOLATION") == "gvisor", "the in-gVisor profile, as tested in runsc"
+        assert c.get("command") == ["populora"], "the sandbox service must be pid 1 (no tini): it blanks its env"
         assert spec["securityContext"].get("seccompProfile", {}).get("type") == "RuntimeDefault"
         volumes = {v["name"]: v for v in spec["volumes"]}
         tmp = next(m for m in c["volumeMounts"] if m["mountPath"] == "/tmp")

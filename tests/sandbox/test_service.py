@@ -18,7 +18,8 @@ from populora.tasks import Triplet
 from services.sandbox.external import ExternalVerifiers
 from services.sandbox.registry import VerifierRegistry
 from services.sandbox.service import SandboxService
-from tests.conftest import free_port, served
+from tests.conftest import served
+from tests.sandbox.conftest import serve_rest
 
 TOKEN = "s3cret"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -78,24 +79,10 @@ def service(zygote, pg_url):
 
 @pytest.fixture
 def rest(service):
-    import uvicorn
-
     from services.sandbox.rest import create_app
 
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(service), host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
-        for _ in range(100):
-            try:
-                client.get("/healthz")
-                break
-            except httpx.TransportError:
-                time.sleep(0.05)
+    with serve_rest(create_app(service)) as url, httpx.Client(base_url=url, timeout=30) as client:
         yield client
-    server.should_exit = True
-    thread.join(timeout=10)
 
 
 def _attempt(aid: str, task_type: str, text: str) -> dict:

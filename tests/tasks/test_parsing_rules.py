@@ -95,8 +95,17 @@ def test_program_violations(src, reason):
 def test_allowed_programs_pass():
     for src in ("import collections, re, math, itertools, heapq, fractions\ndef f(a):\n    return sorted(a)",
                 "from collections import Counter\ndef f(s):\n    return Counter(s).most_common(1)",
-                "def f(a):\n    return '{} {}'.format(a, len(a))"):
+                "def f(a):\n    return '{} {}'.format(a, len(a))",
+                # no false alarms on underscores that name no special attribute
+                "def f(a):\n    return a + '_____' + '__' + '_'",
+                "def f(a):\n    sep = '-' * 3 + '____'\n    return sep.join(a)",
+                "def f(a):\n    _ = len(a)\n    __ = [_ for _ in range(3)]\n    return _, __",
+                "def f(_):\n    return _",
+                "def f(a, ___=2):\n    return a * ___"):
         assert program_violation(src) is None, src
+    # a real dunder among underscores is still refused
+    assert program_violation("def f(a):\n    return '_____' + a.__class__.__name__").reason == "banned_attribute"
+    assert program_violation("def f(a):\n    return '__class__'").reason == "banned_name"
 
 
 @pytest.mark.parametrize("text", ["42", "-1.5", "'a' + 'b'", "[1, (2, 3), {4: {5}}]", "set()", "frozenset({1})",
@@ -123,3 +132,11 @@ def test_argument_lists():
     assert arguments_violation("**{'a': 1}").reason == "not_restricted"
     assert arguments_violation("1) + (2").reason in ("not_restricted", "syntax_error")
     assert arguments_violation("1, x").reason == "not_restricted"
+
+
+def test_rename_entry_refuses_a_tree_too_deep_to_write_back():
+    """The parser accepts chains of a few hundred operators that are too deep to unparse: a clear syntax_error,
+    never a crash of the verifier."""
+    with pytest.raises(ParseError) as e:
+        rename_entry("def g(a):\n    return " + "+".join(["a"] * 600))
+    assert e.value.reason == "syntax_error"

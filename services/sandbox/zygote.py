@@ -1,0 +1,497 @@
+"""The zygote backend: warm zygotes in jails, one per worker, each forking one child per job, and the start-up
+check that proves each zygote's isolation layers before it runs a job."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from collections import deque
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+
+from populora.tasks.jobs import Job, JobResult
+from services.sandbox import seccomp as filters
+from services.sandbox.executor import (
+    GVISOR_PRELOAD,
+    PRELOAD,
+    Executor,
+    Limits,
+    SandboxUnavailable,
+    job_message,
+)
+from services.sandbox.jail import (
+    RUNTIME,
+    Interpreter,
+    blank_environ_block,
+    bwrap_args,
+    clean_env,
+    pick_isolation,
+    python_command,
+    unshare_command,
+)
+from services.sandbox.jail_runtime import remove_tree
+from services.sandbox.verdict import classify
+
+PIPELINE = 3  # jobs queued at each zygote
+JAIL_ENV_NAMES = (*clean_env(), "LD_LIBRARY_PATH")
+
+# Run as the first job of every zygote (it is ours, not model-written): what a job can and cannot do in this
+# jail. check_layers compares it with what the profile promises, so a layer that does not work on this kernel
+# (an RLIMIT_NPROC gVisor ignores, a filter that did not load) stops the start instead of being assumed.
+LAYER_PROBE = r'''
+import errno, os
+def f():
+    seen = {"uid": os.getuid()}
+    try:
+        os.setresuid(0, 0, 0)
+        seen["setuid_root"] = "allowed"
+    except OSError:
+        seen["setuid_root"] = "refused"
+    try:
+        pid = os.fork()
+    except OSError:
+        seen["fork"] = "refused"
+    else:
+        if pid == 0:
+            os._exit(0)
+        os.waitpid(pid, 0)
+        seen["fork"] = "allowed"
+    import socket
+    try:
+        socket.socket(socket.AF_INET, socket.SOCK_STREAM).close()
+        seen["socket"] = "allowed"
+    except OSError:
+        seen["socket"] = "refused"
+    try:
+        os.kill(os.getpid(), 0)
+        seen["signal"] = "allowed"
+    except OSError:
+        seen["signal"] = "refused"
+    try:
+        os.execv("/nonexistent-probe", ["probe"])
+    except OSError as e:
+        seen["exec"] = "refused" if e.errno == errno.EPERM else "allowed"
+    st = os.stat(".")
+    seen["jobdir"] = [st.st_mode & 0o777, st.st_uid]
+    try:
+        open("/.probe", "w").close()
+        seen["root"] = "writable"
+    except OSError:
+        seen["root"] = "read-only"
+    # any place outside its own directory where a job could leave a file for a later job
+    places = {"/", "/tmp", "/var/tmp", "/dev/shm", "/dev/mqueue", "/run", "/home", os.environ.get("HOME", "/")}
+    try:
+        with open("/proc/self/mounts") as mounts:
+            places.update(line.split()[1] for line in mounts if len(line.split()) > 1)
+    except OSError:
+        pass
+    # the names in every other process's environment this job can read (gVisor lets any uid read them)
+    seen["environ"] = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit() and int(pid) != os.getpid():
+            try:
+                with open("/proc/%s/environ" % pid, "rb") as env:
+                    seen["environ"] += [e.split(b"=")[0].decode("latin-1") for e in env.read().split(b"\0")
+                                        if e.strip(b"\0")]
+            except OSError:
+                pass
+    seen["shared"] = []
+    for place in sorted(places):
+        probe = os.path.join(place, ".probe-%d" % os.getpid())
+        try:
+            open(probe, "x").close()
+        except OSError:
+            continue
+        seen["shared"].append(place)
+        os.unlink(probe)
+    return seen
+'''
+
+
+@dataclass
+class Launch:
+    """How one zygote is started: its command, environment, inherited fds, and its job directories' parent."""
+
+    cmd: list[str]
+    env: dict[str, str] | None
+    tmp: str
+    pass_fds: tuple[int, ...] = ()
+    on_stop: list = field(default_factory=list)
+
+
+def check_layers(seen: dict, uid: int | None, seccomp: bool, jailed: bool = True) -> list[str]:
+    """The layers LAYER_PROBE found working, in words; SandboxUnavailable naming the first one that is not.
+    `jailed`: every isolation but `none` (development only) promises that jobs share no writable place and read
+    no other process's environment."""
+    def need(ok: bool, what: str) -> None:
+        if not ok:
+            raise SandboxUnavailable(f"sandbox start-up check failed: {what} (probe saw {seen}); the isolation "
+                                     "this backend promises does not hold on this machine")
+
+    layers = []
+    if uid is not None:
+        need(seen.get("uid") == uid and seen.get("setuid_root") == "refused",
+             f"jobs must run as uid {uid} and be unable to become root")
+        layers.append(f"own uid per worker (checked: uid {uid}, setuid(0) refused)")
+    need(seen.get("fork") == "refused", "a job must not be able to fork")
+    layers.append("one process per job (checked: fork refused)")
+    if seccomp:
+        need(all(seen.get(k) == "refused" for k in ("socket", "exec", "signal")),
+             "the seccomp filter must refuse socket, execve and kill")
+        layers.append("seccomp (checked: socket, execve, kill refused)")
+    need(seen.get("jobdir") == [0o700, seen.get("uid")], "each job needs its own mode-0700 directory")
+    layers.append("private job directory (checked: mode 0700, the job's uid)")
+    if jailed:
+        foreign = sorted(set(seen.get("environ", ())) - set(JAIL_ENV_NAMES))
+        need(not foreign, f"jobs can read other processes' environment variables {foreign}")
+        layers.append("no other process's environment readable (checked)")
+        need(seen.get("shared") == [], f"jobs could leave files for later jobs in {seen.get('shared')}")
+        layers.append("no place shared between jobs (checked: nothing writable outside the job's directory)")
+    if seen.get("root") == "read-only":
+        layers.append("root not writable (checked)")
+    return layers
+
+
+class _Worker:
+    """One warm zygote process and the unprivileged uid its jobs run as. Not thread-safe: one owner thread."""
+
+    def __init__(self, index: int, uid: int | None, profile: str, limits: Limits, seccomp: bool, launcher,
+                 jailed: bool = True, own_root: bool = False):
+        self.index, self.uid, self.profile, self.limits, self.seccomp = index, uid, profile, limits, seccomp
+        self.jailed, self.own_root = jailed, own_root
+        self.launcher = launcher
+        self.proc: subprocess.Popen | None = None
+        self.launch: Launch | None = None
+        self.layers: list[str] = []
+        self.log = tempfile.TemporaryFile()
+        self.start()
+
+    def start(self) -> None:
+        self.launch = self.launcher(self)
+        self.log.seek(0)
+        self.log.truncate()
+        try:
+            self.proc = subprocess.Popen(self.launch.cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         stderr=self.log, env=self.launch.env, close_fds=True,
+                                         pass_fds=self.launch.pass_fds, start_new_session=True)
+        finally:
+            for fd in self.launch.pass_fds:
+                os.close(fd)
+        gvisor = self.profile == "gvisor"
+        preload = self.limits.preload if self.limits.preload is not None else GVISOR_PRELOAD if gvisor else PRELOAD
+        cfg = {"uid": self.uid, "tmp": self.launch.tmp, "fsize": self.limits.fsize_bytes,
+               "nofile": self.limits.nofile, "nproc": self.limits.nproc, "preload": list(preload),
+               "seccomp": filters.jail_filter(deny_signals=not gvisor).hex() if self.seccomp else "",
+               "no_fork": filters.no_fork_filter().hex() if gvisor else "",
+               # only where the file system is the sandbox's own: its gVisor sandbox, or the container of a
+               # service that is pid 1 (never a host's /tmp)
+               "close_shared": gvisor and (self.own_root or os.getpid() == 1)}
+        try:
+            self._send(cfg)
+            hello = self._recv(timeout=60.0)
+        except (OSError, EOFError, TimeoutError) as e:
+            self.stop()
+            raise SandboxUnavailable(f"sandbox worker {self.index} ({self.profile}) did not start: {e}; "
+                                     f"its stderr: {self.stderr()[-1500:]}") from None
+        if not hello.get("ready"):
+            self.stop()
+            raise SandboxUnavailable(f"sandbox worker {self.index} failed to start: {hello}")
+        if self.seccomp and not gvisor and hello.get("kill") != "pidfd":
+            self.stop()
+            raise SandboxUnavailable("this kernel has no pidfd_open, which the zygote needs to kill jobs under the "
+                                     "seccomp filter; inside gVisor set sandbox.isolation=gvisor")
+        probe = self.execute(Job("layer-probe", LAYER_PROBE, calls=["f()"], timeout_s=30.0), restart=False)
+        if probe.status != "ok":
+            self.stop()
+            raise SandboxUnavailable(f"sandbox worker {self.index}: the start-up check did not run: {probe.status} "
+                                     f"{probe.error} {probe.stdout[-500:]}")
+        try:
+            self.layers = check_layers(probe.values[0], self.uid, self.seccomp, self.jailed)
+        except SandboxUnavailable:
+            self.stop()
+            raise
+
+    def stderr(self) -> str:
+        self.log.seek(0)
+        return self.log.read().decode("utf-8", "replace")
+
+    def _send(self, msg: dict) -> None:
+        data = json.dumps(msg).encode()
+        assert self.proc is not None and self.proc.stdin is not None
+        self.proc.stdin.write(len(data).to_bytes(4, "big") + data)
+        self.proc.stdin.flush()
+
+    def _read_exact(self, n: int, deadline: float) -> bytes:
+        import select
+
+        assert self.proc is not None and self.proc.stdout is not None
+        fd = self.proc.stdout.fileno()
+        buf = b""
+        while len(buf) < n:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                raise TimeoutError("the sandbox worker did not answer in time")
+            chunk = os.read(fd, n - len(buf))
+            if not chunk:
+                raise EOFError("the sandbox worker exited")
+            buf += chunk
+        return buf
+
+    def _recv(self, timeout: float) -> dict:
+        deadline = time.monotonic() + timeout
+        size = int.from_bytes(self._read_exact(4, deadline), "big")
+        return json.loads(self._read_exact(size, deadline))
+
+    def send_job(self, job: Job) -> tuple[bytes, float]:
+        """Queue one job on the zygote; returns (nonce, timeout) for reading its report later."""
+        if self.proc is None or self.proc.poll() is not None:
+            self.restart()  # an earlier restart failed or the zygote exited while idle
+        nonce = os.urandom(16)
+        msg = job_message(job, self.limits, nonce)
+        self._send(msg)
+        return nonce, msg["timeout_s"]
+
+    def recv_report(self, timeout_s: float) -> dict:
+        """The next report, in the order jobs were sent (the zygote runs them one after another)."""
+        return self._recv(timeout=timeout_s + 10.0)
+
+    def failure(self, e: Exception) -> str:
+        tail = self.stderr().strip()[-800:]
+        return f"sandbox worker {self.index} failed: {e}" + (f"; its stderr: {tail}" if tail else "")
+
+    def execute(self, job: Job, restart: bool = True) -> JobResult:
+        """Run one job; a worker that dies or hangs is replaced and the job reported as sandbox_error."""
+        try:
+            nonce, timeout_s = self.send_job(job)
+            raw = self.recv_report(timeout_s)
+        except (OSError, EOFError, TimeoutError, ValueError) as e:
+            err = self.failure(e)
+            if restart:
+                self.restart()
+            return JobResult(job.job_id, "sandbox_error", error=err)
+        return classify(job, raw, nonce)
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+            for f in (self.proc.stdin, self.proc.stdout):
+                if f is not None:
+                    try:
+                        f.close()
+                    except OSError:  # unflushed bytes to a zygote that is gone
+                        pass
+            self.proc = None
+        if self.launch is not None:
+            for cleanup in self.launch.on_stop:
+                cleanup()
+            self.launch.on_stop.clear()
+
+
+def _uid_base() -> int:
+    # Distinct uids per pool and per worker: one job's fork attempt must not eat another worker's process
+    # limit, nor may two pools on one host share a uid.
+    return 200_000 + (os.getpid() % 100_000) * 64
+
+
+class ZygoteExecutor(Executor):
+    """The default backend: `workers` warm zygotes (one per core by default), each in its own jail, each forking
+    one child per job. Jobs of a batch are spread over the workers; a dead worker is replaced.
+
+    `isolation` picks the jail (jail.pick_isolation): bwrap, unshare, `gvisor` (this process already runs inside
+    gVisor, where no namespace can be made: the zygote runs without one, under the same uid, rlimits, filters
+    and job directories), or none (development only)."""
+
+    name = "zygote"
+
+    def __init__(self, limits: Limits | None = None, workers: int = 0, isolation: str = "auto",
+                 seccomp: bool = True):
+        self.limits = limits or Limits()
+        if self.limits.nproc != 1:
+            raise ValueError(f"Limits.nproc is {self.limits.nproc}; the zygote backend needs 1: its seccomp filter "
+                             "lets a plain fork through, and the process limit is what stops a job forking")
+        self.isolation_kind = self._pick(isolation)
+        self.seccomp = seccomp
+        if self.isolation_kind == "gvisor" and self.name == "zygote":
+            blank_environ_block()  # jobs share this container's /proc, and gVisor lets them read environ files
+        root = os.geteuid() == 0
+        if self.isolation_kind != "none" and not root:
+            raise SandboxUnavailable(f"the {self.name} backend drops each job to its own uid and needs to run as "
+                                     "root (inside a container is fine); use sandbox.backend=subprocess otherwise")
+        n = workers or os.cpu_count() or 1
+        base = _uid_base()
+        self._queue: queue.Queue = queue.Queue()
+        self._workers: list[_Worker] = []
+        try:
+            for i in range(n):
+                self._workers.append(_Worker(i, base + i if root else None, self.profile(), self.limits, seccomp,
+                                             self._launch, jailed=self.isolation_kind != "none",
+                                             own_root=self.name == "gvisor"))
+        except BaseException:
+            for w in self._workers:
+                w.stop()
+            raise
+        self._threads = [threading.Thread(target=self._serve, args=(w,), daemon=True, name=f"sandbox-w{w.index}")
+                         for w in self._workers]
+        if os.getpid() == 1:
+            # the service is its container's init (sandbox.isolation=gvisor, docs/operations.md): a zygote killed
+            # with its process group leaves its fork server and job to this process, which must reap them
+            self._threads.append(threading.Thread(target=self._reap_orphans, daemon=True, name="sandbox-reaper"))
+        self._closed = False
+        for t in self._threads:
+            t.start()
+
+    def _pick(self, isolation: str) -> str:
+        return pick_isolation(isolation)
+
+    def profile(self) -> str:
+        """`gvisor` where the zygote runs inside gVisor (no pidfds, no RLIMIT_NPROC), else `linux`."""
+        return "gvisor" if self.isolation_kind == "gvisor" else "linux"
+
+    def _launch(self, worker: _Worker) -> Launch:
+        if self.isolation_kind == "bwrap":
+            read_end, write_end = os.pipe()
+            os.write(write_end, b"".join(a.encode() + b"\0" for a in bwrap_args(self.limits.tmp_mb)))
+            os.close(write_end)
+            return Launch(["bwrap", "--args", str(read_end), *Interpreter.current().jail_argv("zygote")], None, "/tmp",
+                          pass_fds=(read_end,))
+        if self.isolation_kind == "unshare":
+            return Launch(unshare_command(self.limits.tmp_mb), clean_env(), "/tmp")
+        tmp = tempfile.mkdtemp(prefix="populora-sbx-")
+
+        def remove() -> None:
+            try:
+                remove_tree(tmp)  # iterative: a job may have left a tree deeper than rmtree's recursion
+            except OSError:
+                pass
+
+        return Launch([*python_command(), str(RUNTIME), "zygote"], clean_env(), tmp, on_stop=[remove])
+
+    def _serve(self, worker: _Worker) -> None:
+        """Keep up to PIPELINE jobs queued at the zygote, so it starts the next job the moment one ends instead
+        of waiting for this thread to be scheduled; reports come back in order. Never dies: any failure is the
+        queued jobs' sandbox_error and a fresh zygote."""
+        inflight: deque = deque()
+        state = {"stopping": False}
+        while not (state["stopping"] and not inflight):
+            try:
+                self._serve_once(worker, inflight, state)
+            except Exception as e:  # noqa: BLE001 - a waiting caller must always get an answer
+                self._fail_all(worker, inflight, e)
+
+    def _serve_once(self, worker: _Worker, inflight: deque, state: dict) -> None:
+        while not state["stopping"] and len(inflight) < PIPELINE:
+            try:
+                item = self._queue.get(block=not inflight)
+            except queue.Empty:
+                break
+            if item is None:
+                state["stopping"] = True
+                break
+            job, fut = item
+            try:
+                nonce, timeout_s = worker.send_job(job)
+            except Exception as e:  # noqa: BLE001 - includes a zygote that cannot be restarted
+                self._fail_all(worker, inflight, e, (job, fut))
+                continue
+            inflight.append((job, fut, nonce, timeout_s))
+        if not inflight:
+            return
+        job, fut, nonce, timeout_s = inflight[0]
+        try:
+            raw = worker.recv_report(timeout_s)
+        except (OSError, EOFError, TimeoutError, ValueError) as e:
+            self._fail_all(worker, inflight, e)
+            return
+        inflight.popleft()
+        try:
+            fut.set_result(classify(job, raw, nonce))
+        except Exception as e:  # noqa: BLE001 - a report this host cannot read must not stop the worker
+            fut.set_result(JobResult(job.job_id, "sandbox_error", error=f"unreadable report: {e}"))
+
+    @staticmethod
+    def _fail_all(worker: _Worker, inflight: deque, e: Exception, extra: tuple | None = None) -> None:
+        """The zygote died or hung: its queued jobs are sandbox_error, and a fresh zygote takes its place."""
+        err = worker.failure(e)
+        pending = [(j, f) for j, f, *_ in inflight] + ([extra] if extra else [])
+        inflight.clear()
+        try:
+            worker.restart()
+        except Exception as restart_error:  # noqa: BLE001 - reported to every caller waiting on this worker
+            err += f"; restart failed: {restart_error}"
+        for job, fut in pending:
+            fut.set_result(JobResult(job.job_id, "sandbox_error", error=err))
+
+    def _reap_orphans(self) -> None:
+        """As pid 1: reap every zombie child that is not one of this executor's zygotes (those are its Popen's to
+        wait for), once a second, until closed."""
+        while not self._closed:
+            ours = {w.proc.pid for w in self._workers if w.proc is not None}
+            for entry in os.listdir("/proc"):
+                if not entry.isdigit() or int(entry) in ours:
+                    continue
+                try:
+                    with open(f"/proc/{entry}/stat") as f:
+                        state, ppid = f.read().rsplit(")", 1)[1].split()[:2]
+                    if state == "Z" and int(ppid) == 1:
+                        os.waitpid(int(entry), os.WNOHANG)
+                except (OSError, ValueError, ChildProcessError):
+                    continue
+            time.sleep(1.0)
+
+    def run(self, jobs: list[Job]) -> list[JobResult]:
+        if self._closed:
+            raise RuntimeError("this executor was closed")
+        futures: list[Future] = []
+        for job in jobs:
+            fut: Future = Future()
+            self._queue.put((job, fut))
+            futures.append(fut)
+        return [f.result() for f in futures]
+
+    def jail_layers(self) -> list[str]:
+        """The jail around the zygote, in words (first in isolation())."""
+        return {"bwrap": ["bwrap(net,pid,ipc,uts,cgroup,mount namespaces)", "read-only root", "private tmpfs",
+                          "capabilities dropped"],
+                "unshare": ["unshare(net,pid,ipc,uts,mount namespaces)", "read-only root", "private tmpfs"],
+                "gvisor": ["inside gVisor (no namespaces: uid, rlimits and filters instead)"],
+                "none": []}[self.isolation_kind]
+
+    def isolation(self) -> list[str]:
+        layers = self.jail_layers()
+        layers += ["rlimits(cpu,as,fsize,nproc=1,nofile,core)", "wall-clock kill"]
+        if self.seccomp:
+            layers.append("seccomp on zygote and jobs(no socket/exec/ptrace/kill/threads/namespaces)")
+        if self.profile() == "gvisor":
+            layers.append("per-job seccomp(no fork/clone/kill: gVisor does not enforce RLIMIT_NPROC)")
+        if self._workers:
+            layers += [f"start-up check: {layer}" for layer in self._workers[0].layers]
+        return layers
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for _ in self._threads:
+            self._queue.put(None)
+        for t in self._threads:
+            t.join(timeout=30)
+        for w in self._workers:
+            w.stop()
+            w.log.close()
