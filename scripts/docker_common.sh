@@ -17,7 +17,7 @@ ensure_docker() {
         || die "Docker is not installed: install Debian's docker.io package (apt-get install docker.io) or Docker Engine"
     docker info >/dev/null 2>&1 && return 0
     local why
-    why=$(docker info 2>&1 >/dev/null | tail -1)
+    why=$(docker info 2>&1 >/dev/null | tail -1) || true
     if [ "$(id -u)" != 0 ]; then
         if [ -S /var/run/docker.sock ]; then
             die "the Docker daemon does not answer ($why): run this as root or as a member of the docker group"
@@ -52,9 +52,9 @@ find_builder() {
         BUILD=(docker buildx build --load)
         return 0
     fi
-    for c in $(type -ap docker) /usr/bin/docker; do
+    for c in $(type -ap docker); do
         [ -x "$c" ] || continue
-        version=$("$c" version --format '{{.Client.Version}}' 2>/dev/null)
+        version=$("$c" version --format '{{.Client.Version}}' 2>/dev/null) || true
         case "$version" in
             19.03*|20.*|21.*|22.*) BUILD=(env DOCKER_BUILDKIT=1 "$c" build); return 0 ;;
         esac

@@ -93,7 +93,7 @@ EOF
 }
 
 local_torch_wheel() {
-    ls "$WHEELS"/torch-"$TORCH_VERSION"+cpu-cp311-*.whl 2>/dev/null | head -1
+    ls "$WHEELS"/torch-"$TORCH_VERSION"+cpu-cp311-*.whl 2>/dev/null | head -1 || true
 }
 
 prepare_torch() {

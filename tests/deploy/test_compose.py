@@ -109,7 +109,11 @@ def test_sandbox_isolation(compose):
     sandbox = doc["services"]["sandbox"]
     assert sandbox.get("runtime") == "runsc", f"{file}: the sandbox must run under gVisor (runtime: runsc)"
     assert sandbox.get("read_only") is True, f"{file}: the sandbox's root filesystem must be read-only"
-    assert any(t.split(":")[0] == "/tmp" for t in sandbox.get("tmpfs", [])), f"{file}: the sandbox needs tmpfs /tmp"
+    tmpfs = {t.split(":")[0]: dict(o.split("=", 1) if "=" in o else (o, "") for o in t.split(":", 1)[1].split(","))
+             for t in sandbox.get("tmpfs", [])}
+    for path in ("/tmp", "/dev/shm"):
+        # a job (its own unprivileged uid) may write only in the directory the zygote (root) gives it
+        assert tmpfs.get(path, {}).get("mode") == "755", f"{file}: the sandbox needs tmpfs {path} with mode=755"
     assert "ALL" in sandbox.get("cap_drop", []), f"{file}: the sandbox must drop every capability"
     assert sorted(sandbox.get("cap_add", [])) == sorted(CONTAINER_CAPABILITIES), \
         f"{file}: the sandbox gets exactly the capabilities its zygote needs"

@@ -51,7 +51,7 @@ def ignored(path: str) -> bool:
 def test_build_mounts_are_in_the_context():
     """The files the build bind-mounts from the context (pip's helper, the local wheels directory) exist and are
     not excluded by .dockerignore; model weights still are."""
-    for word, args in instructions():
+    for _word, args in instructions():
         for source in re.findall(r"--mount=type=bind,source=([^,\s]+)", args):
             assert (ROOT / source).exists(), f"RUN --mount source {source}: not in the repository"
             assert not ignored(source), f"RUN --mount source {source}: excluded by .dockerignore"

@@ -115,7 +115,7 @@ def test_every_service_matches_cli_and_config(overlay, tmp_path):
     services = by_kind(docs, "Service")
     for name in POPULORA_WORKLOADS:
         assert name in workloads, f"overlay {overlay}: no workload {name}"
-        (container,) = pod_containers(workloads[name])
+        (container,) = pod_spec(workloads[name])["containers"]
         where = f"overlay {overlay}: {workloads[name]['kind']}/{name}"
         mounts = {m["mountPath"]: m["name"] for m in container.get("volumeMounts", [])}
         volumes = {v["name"]: v for v in pod_spec(workloads[name]).get("volumes", [])}
@@ -203,8 +203,14 @@ def test_sandbox_isolation():
         assert sorted(sc["capabilities"].get("add", [])) == sorted(CONTAINER_CAPABILITIES)
         assert spec["securityContext"].get("seccompProfile", {}).get("type") == "RuntimeDefault"
         volumes = {v["name"]: v for v in spec["volumes"]}
-        tmp = next(m for m in c["volumeMounts"] if m["mountPath"] == "/tmp")
-        assert "emptyDir" in volumes[tmp["name"]], "sandbox /tmp must be an emptyDir"
+        mounts = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
+        for path in ("/tmp", "/dev/shm"):
+            assert "emptyDir" in volumes[mounts[path]], f"sandbox {path} must be an emptyDir"
+        # emptyDirs are world-writable: an init container makes them root's only, as Compose's tmpfs mode=755
+        chmods = [i for i in spec.get("initContainers", []) if i["args"][:2] == ["chmod", "0755"]]
+        assert chmods and {"/tmp", "/dev/shm"} <= set(chmods[0]["args"][2:]), "sandbox /tmp, /dev/shm not chmod 0755"
+        init_mounts = {m["mountPath"]: m["name"] for m in chmods[0]["volumeMounts"]}
+        assert all(init_mounts.get(p) == mounts[p] for p in chmods[0]["args"][2:]), "init container mounts differ"
 
         policies = [p for p in by_kind(docs, "NetworkPolicy").values()
                     if p["spec"]["podSelector"].get("matchLabels", {}).get("app.kubernetes.io/name") == "sandbox"]
