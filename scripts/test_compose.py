@@ -21,6 +21,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -95,10 +96,18 @@ class Stack:
         self.compose = compose_command()
         self.league_port = free_port()
         self.token = secrets.token_urlsafe(24)
+        password = secrets.token_urlsafe(24)
+        # the sandbox's secrets as files only root can read (the compose files' `secrets:`), removed in down()
+        self.secrets_dir = Path(tempfile.mkdtemp(prefix="populora-compose-secrets-"))
+        for name, value in (("token", self.token),
+                            ("db_url", f"postgresql+psycopg://populora:{password}@postgres:5432/populora")):
+            path = self.secrets_dir / name
+            path.write_text(value)
+            path.chmod(0o400)
         env = {k: v for k, v in os.environ.items() if not k.startswith(("POPULORA", "COMPOSE_"))}
         env.update(images)
-        env.update({"COMPOSE_PROJECT_NAME": PROJECT, "POSTGRES_PASSWORD": secrets.token_urlsafe(24),
-                    "POPULORA_TOKEN": self.token, "POPULORA_LEAGUE_PORT": str(self.league_port)})
+        env.update({"COMPOSE_PROJECT_NAME": PROJECT, "POSTGRES_PASSWORD": password, "POPULORA_TOKEN": self.token,
+                    "POPULORA_LEAGUE_PORT": str(self.league_port), "POPULORA_SECRETS_DIR": str(self.secrets_dir)})
         self.env = env
 
     def __call__(self, *args: str, timeout: float | None = None, check: bool = True) -> subprocess.CompletedProcess:
@@ -134,8 +143,10 @@ class Stack:
             ("containers", ["docker", "ps", "-aq"]), ("networks", ["docker", "network", "ls", "-q"]),
             ("volumes", ["docker", "volume", "ls", "-q"]))}
 
-    def down(self) -> None:
+    def down(self, last: bool = False) -> None:
         self("down", "-v", "--remove-orphans", "--timeout", "20", timeout=300, check=False)
+        if last:
+            shutil.rmtree(self.secrets_dir, ignore_errors=True)
 
 
 def wait_healthy(stack: Stack) -> int:
@@ -212,14 +223,30 @@ def sandbox_runner(address: str, token: str):
     return run_jobs
 
 
+# What the deployment itself must keep from a job: the sandbox's secret files, and the secrets in any process's
+# environment or command line (gVisor lets any uid read /proc/<pid>/environ).
+SECRET_PROBES = {
+    "read_secret_file": "print(open('/run/secrets/populora_token').read())",
+    "scan_proc_environ_cmdline": ("import os\nfor p in os.listdir('/proc'):\n    for f in ('environ', 'cmdline'):\n"
+                                  "        try:\n            print(open(f'/proc/{p}/{f}').read())\n"
+                                  "        except Exception:\n            pass"),
+}
+
+
 def hostile(stack: Stack) -> tuple[int, list[str]]:
-    """The hostile corpus through the containerised sandbox (gVisor's expectations), then normal jobs still work."""
+    """The hostile corpus through the containerised sandbox (gVisor's expectations), then the deployment's own
+    secrets out of a job's reach, then normal jobs still work."""
     from tests.sandbox.hostile_corpus import run_corpus
 
     from populora.tasks.jobs import Job
 
     runner = sandbox_runner(f"{stack.address('sandbox')}:50054", stack.token)
     total, wrong = run_corpus(runner, gvisor=True)
+    for r in runner([Job(name, program, timeout_s=5.0) for name, program in SECRET_PROBES.items()]):
+        total += 1
+        if stack.token in r.stdout or stack.password in r.stdout or (r.job_id == "read_secret_file"
+                                                                       and r.status != "error"):
+            wrong.append(f"{r.job_id}: a job read a secret of the deployment (status {r.status})")
     normal = runner([Job(f"n{i}", "def f(a, b):\n    return sorted([a, b, a * b])", calls=[f"f({i}, 3)"])
                      for i in range(20)])
     bad = [r for i, r in enumerate(normal) if r.status != "ok" or r.reprs != [repr(sorted([i, 3, 3 * i]))]]
@@ -294,7 +321,7 @@ def main() -> int:
                 (LOG_DIR / "services.log").write_text(stack("logs", "--no-color", check=False).stdout)
                 log(f"service logs in {LOG_DIR / 'services.log'}")
             log("docker-compose down -v")
-            stack.down()
+            stack.down(last=True)
             left = {k: v for k, v in stack.leftovers().items() if v}
             result["left_after_down"] = sum(len(v) for v in left.values())
             if left:
