@@ -23,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -96,7 +97,7 @@ class Stack:
         self.compose = compose_command()
         self.league_port = free_port()
         self.token = secrets.token_urlsafe(24)
-        password = secrets.token_urlsafe(24)
+        self.password = password = secrets.token_urlsafe(24)
         # the sandbox's secrets as files only root can read (the compose files' `secrets:`), removed in down()
         self.secrets_dir = Path(tempfile.mkdtemp(prefix="populora-compose-secrets-"))
         for name, value in (("token", self.token),
@@ -312,8 +313,9 @@ def main() -> int:
         errors += [f"hostile program not contained: {w}" for w in wrong]
     except SetupError as e:
         errors.append(str(e))
-    except (RuntimeError, subprocess.TimeoutExpired, httpx.HTTPError, KeyError, ValueError) as e:
+    except Exception as e:  # whatever went wrong is reported in the line; the stack still comes down
         errors.append(f"{type(e).__name__}: {e}")
+        traceback.print_exc()
     finally:
         if stack is not None:
             if errors:
