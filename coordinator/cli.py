@@ -120,6 +120,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--resume", action="store_true", help="continue the run given by --run-id (start it if it does not exist)")
     t.add_argument("--mode", choices=("population", "baseline", "embedded", "distributed"), action="append",
                    default=[], help="`baseline` for AZR single-adapter self-play; `distributed` for gRPC + Redis")
+    t.add_argument("--budget", default=None, metavar="tokens=N[,sandbox_jobs=M]",
+                   help="stop at the first step boundary at or past this compute (spec 14), e.g. tokens=2e6")
     t.add_argument("--no-report", action="store_true", help="skip writing the HTML report at the end")
     t.add_argument("--workers", type=int, default=1,
                    help="distributed mode: phase-worker threads in this process (0 = only external "

@@ -23,6 +23,7 @@ from coordinator.services import Services
 from populora.config import Config
 from populora.pb import common_pb2, evolver_pb2, inference_pb2, league_pb2, sandbox_pb2, trainer_pb2
 from populora.records import (
+    Accounted,
     Attempt,
     Checked,
     EvolutionEvent,
@@ -41,6 +42,7 @@ from populora.records import (
     Solved,
     Updated,
     UpdateStats,
+    Usage,
     Validated,
     Verdict,
 )
@@ -175,13 +177,14 @@ def _proposals(run: Run, buffers: BufferSet, slots: list[Slot], step: int, desc:
     return out
 
 
-def _verdicts(run: Run, proposals: list[Proposal]) -> dict[str, Verdict]:
-    """The sandbox's verdict on every proposal (spec 3), in one call."""
+def _verdicts(run: Run, proposals: list[Proposal]) -> tuple[dict[str, Verdict], int]:
+    """The sandbox's verdict on every proposal (spec 3), in one call, and the sandbox jobs it took."""
     request = sandbox_pb2.ValidateProposalsRequest(proposals=[
         sandbox_pb2.Proposal(proposal_id=p.id, task_type=p.task_type, response_text=p.text,
                              given_program=p.given_program, teacher_id=p.teacher) for p in proposals])
+    resp = run.services.sandbox.ValidateProposals(request)
     return {r.proposal_id: Verdict(r.valid, r.reason, r.detail[:500], Triplet.from_pb(r.task) if r.valid else None)
-            for r in run.services.sandbox.ValidateProposals(request).results}
+            for r in resp.results}, resp.jobs
 
 
 # ---------------------------------------------------------------- step 0
@@ -217,7 +220,7 @@ def seed(run: Run) -> Seeded:
     cfg = run.cfg
     buffers = BufferSet(cfg.tasks.buffer_cap, seed=cfg.run.seed)
     target = cfg.tasks.seed_buffer_size
-    rounds, reasons, tried = 0, Counter(), 0
+    rounds, reasons, tried, tokens, jobs = 0, Counter(), 0, 0, 0
     per_round = max(2, cfg.tasks.proposals_per_teacher * max(1, cfg.population.n_teachers))
     for rounds in range(1, cfg.tasks.seed_max_rounds + 1):
         # the identity seed counts as one entry; stop once every type holds `target` beyond it
@@ -227,8 +230,10 @@ def seed(run: Run) -> Seeded:
             break
         slots = [Slot(f"seed/{rounds}/{tt}/{k}", tt) for tt, n in needed.items() for k in range(min(n, per_round))]
         proposals = _proposals(run, buffers, slots, 0, f"seed {rounds}")
-        verdicts = _verdicts(run, proposals)
+        verdicts, n_jobs = _verdicts(run, proposals)
         tried += len(proposals)
+        tokens += sum(len(p.response_token_ids) for p in proposals)
+        jobs += n_jobs
         for p in proposals:
             v = verdicts[p.id]
             reasons[v.reason] += 1
@@ -236,7 +241,7 @@ def seed(run: Run) -> Seeded:
                 buffers.add(v.task)
     sizes = {tt: buffers.size(tt) for tt in cfg.tasks.task_types}
     log.info("seeding: %d rounds, %d proposals, buffers %s, reasons %s", rounds, tried, sizes, dict(reasons))
-    return Seeded(buffers, rounds, tried, dict(reasons), sizes)
+    return Seeded(buffers, rounds, tried, dict(reasons), sizes, tokens, jobs)
 
 
 # ---------------------------------------------------------------- steps 1..N
@@ -260,14 +265,14 @@ def propose(run: Run, step: int, matched: Matched, population: Population, buffe
 
 def validate(run: Run, proposed: Proposed, buffers: BufferSet) -> Validated:
     """Sandbox validation of every proposal (spec 3); valid ones enter their type's buffer (spec 10)."""
-    verdicts = _verdicts(run, proposed.proposals)
+    verdicts, jobs = _verdicts(run, proposed.proposals)
     buffers = BufferSet.from_json(buffers.to_json())  # the step's input stays as it was
     for p in proposed.proposals:
         v = verdicts[p.id]
         if v.valid:
             v = verdicts[p.id] = replace(v, task=replace(v.task, teacher_id=p.teacher, task_id=p.id))
             buffers.add(v.task)
-    return Validated(verdicts, buffers)
+    return Validated(verdicts, buffers, jobs)
 
 
 def solve(run: Run, step: int, matched: Matched, proposed: Proposed, validated: Validated,
@@ -301,15 +306,17 @@ def solve(run: Run, step: int, matched: Matched, proposed: Proposed, validated: 
 def check(run: Run, solved: Solved, validated: Validated) -> Checked:
     """The sandbox (or an external verifier) checks each attempt; rho per task = mean correctness (spec 2, 4)."""
     outcomes: dict[str, str] = {}
+    jobs = 0
     if solved.attempts:
         request = sandbox_pb2.CheckAnswersRequest(attempts=[
             sandbox_pb2.Attempt(attempt_id=a.id, task=validated.verdicts[a.task_id].task.to_pb(),
                                 response_text=a.text) for a in solved.attempts])
-        outcomes = {r.attempt_id: r.outcome for r in run.services.sandbox.CheckAnswers(request).results}
+        resp = run.services.sandbox.CheckAnswers(request)
+        outcomes, jobs = {r.attempt_id: r.outcome for r in resp.results}, resp.jobs
     by_task: dict[str, list[str]] = defaultdict(list)
     for a in solved.attempts:
         by_task[a.task_id].append(outcomes[a.id])
-    return Checked(outcomes, {task_id: mean_rho(outs) for task_id, outs in by_task.items()})
+    return Checked(outcomes, {task_id: mean_rho(outs) for task_id, outs in by_task.items()}, jobs)
 
 
 def rate(run: Run, step: int, matched: Matched, proposed: Proposed, checked: Checked) -> Rated:
@@ -348,6 +355,38 @@ def rollouts(rewards, proposed: Proposed, validated: Validated, solved: Solved, 
             out[a.student].append(Rollout("student", task_type[a.task_id], reward, a.prompt_token_ids,
                                           a.response_token_ids))
     return {k: [r for r in v if r.response_token_ids] for k, v in out.items()}
+
+
+def usage(proposed: Proposed, validated: Validated, solved: Solved, checked: Checked,
+          batch: dict[str, list[Rollout]], updated: Updated) -> Accounted:
+    """The compute of one step (spec 14), from its records: tokens each adapter generated (its proposals or
+    attempts) and was trained on (prompt and response of its rollouts, for the adapters that were updated), and the
+    sandbox jobs of validation and checking."""
+    generated: Counter = Counter()
+    for p in proposed.proposals:
+        generated[p.teacher] += len(p.response_token_ids)
+    for a in solved.attempts:
+        generated[a.student] += len(a.response_token_ids)
+    trained = Counter({adapter_id: sum(len(r.prompt_token_ids) + len(r.response_token_ids) for r in rows)
+                       for adapter_id, rows in batch.items() if adapter_id in updated.stats})
+    adapters = {a: Usage(generated[a], trained[a]) for a in sorted(set(generated) | set(trained))}
+    total = sum(adapters.values(), Usage()) + Usage(sandbox_jobs=validated.sandbox_jobs + checked.sandbox_jobs)
+    return Accounted(adapters, total)
+
+
+def seed_usage(seeded: Seeded) -> Accounted:
+    """The compute of seeding: the bare base model's proposals and their validation."""
+    base = Usage(generated_tokens=seeded.generated_tokens)
+    return Accounted({"base": base} if base.tokens else {}, base + Usage(sandbox_jobs=seeded.sandbox_jobs))
+
+
+def account(run: Run, step: int, spent: Accounted) -> Accounted:
+    """Record what the step spent in the league (per adapter, and the sandbox jobs at run level)."""
+    rows = [league_pb2.Usage(adapter_id=a, generated_tokens=u.generated_tokens, trained_tokens=u.trained_tokens)
+            for a, u in spent.adapters.items()]
+    rows.append(league_pb2.Usage(adapter_id="", sandbox_jobs=spent.total.sandbox_jobs))
+    run.services.league.RecordCompute(league_pb2.RecordComputeRequest(run_id=run.run_id, step=step, usage=rows))
+    return spent
 
 
 def _already_updated(store: ArtifactStore, adapter_id: str, version: int, step: int) -> AdapterRef | None:

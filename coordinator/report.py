@@ -93,6 +93,37 @@ def plot_ratings(rows, path: Path) -> None:
     plt.close(fig)
 
 
+def _spent(r: dict) -> float:
+    return r.get("compute_cumulative", {}).get("tokens", 0) / 1e3
+
+
+def plot_compute(rows, path: Path) -> None:
+    """Compute spent (spec 14) over the steps, and the solve and valid rates against it: the axis on which arms of
+    different cost compare."""
+    fig, axes = plt.subplots(1, 3, figsize=(14, 3.6))
+    steps = [r["step"] for r in rows]
+    for key, label in (("generated_tokens", "generated"), ("trained_tokens", "trained")):
+        axes[0].plot(steps, [r.get("compute_cumulative", {}).get(key, 0) / 1e3 for r in rows], marker="o",
+                     label=label)
+    axes[0].set_title("tokens spent (thousands, cumulative)")
+    axes[0].set_xlabel("step")
+    axes[0].legend(fontsize=8)
+    for ax, key, title in ((axes[1], "solve_rate", "solve rate vs compute"),
+                           (axes[2], "valid_rate", "valid-proposal rate vs compute")):
+        for tt in _task_types(rows):
+            pts = [(_spent(r), r["task_types"][tt][key]) for r in rows
+                   if r.get("task_types", {}).get(tt, {}).get(key) is not None]
+            if pts:
+                ax.plot(*zip(*pts), marker="o", label=tt, color=COLORS.get(tt))
+        ax.set_title(title)
+        ax.set_xlabel("thousand tokens spent (generated + trained)")
+        ax.set_ylim(-0.05, 1.05)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
 def lineage(rows: list[dict]) -> tuple[dict[str, dict], list[dict]]:
     """Nodes {adapter: {role, born, retired}} and edges [{parent, child, operator, step}] from the metrics."""
     nodes: dict[str, dict] = {}
@@ -136,17 +167,23 @@ def plot_lineage(rows, path: Path) -> None:
     plt.close(fig)
 
 
+def _tokens(r: dict) -> str:
+    c = r.get("compute_cumulative")
+    return "-" if c is None else f"{c['tokens']:,}"
+
+
 def _table(rows: list[dict]) -> str:
-    head = "<tr><th>step</th><th>seconds</th><th>valid</th>" + "".join(
+    head = "<tr><th>step</th><th>seconds</th><th>tokens spent</th><th>valid</th>" + "".join(
         f"<th>{tt} solve</th>" for tt in _task_types(rows)) + "<th>events</th></tr>"
     body = []
     for r in rows:
         if r["step"] == 0:
-            body.append(f"<tr><td>0</td><td>{r['step_seconds']:.1f}</td><td colspan=9>seeding: buffers "
+            body.append(f"<tr><td>0</td><td>{r['step_seconds']:.1f}</td><td>{_tokens(r)}</td><td colspan=9>"
+                        "seeding: buffers "
                         f"{html.escape(json.dumps(r.get('seed_sizes')))}, rejections "
                         f"{html.escape(json.dumps(r.get('seed_reasons')))}</td></tr>")
             continue
-        cells = [str(r["step"]), f"{r['step_seconds']:.1f}",
+        cells = [str(r["step"]), f"{r['step_seconds']:.1f}", _tokens(r),
                  "-" if r.get("valid_rate") is None else f"{r['valid_rate']:.2f}"]
         for tt in _task_types(rows):
             v = r["task_types"].get(tt, {}).get("solve_rate")
@@ -158,12 +195,24 @@ def _table(rows: list[dict]) -> str:
     return f"<table>{head}{''.join(body)}</table>"
 
 
+def _compute_line(last: dict) -> str:
+    c = last.get("compute_cumulative")
+    if c is None:
+        return "not recorded"
+    return (f"{c['tokens']:,} tokens ({c['generated_tokens']:,} generated, {c['trained_tokens']:,} trained) and "
+            f"{c['sandbox_jobs']:,} sandbox jobs")
+
+
+def _stopped(last: dict) -> str:
+    return f" The run stopped early: {html.escape(last['stopped'])}." if last.get("stopped") else ""
+
+
 def write_report(run_dir: Path, cfg=None) -> Path:
     rows = read_metrics(run_dir)
     if not rows:
         raise FileNotFoundError(f"{run_dir / 'metrics.jsonl'} has no steps: nothing to report")
     plots = {"solve_rate.png": plot_solve_rate, "complexity.png": plot_complexity, "ratings.png": plot_ratings,
-             "lineage.png": plot_lineage}
+             "lineage.png": plot_lineage, "compute.png": plot_compute}
     for name, fn in plots.items():
         fn(rows, run_dir / name)
     rejections: dict[str, int] = {}
@@ -176,10 +225,11 @@ def write_report(run_dir: Path, cfg=None) -> Path:
 <style>body{{font-family:sans-serif;margin:2em;max-width:1200px}}table{{border-collapse:collapse;font-size:13px}}
 td,th{{border:1px solid #ccc;padding:3px 8px;text-align:right}}img{{max-width:100%}}</style></head><body>
 <h1>PopuLoRA run {html.escape(run_dir.name)}</h1>
-<p>{len(rows) - 1} training steps, {total_s:.0f} s in all.
+<p>{len(rows) - 1} training steps, {total_s:.0f} s in all; compute spent {_compute_line(rows[-1])}.{_stopped(rows[-1])}
 Rejection reasons over the run: {html.escape(json.dumps(rejections, sort_keys=True))}</p>
 <h2>Solve rate per task type</h2><img src="solve_rate.png">
 <h2>Problem complexity</h2><img src="complexity.png">
+<h2>Compute</h2><img src="compute.png">
 <h2>Ratings and evolution events</h2><img src="ratings.png">
 <h2>Lineage</h2><img src="lineage.png">
 <h2>Steps</h2>{_table(rows)}

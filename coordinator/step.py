@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from coordinator.journal import Journal
 from coordinator.phases import (
     Run,
+    account,
     check,
     evolve,
     init,
@@ -20,11 +21,14 @@ from coordinator.phases import (
     rate,
     rollouts,
     seed,
+    seed_usage,
     solve,
     update,
+    usage,
     validate,
 )
 from populora.records import (
+    Accounted,
     Checked,
     Evolved,
     Initialized,
@@ -46,6 +50,7 @@ class Prepared:
 
     initialized: Initialized
     seeded: Seeded
+    spent: Accounted
 
 
 @dataclass(frozen=True)
@@ -61,6 +66,7 @@ class StepRecord:
     rated: Rated
     updated: Updated
     evolved: Evolved | None
+    spent: Accounted
 
     @property
     def population(self) -> Population:
@@ -72,7 +78,8 @@ def prepare(j: Journal, run: Run) -> Prepared:
     """Step 0: create and register the adapters, then fill the task buffers (spec 10)."""
     initialized = j.once(0, "init", init, run)
     seeded = j.once(0, "seed", seed, run)
-    return Prepared(initialized, seeded)
+    spent = j.once(0, "account", account, run, 0, seed_usage(seeded))                      # 14  compute spent
+    return Prepared(initialized, seeded, spent)
 
 
 def train_step(j: Journal, run: Run, t: int) -> StepRecord:
@@ -89,7 +96,9 @@ def train_step(j: Journal, run: Run, t: int) -> StepRecord:
     evolved = None
     if run.evolves(t):
         evolved = j.once(t, "evolve", evolve, run, t, updated.population)                   # 8,9 replace the worst
-    return StepRecord(t, matched, proposed, validated, solved, checked, rated, updated, evolved)
+    spent = usage(proposed, validated, solved, checked, batch, updated)                     # 14  compute spent
+    spent = j.once(t, "account", account, run, t, spent)
+    return StepRecord(t, matched, proposed, validated, solved, checked, rated, updated, evolved, spent)
 
 
 def state_before(j: Journal, t: int) -> tuple[Population, BufferSet]:

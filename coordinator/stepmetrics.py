@@ -11,7 +11,7 @@ from statistics import mean
 
 from coordinator.step import Prepared, StepRecord
 from populora.config import Config
-from populora.records import to_json
+from populora.records import Accounted, Usage, to_json
 from populora.tasks import student_reward, teacher_reward
 
 
@@ -20,10 +20,19 @@ def _mean(xs) -> float | None:
     return mean(xs) if xs else None
 
 
+def compute_metrics(spent: Accounted) -> dict:
+    """What a step spent (spec 14), in total and per adapter."""
+    def flat(u: Usage) -> dict:
+        return {"generated_tokens": u.generated_tokens, "trained_tokens": u.trained_tokens, "tokens": u.tokens,
+                "sandbox_jobs": u.sandbox_jobs}
+
+    return {"compute": flat(spent.total), "compute_per_adapter": {a: flat(u) for a, u in spent.adapters.items()}}
+
+
 def prepared_metrics(prepared: Prepared, seconds: dict[str, float]) -> dict:
     s = prepared.seeded
     return {"step": 0, "seconds": seconds, "step_seconds": sum(seconds.values()), "seed_sizes": s.sizes,
-            "seed_reasons": s.reasons, "seed_rounds": s.rounds}
+            "seed_reasons": s.reasons, "seed_rounds": s.rounds, **compute_metrics(prepared.spent)}
 
 
 def step_metrics(cfg: Config, r: StepRecord, seconds: dict[str, float]) -> dict:
@@ -70,6 +79,7 @@ def step_metrics(cfg: Config, r: StepRecord, seconds: dict[str, float]) -> dict:
     out["population"] = to_json(r.population)
     if r.evolved is not None:
         out["evolution"] = to_json(r.evolved.events)
+    out.update(compute_metrics(r.spent))
     return out
 
 
@@ -115,6 +125,8 @@ class MetricsWriter:
                 tb.add_scalar(f"rejections/{tt}/{reason}", n, step)
         for kind, v in row.get("tokens_per_s", {}).items():
             tb.add_scalar(f"tokens_per_s/{kind}", v, step)
+        for key, v in row.get("compute_cumulative", {}).items():
+            tb.add_scalar(f"compute/{key}", v, step)
         for adapter, r in row.get("ratings", {}).items():
             tb.add_scalar(f"rating_mu/{adapter}", r["mu"], step)
             tb.add_scalar(f"rating_skill/{adapter}", r["skill"], step)

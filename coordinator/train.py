@@ -18,6 +18,7 @@ from coordinator.stepmetrics import MetricsWriter, prepared_metrics, step_metric
 from coordinator.worker import start_worker_threads
 from populora.config import Config, ConfigError, config_from_yaml
 from populora.logs import run_id_var, setup_logging, step_var
+from populora.records import Usage
 from populora.store import ArtifactStore
 
 log = logging.getLogger(__name__)
@@ -28,9 +29,20 @@ def new_run_id(cfg: Config, label: str) -> str:
     return f"{stem}-{cfg.run.mode[:4]}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
+def budget_spent(cfg: Config, spent: Usage) -> str:
+    """Which compute budget (spec 14) `spent` has reached, or "" while none is."""
+    if cfg.run.budget_tokens and spent.tokens >= cfg.run.budget_tokens:
+        return f"tokens {spent.tokens} >= budget {cfg.run.budget_tokens}"
+    if cfg.run.budget_sandbox_jobs and spent.sandbox_jobs >= cfg.run.budget_sandbox_jobs:
+        return f"sandbox jobs {spent.sandbox_jobs} >= budget {cfg.run.budget_sandbox_jobs}"
+    return ""
+
+
 def train(j: Journal, run: Run, steps: int, metrics: MetricsWriter) -> None:
-    """Steps 0..steps; a step already stored is read back (resume), so metrics.jsonl comes out the same."""
+    """Steps 0..steps, or fewer when a compute budget is spent (checked at every step boundary); a step already
+    stored is read back (resume), so metrics.jsonl comes out the same."""
     rows = []
+    spent = Usage()
     for t in range(steps + 1):
         step_var.set(t)
         stored = set(j.seconds(t))
@@ -41,17 +53,28 @@ def train(j: Journal, run: Run, steps: int, metrics: MetricsWriter) -> None:
         else:
             record = train_step(j, run, t)
             row = step_metrics(run.cfg, record, j.seconds(t))
+        spent = spent + record.spent.total
+        row["compute_cumulative"] = {"generated_tokens": spent.generated_tokens,
+                                     "trained_tokens": spent.trained_tokens, "tokens": spent.tokens,
+                                     "sandbox_jobs": spent.sandbox_jobs}
+        reached = budget_spent(run.cfg, spent)
+        if reached:
+            row["stopped"] = f"budget: {reached}"
         rows.append(row)
         if set(row["seconds"]) != stored:  # this call ran at least one phase of the step
             metrics.rewrite(rows[:-1])
             metrics.write(row)
             log.info("step %d done in %.1fs: %s", t, time.perf_counter() - start, summary(row))
+        if reached:
+            log.info("compute budget spent after step %d (%s): the run ends here", t, reached)
+            return
 
 
 def summary(row: dict) -> str:
     if row["step"] == 0:
         return f"seed buffers {row['seed_sizes']}"
     parts = [f"valid {row['valid_rate']:.2f}" if row.get("valid_rate") is not None else "valid -"]
+    parts.append(f"{row['compute_cumulative']['tokens']} tokens so far")
     for tt, m in row.get("task_types", {}).items():
         sr = m.get("solve_rate")
         parts.append(f"{tt} solve {sr:.2f}" if sr is not None else f"{tt} solve -")
@@ -59,6 +82,34 @@ def summary(row: dict) -> str:
         parts.append("evolved " + ", ".join(f"{e['retired']}->{e['child']} ({e['operator']})"
                                             for e in row["evolution"]))
     return "; ".join(parts)
+
+
+BUDGET_KEYS = ("tokens", "sandbox_jobs")
+
+
+def parse_budget(text: str) -> dict[str, int]:
+    """`tokens=2e6,sandbox_jobs=5000` -> {"tokens": 2000000, "sandbox_jobs": 5000}."""
+    out: dict[str, int] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        key, _, value = part.partition("=")
+        if key not in BUDGET_KEYS:
+            raise ConfigError(f"--budget {part!r}: unknown budget '{key}'; allowed: {', '.join(BUDGET_KEYS)} "
+                              "(e.g. --budget tokens=2e6)")
+        try:
+            amount = float(value)
+        except ValueError:
+            raise ConfigError(f"--budget {part!r}: '{value}' is not a number") from None
+        if not amount > 0 or amount != amount or amount == float("inf"):
+            raise ConfigError(f"--budget {part!r}: the budget must be a positive number")
+        out[key] = int(amount)
+    return out
+
+
+def _apply_limits(args: argparse.Namespace, cfg: Config) -> None:
+    if args.steps is not None:
+        cfg.run.steps = args.steps
+    for key, value in parse_budget(getattr(args, "budget", None) or "").items():
+        setattr(cfg.run, f"budget_{key}", value)
 
 
 def resolve(args: argparse.Namespace, cfg: Config) -> tuple[Config, str, bool]:
@@ -84,12 +135,10 @@ def resolve(args: argparse.Namespace, cfg: Config) -> tuple[Config, str, bool]:
         db.close()
         if stored is not None:
             cfg = config_from_yaml(stored["config_yaml"], f"the stored config of run {args.run_id}")
-            if args.steps is not None:
-                cfg.run.steps = args.steps
+            _apply_limits(args, cfg)  # a resumed run may be given more steps or a larger budget
             return cfg, args.run_id, True
         log.info("run %s not found in the journal: starting it", args.run_id)  # a restarted container just works
-    if args.steps is not None:
-        cfg.run.steps = args.steps
+    _apply_limits(args, cfg)
     run_id = args.run_id or cfg.run.run_id or new_run_id(cfg, args.preset or "")
     cfg.run.run_id = run_id
     return Config.model_validate(cfg.model_dump()), run_id, bool(args.resume)

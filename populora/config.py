@@ -41,6 +41,11 @@ class RunConfig(Section):
     """`embedded`: one process, in-process clients; `distributed`: gRPC services and Redis Streams."""
     output_dir: str = "runs"
     """Where each run writes its metrics (JSONL, TensorBoard) and its report: <output_dir>/<run_id>/."""
+    budget_tokens: int = Field(0, ge=0)
+    """Compute budget in tokens, generated + trained (spec 14): the run stops at the first step boundary at or past
+    it, so two arms can be compared at equal compute. 0 = no budget (run.steps steps)."""
+    budget_sandbox_jobs: int = Field(0, ge=0)
+    """Compute budget in sandbox jobs (program runs), alike; 0 = none."""
 
 
 class ModelConfig(Section):

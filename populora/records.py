@@ -83,6 +83,7 @@ class Verdict:
 class Validated:
     verdicts: dict[str, Verdict]  # proposal id -> verdict
     buffers: BufferSet  # the buffers after the valid tasks of this step entered them (spec 10)
+    sandbox_jobs: int = 0  # program runs validation took (spec 14)
 
 
 @dataclass(frozen=True)
@@ -108,6 +109,7 @@ class Solved:
 class Checked:
     outcomes: dict[str, str]  # attempt id -> correct | wrong | malformed | verifier_error
     rho: dict[str, float | None]  # task id -> mean correctness of its attempts (spec 4)
+    sandbox_jobs: int = 0  # program runs checking took (spec 14)
 
 
 @dataclass(frozen=True)
@@ -186,6 +188,36 @@ class Seeded:
     proposals: int
     reasons: dict[str, int]
     sizes: dict[str, int]
+    generated_tokens: int = 0  # by the bare base model (spec 14)
+    sandbox_jobs: int = 0
+
+
+# ------------------------------------------------------------------------------------------------ compute
+@dataclass(frozen=True)
+class Usage:
+    """Compute (spec 14): tokens generated, tokens trained on (forward + backward counted once per token: prompt and
+    response of every rollout of an update), and sandbox jobs (program runs)."""
+
+    generated_tokens: int = 0
+    trained_tokens: int = 0
+    sandbox_jobs: int = 0
+
+    @property
+    def tokens(self) -> int:
+        return self.generated_tokens + self.trained_tokens
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(self.generated_tokens + other.generated_tokens, self.trained_tokens + other.trained_tokens,
+                     self.sandbox_jobs + other.sandbox_jobs)
+
+
+@dataclass(frozen=True)
+class Accounted:
+    """What one step spent: per adapter ("base": the bare base model, while seeding) and in total. Sandbox jobs are
+    counted per step only (one job may serve a teacher and a student)."""
+
+    adapters: dict[str, Usage]
+    total: Usage
 
 
 # ------------------------------------------------------------------------------------------------ codec
@@ -262,5 +294,5 @@ def _expect(data: Any, kind, path: str) -> Any:
 PHASE_RECORDS: dict[str, type] = {
     "init": Initialized, "seed": Seeded,
     "match": Matched, "propose": Proposed, "validate": Validated, "solve": Solved, "check": Checked,
-    "rate": Rated, "update": Updated, "evolve": Evolved,
+    "rate": Rated, "update": Updated, "evolve": Evolved, "account": Accounted,
 }

@@ -77,6 +77,35 @@ def ref_from_pb(msg: common_pb2.AdapterRef) -> AdapterRef:
     return AdapterRef(msg.adapter_id, int(msg.version), msg.uri)
 
 
+def nul_field(message, path: str = "") -> str:
+    """The path of the first string field (or map key) of `message`, nested messages included, that holds a NUL
+    character, or "". Databases refuse NUL in text (Postgres raises), so a service that stores strings turns this
+    into INVALID_ARGUMENT instead of an internal error."""
+    for field, value in message.ListFields():
+        where = f"{path}{field.name}"
+        if field.type == field.TYPE_STRING:
+            values = value if field.is_repeated else [value]
+            for i, v in enumerate(values):
+                if "\x00" in v:
+                    return where + (f"[{i}]" if field.is_repeated else "")
+        elif field.type == field.TYPE_MESSAGE:
+            if field.message_type.GetOptions().map_entry:
+                for k, v in value.items():
+                    if isinstance(k, str) and "\x00" in k:
+                        return f"{where}[{k!r}]"
+                    if isinstance(v, str) and "\x00" in v:
+                        return f"{where}[{k!r}]"
+                    if hasattr(v, "ListFields") and (inner := nul_field(v, f"{where}[{k!r}].")):
+                        return inner
+                continue
+            items = value if field.is_repeated else [value]
+            for i, item in enumerate(items):
+                prefix = f"{where}[{i}]." if field.is_repeated else f"{where}."
+                if inner := nul_field(item, prefix):
+                    return inner
+    return ""
+
+
 def is_read_only(method) -> bool:
     """Whether a contract method is marked `option (populora.v1.read_only) = true` (proto/common.proto)."""
     return bool(method.GetOptions().Extensions[common_pb2.read_only])

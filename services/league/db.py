@@ -133,6 +133,8 @@ class LeagueDB:
         """Create a run; False when it already exists (idempotent)."""
         if not run_id:
             raise InvalidRequest("run_id: must not be empty")
+        engine.check_text(run_id, "run_id", "run_id")
+        engine.check_text(mode, "mode", "mode")
         with self.engine.begin() as conn:
             created = conn.execute(self._insert(t.runs).values(run_id=run_id, mode=mode, config_yaml=config_yaml)
                                    .on_conflict_do_nothing(index_elements=["run_id"])
@@ -332,6 +334,30 @@ class LeagueDB:
         with self.read_engine.connect() as conn:
             rows = conn.execute(sa.select(t.rating_history).where(h.adapter_id == adapter_id).order_by(h.step))
             return [{"step": r.step, "mu": r.mu, "sigma": r.sigma, "matches": r.matches} for r in rows]
+
+    # ---- compute --------------------------------------------------------------------------------------------------
+    def record_compute(self, run_id: str, step: int, rows: Sequence[engine.UsageRow]) -> int:
+        """Store one step's compute; a step recorded again is replaced (a retried phase changes nothing)."""
+        engine.check_usage(step, rows)
+        with self.engine.begin() as conn:
+            self._require_run(conn, run_id)
+            conn.execute(t.compute.delete().where(t.compute.c.run_id == run_id, t.compute.c.step == step))
+            if rows:
+                conn.execute(t.compute.insert(), [dict(run_id=run_id, step=step, adapter_id=r.adapter_id,
+                                                       generated_tokens=r.generated_tokens,
+                                                       trained_tokens=r.trained_tokens,
+                                                       sandbox_jobs=r.sandbox_jobs) for r in rows])
+        self._bump()
+        return len(rows)
+
+    def compute(self, run_id: str) -> list[tuple[int, engine.UsageRow]]:
+        """Every (step, usage) row of a run, by step and adapter."""
+        c = t.compute.c
+        q = sa.select(t.compute).where(c.run_id == run_id).order_by(c.step, c.adapter_id)
+        with self.read_engine.connect() as conn:
+            self._require_run(conn, run_id)
+            return [(r.step, engine.UsageRow(r.adapter_id, r.generated_tokens, r.trained_tokens, r.sandbox_jobs))
+                    for r in conn.execute(q).all()]
 
     # ---- children and lineage -----------------------------------------------------------------------------------
     def record_child(self, run_id: str, child: ChildSpec) -> AdapterRow:

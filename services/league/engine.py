@@ -116,6 +116,16 @@ class Edge:
     step: int
 
 
+@dataclass(frozen=True)
+class UsageRow:
+    """Compute one adapter ("base": the bare base model; "": the run itself) spent in one step (spec 14)."""
+
+    adapter_id: str
+    generated_tokens: int = 0
+    trained_tokens: int = 0
+    sandbox_jobs: int = 0
+
+
 @dataclass
 class Played:
     """What a batch of new matches changed: the adapters touched, each one's rating after its last match of each
@@ -127,6 +137,20 @@ class Played:
 
 
 # ---------------------------------------------------------------------------------------------- checks
+# Longest ids the tables hold (services/league/tables.py): a longer one is refused, never truncated.
+MAX_LEN = {"run_id": 200, "adapter_id": 128, "match_id": 400, "operator": 16, "mode": 32}
+
+
+def check_text(value: str, where: str, kind: str) -> None:
+    if len(value) > MAX_LEN[kind]:
+        raise InvalidRequest(f"{where}: {len(value)} characters; at most {MAX_LEN[kind]}")
+
+
+def check_step(step: int, where: str = "step") -> None:
+    if not 0 <= step < 2 ** 62:
+        raise InvalidRequest(f"{where}: {step} is outside [0, 2^62)")
+
+
 def check_role(role: str, where: str, allow_empty: bool = False) -> None:
     if role not in ROLES and not (allow_empty and role == ""):
         raise InvalidRequest(f"{where}: '{role}' is not one of {list(ROLES)}" + (" (or empty for all)"
@@ -137,7 +161,11 @@ def check_specs(specs: Sequence[AdapterSpecIn]) -> None:
     for i, spec in enumerate(specs):
         if not spec.adapter_id:
             raise InvalidRequest(f"adapters[{i}].adapter_id: must not be empty")
+        check_text(spec.adapter_id, f"adapters[{i}].adapter_id", "adapter_id")
         check_role(spec.role, f"adapters[{i}].role")
+        check_step(spec.created_step, f"adapters[{i}].created_step")
+        if not 0 <= spec.rank <= 4096:
+            raise InvalidRequest(f"adapters[{i}].rank: {spec.rank} is outside [0, 4096]")
     ids = [s.adapter_id for s in specs]
     if len(set(ids)) != len(ids):
         raise InvalidRequest("adapters: an adapter_id appears twice in one request")
@@ -158,6 +186,8 @@ def check_matches(run_id: str, reports: Sequence[MatchReport], known: dict[str, 
         where = f"matches[{i}]"
         if not m.match_id:
             raise InvalidRequest(f"{where}.match_id: must not be empty")
+        check_text(m.match_id, f"{where}.match_id", "match_id")
+        check_step(m.step, f"{where}.step")
         if m.task_type not in TASK_TYPES:
             raise InvalidRequest(f"{where}.task_type: '{m.task_type}' is not one of {list(TASK_TYPES)}")
         if not m.rhos:
@@ -187,6 +217,13 @@ def check_child(run_id: str, child: ChildSpec, known: dict[str, AdapterRow]) -> 
         raise InvalidRequest("parent_ids: a child needs at least one parent")
     if not child.operator:
         raise InvalidRequest("operator: name the operator that made the child (M1..X4)")
+    check_text(child.child_id, "child_id", "adapter_id")
+    check_text(child.operator, "operator", "operator")
+    check_step(child.step)
+    if not 0 <= child.rank <= 4096:
+        raise InvalidRequest(f"rank: {child.rank} is outside [0, 4096]")
+    if not -(2 ** 63) <= child.seed < 2 ** 63:
+        raise InvalidRequest(f"seed: {child.seed} does not fit 64 bits")
     existing = known.get(child.child_id)
     if existing is not None:
         if existing.run_id == run_id and existing.parents == list(child.parent_ids) \
@@ -204,6 +241,20 @@ def check_child(run_id: str, child: ChildSpec, known: dict[str, AdapterRow]) -> 
         if r.role != child.role:
             raise InvalidRequest(f"retire_id: '{child.retire_id}' is a {r.role}, the child a {child.role}")
     return None
+
+
+def check_usage(step: int, rows: Sequence[UsageRow]) -> None:
+    check_step(step)
+    seen: set[str] = set()
+    for i, r in enumerate(rows):
+        if len(r.adapter_id) > 128:
+            raise InvalidRequest(f"usage[{i}].adapter_id: longer than 128 characters")
+        if r.adapter_id in seen:
+            raise InvalidRequest(f"usage[{i}].adapter_id: '{r.adapter_id}' appears twice")
+        seen.add(r.adapter_id)
+        for name in ("generated_tokens", "trained_tokens", "sandbox_jobs"):
+            if getattr(r, name) < 0:
+                raise InvalidRequest(f"usage[{i}].{name}: {getattr(r, name)} is negative")
 
 
 # ---------------------------------------------------------------------------------------------- the rules

@@ -215,6 +215,25 @@ def _json(body: bytes) -> Response:
     return Response(content=body, media_type="application/json")
 
 
+class UsageOut(BaseModel):
+    generated_tokens: int
+    trained_tokens: int
+    sandbox_jobs: int
+
+
+class StepUsageOut(UsageOut):
+    step: int
+    cumulative_tokens: int
+
+
+class ComputeSummary(BaseModel):
+    run_id: str
+    total: UsageOut
+    total_tokens: int
+    adapters: dict[str, UsageOut]
+    steps: list[StepUsageOut]
+
+
 def create_app(service: LeagueService) -> FastAPI:
     """The REST app over a LeagueService (served beside the gRPC server by `serve`, or alone by uvicorn)."""
     app = FastAPI(title="PopuLoRA league", version="1",
@@ -285,6 +304,13 @@ def create_app(service: LeagueService) -> FastAPI:
                                        task_type=task_type or "", step_min=step_min, step_max=step_max,
                                        after=after, limit=limit)
         return {"matches": page, "next_after": page[-1]["seq"] if len(page) == limit else None}
+
+    @app.get("/v1/runs/{run_id}/compute", response_model=ComputeSummary, tags=["read"],
+             responses={404: {"description": "no such run"}})
+    async def compute(run_id: str) -> Response:
+        """Compute the run has spent (spec 14): generated and trained tokens and sandbox jobs, in total, per
+        adapter ("base" is the bare base model) and per step with the running token total."""
+        return _json(await cache.get(("compute", run_id), lambda: service.compute_summary(run_id)))
 
     @app.get("/v1/runs/{run_id}/payoff", response_model=Payoff, tags=["read"])
     async def payoff(run_id: str) -> Response:

@@ -7,11 +7,12 @@ import random
 from dataclasses import dataclass
 
 import numpy as np
+from google.protobuf.message import Message
 
 from populora.config import ROLES, TASK_TYPES, Config
 from populora.metrics import BATCH_SIZE
 from populora.pb import league_pb2
-from populora.rpc import CONTRACTS, invalid, not_found, precondition
+from populora.rpc import CONTRACTS, invalid, not_found, nul_field, precondition
 from populora.seeds import derive_seed
 from services.league.db import LeagueDB
 from services.league.engine import (
@@ -24,11 +25,13 @@ from services.league.engine import (
     MatchReport,
     RatingRules,
     UnknownEntity,
+    UsageRow,
 )
 from services.league.pfsp import PfspParams, draw, pfsp_weights
 from services.league.ratings import RatingParams, win_probability_matrix
 from services.league.selection import Member, select_for_replacement
 
+USAGE_FIELDS = ("generated_tokens", "trained_tokens", "sandbox_jobs")
 ROW_BLOCK = 128  # teachers per block in matchmaking: (128, S) float32 temporaries are 250 KB at S = 500
 
 
@@ -38,6 +41,11 @@ def _status_codes(method):
 
     @functools.wraps(method)
     def mapped(*args, **kwargs):
+        for name, value in [*enumerate(args[1:]), *kwargs.items()]:
+            bad = nul_field(value) if isinstance(value, Message) else (
+                "argument" if isinstance(value, str) and "\x00" in value else "")
+            if bad:
+                raise invalid(f"{bad if bad != 'argument' else name}: text must not contain NUL (0x00) characters")
         try:
             return method(*args, **kwargs)
         except InvalidRequest as e:
@@ -226,6 +234,23 @@ class LeagueService:
         return league_pb2.GetLineageResponse(adapter_id=request.adapter_id, ancestors=edges(ancestors),
                                              descendants=edges(descendants))
 
+    @_status_codes
+    def RecordCompute(self, request: league_pb2.RecordComputeRequest) -> league_pb2.RecordComputeResponse:
+        rows = [UsageRow(u.adapter_id, u.generated_tokens, u.trained_tokens, u.sandbox_jobs) for u in request.usage]
+        return league_pb2.RecordComputeResponse(rows=self.db.record_compute(request.run_id, request.step, rows))
+
+    @_status_codes
+    def GetCompute(self, request: league_pb2.GetComputeRequest) -> league_pb2.GetComputeResponse:
+        summary = self.compute_summary(request.run_id)
+
+        def usage(adapter_id: str, u: dict) -> league_pb2.Usage:
+            return league_pb2.Usage(adapter_id=adapter_id, **u)
+
+        return league_pb2.GetComputeResponse(
+            total=usage("", summary["total"]), adapters=[usage(a, u) for a, u in summary["adapters"].items()],
+            steps=[league_pb2.StepCompute(step=s["step"], total=usage("", {k: s[k] for k in USAGE_FIELDS}))
+                   for s in summary["steps"]])
+
     # ---- reads for the REST API -----------------------------------------------------------------------------------
     @_status_codes
     def leaderboard(self, run_id: str, role: str = "", include_retired: bool = True) -> list[dict]:
@@ -265,6 +290,30 @@ class LeagueService:
         return {"adapter_id": adapter_id, "run_id": adapter.run_id, "role": adapter.role, "status": adapter.status,
                 "operator": adapter.operator, "parents": adapter.parents, "created_step": adapter.created_step,
                 "ancestors": edges(ancestors), "descendants": edges(descendants)}
+
+    @_status_codes
+    def compute_summary(self, run_id: str) -> dict:
+        """A run's compute (spec 14): total, per adapter, and per step with the running total, from the rows the
+        coordinator records after each step."""
+        zero = dict.fromkeys(USAGE_FIELDS, 0)
+        total, adapters, steps = dict(zero), {}, {}
+        for step, row in self.db.compute(run_id):
+            per_adapter = adapters.setdefault(row.adapter_id, dict(zero)) if row.adapter_id else None
+            per_step = steps.setdefault(step, dict(zero))
+            for k in USAGE_FIELDS:
+                v = getattr(row, k)
+                total[k] += v
+                per_step[k] += v
+                if per_adapter is not None:
+                    per_adapter[k] += v
+        running, out = dict(zero), []
+        for step in sorted(steps):
+            for k in USAGE_FIELDS:
+                running[k] += steps[step][k]
+            out.append({"step": step, **steps[step], "cumulative_tokens": running["generated_tokens"]
+                        + running["trained_tokens"]})
+        return {"run_id": run_id, "total": total, "total_tokens": total["generated_tokens"] + total["trained_tokens"],
+                "adapters": dict(sorted(adapters.items())), "steps": out}
 
     @_status_codes
     def require_run(self, run_id: str) -> None:

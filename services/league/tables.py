@@ -88,3 +88,13 @@ payoff = sa.Table(
     sa.Column("weight", sa.Float, nullable=False),
     sa.Column("matches", sa.BigInteger, nullable=False),
 )
+
+compute = sa.Table(
+    "league_compute", metadata,
+    sa.Column("run_id", sa.String(200), sa.ForeignKey("league_runs.run_id"), primary_key=True),
+    sa.Column("step", sa.BigInteger, primary_key=True),
+    sa.Column("adapter_id", sa.String(128), primary_key=True),  # "base": the bare base model; "": the run itself
+    sa.Column("generated_tokens", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("trained_tokens", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("sandbox_jobs", sa.BigInteger, nullable=False, server_default="0"),
+)

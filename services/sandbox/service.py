@@ -4,6 +4,7 @@ proto/sandbox.proto (Execute, ValidateProposals, CheckAnswers)."""
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 
 from populora.config import Config, SandboxConfig, TasksConfig
 from populora.metrics import BATCH_SIZE, SANDBOX_STATUS
@@ -53,6 +54,16 @@ class SandboxService:
             SANDBOX_STATUS.labels(r.status).inc()
         return results
 
+    def _counting_runner(self) -> tuple[Callable[[list[Job]], list[JobResult]], list[int]]:
+        """A runner for one request and its job count (a response reports the jobs its request took)."""
+        count = [0]
+
+        def run(jobs: list[Job]) -> list[JobResult]:
+            count[0] += len(jobs)
+            return self.run_jobs(jobs)
+
+        return run, count
+
     def Execute(self, request: sandbox_pb2.ExecuteRequest) -> sandbox_pb2.ExecuteResponse:
         _check_batch(len(request.jobs), "jobs")
         jobs = []
@@ -77,20 +88,23 @@ class SandboxService:
         BATCH_SIZE.labels("sandbox", "ValidateProposals").observe(len(request.proposals))
         proposals = [Proposal(p.proposal_id, p.task_type, p.response_text, p.given_program, p.teacher_id)
                      for p in request.proposals]
+        run, jobs = self._counting_runner()
         out = sandbox_pb2.ValidateProposalsResponse()
-        for v in validate_proposals(proposals, self.tasks, self.run_jobs):
+        for v in validate_proposals(proposals, self.tasks, run):
             res = sandbox_pb2.ValidationResult(proposal_id=v.proposal_id, valid=v.valid, reason=v.reason,
                                                detail=v.detail)
             if v.task is not None:
                 res.task.CopyFrom(v.task.to_pb())
             out.results.append(res)
+        out.jobs = jobs[0]
         return out
 
     def route(self, task_type: str) -> str:
         """The verifier of a task type: an external verifier's name, or "sandbox"."""
         return self.sandbox.verifiers.get(task_type, "sandbox")
 
-    def check(self, attempts: list[Attempt]) -> list[Check]:
+    def check(self, attempts: list[Attempt], runner: Callable[[list[Job]], list[JobResult]] | None = None
+              ) -> list[Check]:
         """Check attempts: in the sandbox, or through the external verifier the config names for the task type
         (a verifier that is not registered or does not serve that type gives verifier_error)."""
         by_route: dict[str, list[int]] = defaultdict(list)
@@ -100,7 +114,7 @@ class SandboxService:
         for name, idxs in by_route.items():
             batch = [attempts[i] for i in idxs]
             if name == "sandbox":
-                got = check_answers(batch, self.tasks, self.run_jobs)
+                got = check_answers(batch, self.tasks, runner or self.run_jobs)
             else:
                 got = self._check_external(name, batch)
             verdicts.update(zip(idxs, got))
@@ -138,10 +152,12 @@ class SandboxService:
             if not task.outputs:
                 raise invalid(f"attempts[{k}].task has no outputs; send the task ValidateProposals returned")
             attempts.append(Attempt(a.attempt_id, task, a.response_text))
+        run, jobs = self._counting_runner()
         out = sandbox_pb2.CheckAnswersResponse()
-        for c in self.check(attempts):
+        for c in self.check(attempts, run):
             out.results.append(sandbox_pb2.AttemptResult(attempt_id=c.attempt_id, outcome=c.outcome,
                                                          detail=c.detail, verifier=c.verifier))
+        out.jobs = jobs[0]
         return out
 
 

@@ -31,7 +31,8 @@ def test_population_run_agrees_with_itself(tmp_path, echo_model):
     store, state, run_dir = _run(cfg, "e2e", 2)
 
     # every phase of every step ran, in order, and was persisted once
-    expected = [(0, "init"), (0, "seed")] + [(s, p) for s in (1, 2) for p in STEP_PHASES] + [(2, "evolve")]
+    expected = [(0, "init"), (0, "seed"), (0, "account"), *((1, p) for p in STEP_PHASES), (1, "account"),
+                *((2, p) for p in STEP_PHASES), (2, "evolve"), (2, "account")]
     assert _done(state, "e2e") == expected
 
     # the echo model's proposals are valid, so students were matched against real tasks
@@ -115,7 +116,7 @@ def test_baseline_and_resume(tmp_path, echo_model):
     after = state.phase_rows("base")
     assert {(r["step"], r["phase"]) for r in after if r["step"] <= 1} == before
     assert all(r["attempts"] == 1 for r in after)
-    assert [p for s, p in _done(state, "base") if s == 2] == STEP_PHASES  # one adapter: nothing to evolve
+    assert [p for s, p in _done(state, "base") if s == 2] == STEP_PHASES + ["account"]  # one adapter: no evolve
     # the single adapter trained in both roles
     j = Journal(state, "base")
     roles = {r.role for s in (1, 2) for r in rollouts(cfg.rewards, j.get(s, "propose"), j.get(s, "validate"),
@@ -123,3 +124,47 @@ def test_baseline_and_resume(tmp_path, echo_model):
     assert roles == {"teacher", "student"}
     assert store.versions("base.B0")[-1] == 1 + sum(
         bool(state.get("base", s, "update")["stats"]) for s in (1, 2))
+
+
+def _tokens_in_records(j: Journal, cfg, steps: int) -> int:
+    """Generated + trained tokens (spec 14) counted straight from the stored phase results."""
+    total = j.get(0, "seed").generated_tokens
+    for s in range(1, steps + 1):
+        proposed, solved = j.get(s, "propose"), j.get(s, "solve")
+        total += sum(len(p.response_token_ids) for p in proposed.proposals)
+        total += sum(len(a.response_token_ids) for a in solved.attempts)
+        batch = rollouts(cfg.rewards, proposed, j.get(s, "validate"), solved, j.get(s, "check"))
+        updated = j.get(s, "update").stats
+        total += sum(len(r.prompt_token_ids) + len(r.response_token_ids) for a, rows in batch.items()
+                     if a in updated for r in rows)
+    return total
+
+
+def test_compute_is_counted_and_a_budget_stops_the_run(tmp_path, echo_model):
+    from populora.pb import league_pb2
+    from services.league.service import LeagueService
+
+    cfg = load_config(preset="cpu-tiny", overrides=e2e_overrides(tmp_path, echo_model), env=False)
+    _, state, run_dir = _run(cfg, "full", 2)
+    rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    counted = _tokens_in_records(Journal(state, "full"), cfg, 2)
+    assert rows[-1]["compute_cumulative"]["tokens"] == counted > 0
+    assert all(r["compute"]["sandbox_jobs"] > 0 for r in rows)
+    league = LeagueService.from_config(cfg)
+    try:
+        got = league.GetCompute(league_pb2.GetComputeRequest(run_id="full"))
+    finally:
+        league.close()
+    assert got.total.generated_tokens + got.total.trained_tokens == counted
+    assert got.total.sandbox_jobs == rows[-1]["compute_cumulative"]["sandbox_jobs"]
+    assert {u.adapter_id for u in got.adapters} >= {"base", "full.T0", "full.S0"}
+
+    # the same run with a budget one token past what step 0 spent: it stops after step 1, the first boundary past it
+    after_step0 = rows[0]["compute_cumulative"]["tokens"]
+    over = [o for o in e2e_overrides(tmp_path / "b", echo_model)] + [f"run.budget_tokens={after_step0 + 1}"]
+    budget_cfg = load_config(preset="cpu-tiny", overrides=over, env=False)
+    _, state_b, run_dir_b = _run(budget_cfg, "full", 3)
+    rows_b = [json.loads(x) for x in (run_dir_b / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows_b] == [0, 1] and rows_b[-1]["stopped"].startswith("budget: tokens")
+    assert rows_b[-1]["compute_cumulative"]["tokens"] == _tokens_in_records(Journal(state_b, "full"), budget_cfg, 1)
+    assert not [r for r in state_b.phase_rows("full") if r["step"] > 1]

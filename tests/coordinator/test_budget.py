@@ -1,0 +1,28 @@
+"""Compute budgets (spec 14): parsing `--budget` and deciding when a run has spent it."""
+
+from __future__ import annotations
+
+import pytest
+
+from coordinator.train import budget_spent, parse_budget
+from populora.config import ConfigError, load_config
+from populora.records import Usage
+
+
+def test_parse_budget():
+    assert parse_budget("tokens=2e6") == {"tokens": 2_000_000}
+    assert parse_budget("tokens=1500, sandbox_jobs=40") == {"tokens": 1500, "sandbox_jobs": 40}
+    assert parse_budget("") == {}
+    for bad, says in (("flops=3", "unknown budget 'flops'"), ("tokens=lots", "not a number"),
+                      ("tokens=-5", "positive"), ("tokens=nan", "positive"), ("tokens=inf", "positive")):
+        with pytest.raises(ConfigError, match=says):
+            parse_budget(bad)
+
+
+def test_budget_is_reached_at_or_past_it():
+    cfg = load_config(env=False, overrides=["run.budget_tokens=100"])
+    assert budget_spent(cfg, Usage(60, 39)) == ""
+    assert budget_spent(cfg, Usage(60, 40)).startswith("tokens 100 >= budget 100")
+    jobs = load_config(env=False, overrides=["run.budget_sandbox_jobs=5"])
+    assert budget_spent(jobs, Usage(10**9, 0, 4)) == "" and budget_spent(jobs, Usage(0, 0, 5))
+    assert budget_spent(load_config(env=False), Usage(10**12, 10**12, 10**9)) == ""  # no budget: never
