@@ -1,6 +1,6 @@
 """What a Compose run left in the shared volume, read inside a one-off container of the project image (the volume
-mounted read-only at /data, no network): the steps the coordinator recorded in the run's metrics.jsonl, and each
-named adapter's latest version loaded onto the base model by PEFT itself. Prints one JSON object.
+mounted read-only at /data, no network): the steps and final population the coordinator recorded in the run's
+metrics.jsonl, and each named adapter's latest version loaded onto the base model by PEFT itself. Prints one JSON object.
 
     python - RUN_ID MODEL ADAPTER_ID... < scripts/compose_volume_check.py
 """
@@ -16,13 +16,15 @@ from pathlib import Path
 DATA = Path("/data")
 
 
-def steps_done(run_id: str) -> int:
-    """Training steps in metrics.jsonl (step 0 is the seeding, not a training step)."""
+def run_record(run_id: str) -> tuple[int, list[str]]:
+    """(training steps in the run's metrics.jsonl, the adapter ids of the population after its last step); step 0
+    is the seeding, not a training step."""
     path = DATA / "runs" / run_id / "metrics.jsonl"
     if not path.exists():
-        return 0
-    steps = {json.loads(line).get("step", 0) for line in path.read_text().splitlines() if line.strip()}
-    return len({s for s in steps if s >= 1})
+        return 0, []
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    steps = [r for r in rows if r.get("step", 0) >= 1]
+    return len({r["step"] for r in steps}), sorted(steps[-1].get("population", {})) if steps else []
 
 
 def latest_version(adapter_id: str) -> Path | None:
@@ -51,7 +53,8 @@ def main(argv: list[str]) -> int:
                                  "error": "" if lora else "PEFT loaded no LoRA tensors"}
         except Exception as e:  # noqa: BLE001 - every failure is reported, per adapter
             found[adapter_id] = {"peft": False, "version": path.name, "error": f"{type(e).__name__}: {e}"[:300]}
-    print(json.dumps({"steps_done": steps_done(run_id), "adapters": found}))
+    steps, population = run_record(run_id)
+    print(json.dumps({"steps_done": steps, "population": population, "adapters": found}))
     return 0
 
 

@@ -150,18 +150,20 @@ class Stack:
             shutil.rmtree(self.secrets_dir, ignore_errors=True)
 
 
-def wait_healthy(stack: Stack) -> int:
-    """Wait until every health-checked service is healthy; a container that exits fails at once."""
+def wait_healthy(stack: Stack, result: dict[str, Any]) -> None:
+    """Wait until every health-checked service is healthy (result["services_healthy"] counts them as they come);
+    a container that exits or is being restarted fails at once."""
     deadline = time.monotonic() + TIMEOUT_S
     while True:
         states = {s: stack.state(s) for s in HEALTHCHECKED}
         healthy = [s for s, (_, h) in states.items() if h == "healthy"]
-        dead = [s for s, (st, _) in states.items() if st in ("exited", "dead")]
+        result["services_healthy"] = len(healthy)
+        dead = [s for s, (st, _) in states.items() if st in ("exited", "dead", "restarting")]
         if dead:
             raise RuntimeError(f"{', '.join(dead)} exited before becoming healthy:\n" +
                                "\n".join(stack.logs(s) for s in dead))
         if len(healthy) == len(HEALTHCHECKED):
-            return len(healthy)
+            return
         if time.monotonic() > deadline:
             waiting = [s for s in HEALTHCHECKED if s not in healthy]
             raise RuntimeError(f"not healthy after {TIMEOUT_S:.0f} s: {waiting}:\n" +
@@ -275,7 +277,7 @@ def main() -> int:
         log(f"docker-compose up ({PROJECT}): {', '.join(HEALTHCHECKED)}")
         t0 = time.monotonic()
         stack("up", "-d", "--no-build", *HEALTHCHECKED, timeout=TIMEOUT_S)
-        result["services_healthy"] = wait_healthy(stack)
+        wait_healthy(stack, result)
         result["compose_up_s"] = round(time.monotonic() - t0, 1)
         log(f"all {result['services_healthy']} services healthy after {result['compose_up_s']} s; "
             f"training run {run_id} ({steps} steps) in the coordinator container")
@@ -292,9 +294,11 @@ def main() -> int:
 
         adapters = leaderboard(stack, run_id)
         result["adapters_listed"] = len(adapters)
-        if not adapters:
-            errors.append(f"the league's leaderboard of {run_id} lists no adapters")
         volume = check_volume(stack, project_image, run_id, cfg["model"]["name"], adapters)
+        unlisted = sorted(set(volume["population"]) - set(adapters))
+        if not volume["population"] or unlisted:
+            errors.append(f"the league's leaderboard of {run_id} ({len(adapters)} adapters) misses the run's "
+                          f"population {unlisted or '(none recorded)'}")
         result["steps_done"] = volume["steps_done"]
         if volume["steps_done"] != steps:
             errors.append(f"{volume['steps_done']} steps recorded in metrics.jsonl, {steps} asked")
