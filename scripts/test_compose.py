@@ -120,11 +120,11 @@ class Stack:
             raise RuntimeError(f"service {service} has no container")
         return ids[0]
 
-    def state(self, service: str) -> tuple[str, str]:
-        """(status, health) of the service's container: ("running", "healthy"), ("exited", "")..."""
-        fmt = "{{.State.Status}} {{if .State.Health}}{{.State.Health.Status}}{{end}}"
+    def state(self, service: str) -> tuple[str, int, str]:
+        """(status, restarts, health) of the service's container: ("running", 0, "healthy"), ("exited", 0, "")..."""
+        fmt = "{{.State.Status}} {{.RestartCount}} {{if .State.Health}}{{.State.Health.Status}}{{end}}"
         out = run(["docker", "inspect", "--format", fmt, self.container(service)]).stdout.split()
-        return out[0], out[1] if len(out) > 1 else ""
+        return out[0], int(out[1]), out[2] if len(out) > 2 else ""
 
     def address(self, service: str) -> str:
         """The container's address on one of its networks (the host reaches the stack's bridges directly)."""
@@ -152,15 +152,15 @@ class Stack:
 
 def wait_healthy(stack: Stack, result: dict[str, Any]) -> None:
     """Wait until every health-checked service is healthy (result["services_healthy"] counts them as they come);
-    a container that exits or is being restarted fails at once."""
+    a container that exits, or that Docker restarted (`restart: unless-stopped`), fails at once."""
     deadline = time.monotonic() + TIMEOUT_S
     while True:
         states = {s: stack.state(s) for s in HEALTHCHECKED}
-        healthy = [s for s, (_, h) in states.items() if h == "healthy"]
+        healthy = [s for s, (_, _, h) in states.items() if h == "healthy"]
         result["services_healthy"] = len(healthy)
-        dead = [s for s, (st, _) in states.items() if st in ("exited", "dead", "restarting")]
+        dead = [s for s, (st, restarts, _) in states.items() if st in ("exited", "dead", "restarting") or restarts]
         if dead:
-            raise RuntimeError(f"{', '.join(dead)} exited before becoming healthy:\n" +
+            raise RuntimeError(f"{', '.join(dead)} exited (or was restarted) before becoming healthy:\n" +
                                "\n".join(stack.logs(s) for s in dead))
         if len(healthy) == len(HEALTHCHECKED):
             return
