@@ -52,6 +52,15 @@ RUN --mount=type=secret,id=ca --mount=type=tmpfs,target=/run/ca --mount=type=cac
     esac
 WORKDIR /app
 COPY pyproject.toml constraints.txt README.md ./
+# The dependencies (pyproject.toml's list) next, in their own layer: a change to the source alone does not
+# reinstall them.
+RUN --mount=type=secret,id=ca --mount=type=tmpfs,target=/run/ca --mount=type=cache,target=/root/.cache/pip \
+    --mount=type=bind,source=scripts/image_pip.py,target=/run/image_pip.py \
+    python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" \
+      > /tmp/requirements.txt \
+    && python /run/image_pip.py install -c constraints.txt -r /tmp/requirements.txt \
+    && if [ "$VARIANT" = cuda ]; then python /run/image_pip.py install -c constraints.txt $CUDA_EXTRAS; fi \
+    && rm /tmp/requirements.txt
 COPY populora ./populora
 COPY services ./services
 COPY coordinator ./coordinator
@@ -61,8 +70,8 @@ COPY configs ./configs
 # Editable install: presets (configs/) and contracts (proto/) are found next to the package, as in a checkout.
 RUN --mount=type=secret,id=ca --mount=type=tmpfs,target=/run/ca --mount=type=cache,target=/root/.cache/pip \
     --mount=type=bind,source=scripts/image_pip.py,target=/run/image_pip.py \
-    python /run/image_pip.py install -c constraints.txt -e . \
-    && if [ "$VARIANT" = cuda ]; then python /run/image_pip.py install -c constraints.txt $CUDA_EXTRAS; fi \
+    python /run/image_pip.py install --no-deps -c constraints.txt -e . \
+    && python -m pip check \
     && python -m populora.protoc \
     && find /opt/venv /app -name __pycache__ -prune -exec rm -rf {} +
 

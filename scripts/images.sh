@@ -138,9 +138,15 @@ if [ -n "$ca" ]; then
         die "CA_BUNDLE=$CA_BUNDLE: no such file"
     fi
 fi
+previous=$(docker image inspect --format '{{.Id}}' "$PROJECT_IMAGE" 2>/dev/null) || true
 build "$PROJECT_IMAGE" "$ROOT" --build-arg "BASE_IMAGE=$BASE_IMAGE" --build-arg "VARIANT=$VARIANT" \
     --build-arg "TORCH_INDEX_URL=$TORCH_INDEX_URL" ${PIP_INDEX_URL:+--build-arg "PIP_INDEX_URL=$PIP_INDEX_URL"} \
     "${secret[@]}"
+# the image this build replaced, now without a name: removed, so rebuilds do not pile up (kept while in use)
+if [ -n "$previous" ] && [ "$previous" != "$(docker image inspect --format '{{.Id}}' "$PROJECT_IMAGE")" ] \
+   && [ "$(docker image inspect --format '{{len .RepoTags}}' "$previous" 2>/dev/null)" = 0 ]; then
+    docker rmi "$previous" >/dev/null 2>&1 && note "removed the image it replaced (${previous:7:12})" || true
+fi
 
 mkdir -p "$ROOT/build"
 cat >"$ROOT/build/compose-images.env" <<EOF
