@@ -8,7 +8,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install apt test lint run run-distributed test-vllm bench clean proto images test-compose
+.PHONY: install apt test lint run run-distributed test-vllm bench bench-gpu clean proto images test-compose
 
 install: $(VENV)/.installed populora/pb/common_pb2.py
 
@@ -16,11 +16,14 @@ install: $(VENV)/.installed populora/pb/common_pb2.py
 populora/pb/common_pb2.py: $(wildcard proto/*.proto) | $(VENV)/.installed
 	$(BIN)/python -m populora.protoc
 
-# Debian packages the sandbox and the compose validation use; only when root and missing.
+# Debian packages the sandbox, the compose validation and the dashboard's browser tests use; only when root and
+# missing.
 apt:
 	@missing=""; \
 	command -v bwrap >/dev/null || missing="$$missing bubblewrap"; \
 	command -v docker-compose >/dev/null || missing="$$missing docker-compose"; \
+	command -v chromium >/dev/null || missing="$$missing chromium"; \
+	command -v chromedriver >/dev/null || missing="$$missing chromium-driver"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \
 	    echo "installing Debian packages:$$missing"; \
@@ -78,6 +81,15 @@ bench: install
 	$(BIN)/python -m bench.inference --json
 	$(BIN)/python -m bench.trainer --json
 	$(BIN)/python -m bench.step --json
+
+# The GPU check (docs/gpu.md). It needs CUDA torch, so it runs with the machine's own Python, not the CPU venv;
+# every figure is also appended to GPU_JSONL the moment it is taken. GPU_ARGS="--shape tiny" runs it on a CPU.
+GPU_PYTHON ?= python3
+GPU_ARGS ?=
+GPU_JSONL ?= runs/bench-gpu.jsonl
+bench-gpu:
+	@mkdir -p $(dir $(GPU_JSONL))
+	PYTHONUNBUFFERED=1 $(GPU_PYTHON) -m bench.gpu --json --jsonl $(GPU_JSONL) $(GPU_ARGS)
 
 clean:
 	rm -rf $(VENV) populora/pb/*_pb2*.py .pytest_cache

@@ -6,6 +6,8 @@ the estimated cost of doing the same with a dense ΔW and torch.linalg.svd. Prin
 The synthetic adapter has the LoRA shapes of Qwen2.5-7B (hidden 3584, intermediate 18944, key/value 512; q, k, v,
 o, gate, up, down in each of 28 layers). Each operator runs in a fresh subprocess so its peak RSS is its own;
 `baseline_rss_mb` is that process's resident size after its imports, before any adapter is touched.
+`cpu_seconds` is the processor time of the same call (`time.process_time`): on a shared machine the wall time
+mostly measures the other jobs, the processor time much less so.
 """
 
 from __future__ import annotations
@@ -28,19 +30,21 @@ QWEN7B_LAYER = [("self_attn.q_proj", HIDDEN, HIDDEN), ("self_attn.k_proj", HIDDE
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
-def module_shapes(layers: int) -> list[tuple[str, int, int]]:
-    return [(f"model.layers.{i}.{suffix}", d_in, d_out) for i in range(layers) for suffix, d_in, d_out in QWEN7B_LAYER]
+def module_shapes(layers: int, layer: list[tuple[str, int, int]] = QWEN7B_LAYER) -> list[tuple[str, int, int]]:
+    return [(f"model.layers.{i}.{suffix}", d_in, d_out) for i in range(layers) for suffix, d_in, d_out in layer]
 
 
-def make_parent(store, adapter_id: str, layers: int, rank: int, seed: int) -> None:
-    """A trained-looking adapter: A ~ kaiming-scale noise, B small nonzero (as after some training steps)."""
+def make_parent(store, adapter_id: str, layers: int, rank: int, seed: int,
+                layer: list[tuple[str, int, int]] = QWEN7B_LAYER) -> None:
+    """A trained-looking adapter: A ~ kaiming-scale noise, B small nonzero (as after some training steps); `layer`
+    gives each decoder layer's (module suffix, d_in, d_out)."""
     import torch
 
     from populora.store import lora_config_dict, lora_keys
 
     g = torch.Generator().manual_seed(seed)
     weights = {}
-    for module, d_in, d_out in module_shapes(layers):
+    for module, d_in, d_out in module_shapes(layers, layer):
         key_a, key_b = lora_keys(module)
         weights[key_a] = torch.randn(rank, d_in, generator=g) / d_in ** 0.5
         weights[key_b] = torch.randn(d_out, rank, generator=g) * 1e-3
@@ -70,10 +74,11 @@ def worker(store_root: str, operator: str, seed: int) -> dict:
     parents = ["P1", "P2"][:OPERATORS[operator].n_parents]
     request = evolver_pb2.BreedRequest(parents=[common_pb2.AdapterRef(adapter_id=p, version=1) for p in parents],
                                        operator=operator, seed=seed, child_id=f"child-{operator}")
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     response = service.Breed(request)
-    seconds = time.perf_counter() - start
-    return {"seconds": seconds, "inner_seconds": response.seconds, "baseline_rss_mb": baseline,
+    seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
+    return {"seconds": seconds, "cpu_seconds": cpu_seconds, "inner_seconds": response.seconds,
+            "baseline_rss_mb": baseline,
             "peak_rss_mb": _rss_mb("VmHWM"), "relative_change": response.relative_change,
             "effective_rank": response.effective_rank}
 
@@ -140,6 +145,8 @@ def run(args: argparse.Namespace) -> dict:
     return {
         "adapter": f"Qwen2.5-7B LoRA shapes, rank {args.rank}, {args.layers} layers, float32",
         "seconds": seconds, "max_seconds": round(max_seconds, 3),
+        "cpu_seconds": {op: round(r["cpu_seconds"], 3) for op, r in results.items()},
+        "max_cpu_seconds": round(max(r["cpu_seconds"] for r in results.values()), 3),
         "dense_seconds_estimate": round(dense["dense_seconds_estimate"], 1),
         "speedup_vs_dense": round(dense["dense_seconds_estimate"] / max_seconds, 1),
         "peak_rss_mb": round(peak, 1), "baseline_rss_mb": round(baseline, 1), "adapter_mb": round(adapter_mb, 1),

@@ -73,7 +73,27 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def cmd_train(args: argparse.Namespace) -> int:
     from coordinator.train import main as train_main
 
-    return int(train_main(args, load_cli_config(args)) or 0)
+    dashboard = None
+    if args.dashboard:  # the league's read-only web dashboard beside the run, on the run's database
+        from services.league.rest import dashboard_server
+
+        dashboard = dashboard_server(load_cli_config(args), port=args.dashboard, existing=False).start()
+        print(f"dashboard: {dashboard.url} (it stops with the run; `populora dashboard` serves it again)", flush=True)
+    try:
+        return int(train_main(args, load_cli_config(args)) or 0)
+    finally:
+        if dashboard is not None:
+            dashboard.stop()
+
+
+def cmd_dashboard(args: argparse.Namespace) -> int:
+    from services.league.rest import dashboard_server
+
+    server = dashboard_server(load_cli_config(args), host=args.host, port=args.port)
+    route = f"#/overview/{args.run}" if args.run else ""
+    print(f"dashboard: {server.url}{route} (Ctrl-C to stop)", flush=True)
+    server.run()
+    return 0
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -126,7 +146,16 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--workers", type=int, default=1,
                    help="distributed mode: phase-worker threads in this process (0 = only external "
                         "`python -m coordinator.worker` processes)")
+    t.add_argument("--dashboard", type=int, nargs="?", const=8080, default=None, metavar="PORT",
+                   help="serve the web dashboard on 127.0.0.1:PORT (8080) while the run trains")
     t.set_defaults(func=cmd_train)
+
+    d = sub.add_parser("dashboard", help="serve the web dashboard of the runs in a run database (read-only)")
+    d.add_argument("--run", default=None, help="the run to open first (default: the latest)")
+    d.add_argument("--port", type=int, default=8080)
+    d.add_argument("--host", default="127.0.0.1", help="listen address (0.0.0.0 to share it)")
+    _config_args(d, default_preset="cpu-smol")
+    d.set_defaults(func=cmd_dashboard)
 
     r = sub.add_parser("report", help="write the HTML report of a run")
     r.add_argument("run", help="run id or run directory")

@@ -145,8 +145,10 @@ def resolve(args: argparse.Namespace, cfg: Config) -> tuple[Config, str, bool]:
 
 
 def run_training(cfg: Config, run_id: str, db: JournalDB, workers: int = 1, progress: bool = False) -> Path:
-    """Train run `run_id` (created in `db` already) to cfg.run.steps; returns the run directory. Distributed
-    (queue.backend=redis): phases go to the step queue, `workers` threads of this process among their consumers."""
+    """Train run `run_id` (created in `db` already) to cfg.run.steps, or until its budget is spent; returns the run
+    directory. The run's status ends `finished`, or `stopped` when training raised (a phase that failed on every
+    delivery marks it `failed`). Distributed (queue.backend=redis): phases go to the step queue, `workers` threads
+    of this process among their consumers."""
     services = open_services(cfg)
     run = Run(run_id, cfg, services, ArtifactStore(cfg.store_root), progress=progress)
     queue = stop_workers = None
@@ -155,8 +157,15 @@ def run_training(cfg: Config, run_id: str, db: JournalDB, workers: int = 1, prog
         stop_workers = start_worker_threads(run, db, queue, workers)
     run_dir = Path(cfg.run.output_dir) / run_id
     metrics = MetricsWriter(run_dir)
+    db.set_status(run_id, "running")
     try:
         train(Journal(db, run_id, queue), run, cfg.run.steps, metrics)
+        db.set_status(run_id, "finished")
+    except RunFailed:
+        raise
+    except BaseException:
+        db.set_status(run_id, "stopped")
+        raise
     finally:
         if stop_workers is not None:
             stop_workers.set()
@@ -174,18 +183,13 @@ def main(args: argparse.Namespace, cfg: Config) -> int:
         print(f"error: run '{run_id}' exists; pass --resume to continue it or choose another --run-id",
               file=sys.stderr)
         return 2
-    db.set_status(run_id, "running")
     print(f"run {run_id}: {cfg.run.mode}, {cfg.run.deployment}, model {cfg.model.name}, "
           f"{cfg.population.n_teachers}T+{cfg.population.n_students}S, {cfg.run.steps} steps", flush=True)
     try:
         run_dir = run_training(cfg, run_id, db, getattr(args, "workers", 1), progress=sys.stderr.isatty())
-        db.set_status(run_id, "finished")
     except RunFailed as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    except BaseException:
-        db.set_status(run_id, "stopped")
-        raise
     print(f"metrics: {run_dir / 'metrics.jsonl'}")
     if not getattr(args, "no_report", False):
         from coordinator.report import write_report

@@ -238,6 +238,10 @@ class EvolutionConfig(Section):
     """Torch threads of the evolver's math while it makes a child; 0 = leave torch's setting. Its work is many small
     (r x r) decompositions and tall-skinny products, where one thread was ~10x faster than two on a loaded 2-core
     machine (docs/evolver.md)."""
+    device: str = Field("cpu", pattern=r"^(cpu|auto|cuda(:\d+)?)$")
+    """Where the operators' full-size work runs (Grams, tall products, noise and masks): `cpu`, `cuda`, `cuda:N`, or
+    `auto` (a GPU when there is one). The r x r decompositions stay on the CPU; a child is reproducible from its
+    seed on one kind of device (a GPU draws its noise and masks from its own generator) (docs/evolver.md)."""
 
     @field_validator("operator_mix")
     @classmethod

@@ -34,12 +34,13 @@ class Child:
     effective_rank: float
     stats: dict[str, float] = field(default_factory=dict)
     seconds: float = 0.0
+    device: str = "cpu"  # the kind of device the math ran on: the seed reproduces the child on that kind
 
     def meta(self, parents: list[str]) -> dict[str, Any]:
         """What goes into the child's meta.json: its ε (inherited by its own children) and its provenance."""
         return {EPSILON_META_KEY: self.epsilon, "operator": self.operator, "parents": parents, "seed": self.seed,
                 "params": self.params, "relative_change": self.relative_change,
-                "effective_rank": self.effective_rank}
+                "effective_rank": self.effective_rank, "device": self.device}
 
 
 def get_operator(name: str) -> Operator:
@@ -49,10 +50,27 @@ def get_operator(name: str) -> Operator:
     return op
 
 
-def generator(seed: int, *stream: int) -> torch.Generator:
-    """An independent torch generator per (seed, stream...): module i uses stream (1, i), adapter-wide draws (0,)."""
+def generator(seed: int, *stream: int, device: torch.device | None = None) -> torch.Generator:
+    """An independent torch generator per (seed, stream...): module i uses stream (1, i), adapter-wide draws (0,),
+    and on a GPU module i's noise and masks stream (2, i) there."""
     state = np.random.SeedSequence([seed % 2**64, *stream]).generate_state(2, np.uint64)
-    return torch.Generator().manual_seed(int(state[0] ^ (state[1] << np.uint64(1))) % 2**63)
+    gen = torch.Generator() if device is None else torch.Generator(device=device)
+    return gen.manual_seed(int(state[0] ^ (state[1] << np.uint64(1))) % 2**63)
+
+
+def resolve_device(name: str) -> torch.device:
+    """`evolution.device` as a torch device; a GPU that is not there is an error, not a silent CPU run."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(name)
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise EvolverError(f"evolution.device is {name!r} but torch sees no CUDA device; set evolution.device=cpu "
+                               "(or auto)")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise EvolverError(f"evolution.device is {name!r} but there are {torch.cuda.device_count()} CUDA "
+                               "device(s)")
+    return device
 
 
 def parent_epsilon(parent: ParentAdapter, evolution: EvolutionConfig) -> float:
@@ -134,6 +152,8 @@ def _breed(parents: list[ParentAdapter], operator: str, params: Mapping[str, flo
     if len(parents) != op.n_parents:
         raise EvolverError(f"operator {op.name} takes {op.n_parents} parent(s), got {len(parents)}")
     check_compatible(parents)
+    device = resolve_device(evolution.device)
+    on_gpu = device.type != "cpu"
     first = parents[0]
     modules = sorted(first.modules)
     rank = first.rank
@@ -144,9 +164,10 @@ def _breed(parents: list[ParentAdapter], operator: str, params: Mapping[str, flo
     totals = {"diff_sq": 0.0, "parent_sq": 0.0, "child_sq": 0.0}
     ranks, changed, worst = [], 0, 0.0
     for index, module in enumerate(modules):
-        factors = [LoraFactors(*p.factors(module)) for p in parents]
+        factors = [LoraFactors(*(t.to(device) for t in p.factors(module))) for p in parents]
         ctx = ModuleContext(module, index, rank, draw.params, generator(seed, 1, index),
-                            selected=draw.selected is None or module in draw.selected)
+                            selected=draw.selected is None or module in draw.selected,
+                            noise=generator(seed, 2, index, device=device) if on_gpu else None)
         out = op.fn(factors, ctx)
         child_b, child_a = _cast(out.lora_b, factors[0].lora_b), _cast(out.lora_a, factors[0].lora_a)
         _check_shapes(module, child_b, child_a, factors[0])
@@ -159,7 +180,7 @@ def _breed(parents: list[ParentAdapter], operator: str, params: Mapping[str, flo
         if st.parent_sq > 0:
             worst = max(worst, math.sqrt(st.diff_sq / st.parent_sq))
         key_a, key_b = first.modules[module]
-        weights[key_a], weights[key_b] = child_a, child_b
+        weights[key_a], weights[key_b] = child_a.cpu(), child_b.cpu()
     rel = _relative(totals["diff_sq"], totals["parent_sq"])
     scale = first.scaling
     stats = {"modules": float(len(modules)), "modules_changed": float(changed),
@@ -170,7 +191,7 @@ def _breed(parents: list[ParentAdapter], operator: str, params: Mapping[str, flo
         stats["modules_selected"] = float(len(draw.selected))
     return Child(weights=weights, config=dict(first.config), operator=op.name, seed=seed, epsilon=child_eps,
                  params=dict(draw.params), relative_change=rel, effective_rank=float(np.mean(ranks)), stats=stats,
-                 seconds=time.perf_counter() - start)
+                 seconds=time.perf_counter() - start, device=device.type)
 
 
 def _relative(diff_sq: float, parent_sq: float) -> float:

@@ -4,13 +4,16 @@ Layout (PEFT): `lora_a` is r x d_in, `lora_b` is d_out x r, and a module's updat
 Spec §9 writes A = lora_aᵀ (d_in x r), so ΔW ∝ B·Aᵀ; the functions here take PEFT's layout and never form ΔW.
 
 Every function works on the r x r Gram matrices of the factors plus one tall product per side, so one module
-costs O((d_in + d_out)·r²) flops, against O(d_in·d_out·min(d_in, d_out)) for a dense SVD of ΔW.
+costs O((d_in + d_out)·r²) flops, against O(d_in·d_out·min(d_in, d_out)) for a dense SVD of ΔW. The Grams are
+float64 (they decide the spectrum and the change statistics) and are made in one pass over the factors for every
+pair that needs them (`joint_grams`); the r x r algebra runs on the CPU whatever device holds the factors.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+import weakref
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -63,10 +66,33 @@ class Spectrum:
     v_map: torch.Tensor  # (k, ma) float64
 
 
+def gram_blocks(mats: Sequence[torch.Tensor], pairs: Sequence[tuple[int, int]],
+                tall: bool = True) -> dict[tuple[int, int], torch.Tensor]:
+    """X_iᵀ·X_j for tall (d x k_i) or X_i·X_jᵀ for wide (k_i x d) matrices of one d, in float64, for every
+    requested pair (i, j); the results are on the CPU.
+
+    The matrices the pairs use are copied side by side into one float64 workspace and multiplied by its transpose
+    in one product: one conversion per factor and one large GEMM run several times faster than a float64 copy
+    per factor and a product per pair (7B factors: 18944 x 32), at the price of the few blocks nobody asked for.
+    """
+    used = sorted({i for pair in pairs for i in pair})
+    width = {i: mats[i].shape[1 if tall else 0] for i in used}
+    offset, total = {}, 0
+    for i in used:
+        offset[i], total = total, total + width[i]
+    d = mats[used[0]].shape[0 if tall else 1]
+    shape = (d, total) if tall else (total, d)
+    work = torch.empty(shape, dtype=torch.float64, device=mats[used[0]].device)
+    for i in used:
+        part = work[:, offset[i]:offset[i] + width[i]] if tall else work[offset[i]:offset[i] + width[i]]
+        part.copy_(mats[i])
+    full = (work.T @ work if tall else work @ work.T).cpu()  # (total, total)
+    return {(i, j): full[offset[i]:offset[i] + width[i], offset[j]:offset[j] + width[j]] for i, j in pairs}
+
+
 def gram(x: torch.Tensor) -> torch.Tensor:
     """Xᵀ·X in float64 for a tall X (d x k)."""
-    x64 = x.to(torch.float64)
-    return x64.T @ x64
+    return gram_blocks([x], [(0, 0)])[(0, 0)]
 
 
 def span_from_gram(g: torch.Tensor, rtol: float = GRAM_RTOL) -> Span:
@@ -101,15 +127,15 @@ def spectrum_from_grams(gb: torch.Tensor, ga: torch.Tensor) -> Spectrum:
 
 def spectrum(lora_b: torch.Tensor, lora_a: torch.Tensor) -> Spectrum:
     """The factored SVD of lora_b @ lora_a (PEFT layout, any number k of stacked components)."""
-    return spectrum_from_grams(gram(lora_b), gram(lora_a.T))
+    return LoraFactors(lora_b, lora_a).spectrum()
 
 
 def factored_svd(lora_b: torch.Tensor, lora_a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Explicit (U, S, V) with lora_b @ lora_a = U·diag(S)·Vᵀ, U d_out x n, V d_in x n (float64), spec §9."""
     sp = spectrum(lora_b, lora_a)
     n = sp.s.numel()
-    u = lora_b.to(torch.float64) @ sp.u_map[:, :n]
-    v = lora_a.to(torch.float64).T @ sp.v_map[:, :n]
+    u = lora_b.to(torch.float64) @ sp.u_map[:, :n].to(lora_b.device)
+    v = lora_a.to(torch.float64).T @ sp.v_map[:, :n].to(lora_a.device)
     return u, sp.s, v
 
 
@@ -142,8 +168,8 @@ def random_rotation(r: int, epsilon: float, gen: torch.Generator) -> torch.Tenso
 class LoraFactors:
     """One module's LoRA factors in PEFT's layout: lora_b (d_out x r), lora_a (r x d_in); ΔW ∝ lora_b @ lora_a.
 
-    Float64 copies, the r x r Grams and the spectrum are computed once and cached (operators and the stats share
-    them), so each tall factor is converted and multiplied as few times as possible.
+    The r x r Grams with itself and with other factors of the same module (`cross`) and the spectrum are computed
+    once and cached, so each tall factor is read as few times as possible.
     """
 
     lora_b: torch.Tensor
@@ -155,28 +181,54 @@ class LoraFactors:
             self._cache[key] = make()
         return self._cache[key]
 
-    def b64(self) -> torch.Tensor:
-        return self._get("b64", lambda: self.lora_b.to(torch.float64))
+    def known_cross(self, other: LoraFactors) -> tuple[torch.Tensor, torch.Tensor] | None:
+        entry = self._cache.get(("cross", id(other)))
+        if entry is None or entry[0]() is not other:  # a weak reference: caches never keep factors alive
+            return None
+        return entry[1], entry[2]
 
-    def a64(self) -> torch.Tensor:
-        return self._get("a64", lambda: self.lora_a.to(torch.float64))
+    def remember_cross(self, other: LoraFactors, gb: torch.Tensor, ga: torch.Tensor) -> None:
+        self._cache[("cross", id(other))] = (weakref.ref(other), gb, ga)
+
+    def cross(self, other: LoraFactors) -> tuple[torch.Tensor, torch.Tensor]:
+        """(B_selfᵀ·B_other, A_self·A_otherᵀ): r x r float64 Grams, made with `joint_grams` when not known."""
+        known = self.known_cross(other)
+        if known is None:
+            joint_grams([self, other])
+            known = self.known_cross(other)
+        return known
 
     def gram_b(self) -> torch.Tensor:
         """BᵀB (r x r)."""
-        return self._get("gram_b", lambda: self.b64().T @ self.b64())
+        return self.cross(self)[0]
 
     def gram_a(self) -> torch.Tensor:
         """AᵀA = lora_a·lora_aᵀ (r x r)."""
-        return self._get("gram_a", lambda: self.a64() @ self.a64().T)
+        return self.cross(self)[1]
 
     def spectrum(self) -> Spectrum:
         """The factored SVD of this module's B·Aᵀ (§9)."""
         return self._get("spectrum", lambda: spectrum_from_grams(self.gram_b(), self.gram_a()))
 
-    def drop_float64(self) -> None:
-        """Free the float64 copies (keeps the small Grams and spectrum)."""
-        self._cache.pop("b64", None)
-        self._cache.pop("a64", None)
+
+def joint_grams(factors: Sequence[LoraFactors]) -> None:
+    """Every Gram among `factors` (each with itself and with each other) not known yet, in one pass per side;
+    each is remembered by both factors. Operators call it once with every source a module's child draws on, so
+    the spectrum, the crossover blocks and the change statistics share one pass."""
+    unique: list[LoraFactors] = []
+    for f in factors:
+        if not any(f is u for u in unique):
+            unique.append(f)
+    pairs = [(i, j) for i in range(len(unique)) for j in range(i, len(unique))
+             if unique[i].known_cross(unique[j]) is None]
+    if not pairs:
+        return
+    gb = gram_blocks([f.lora_b for f in unique], pairs, tall=True)
+    ga = gram_blocks([f.lora_a for f in unique], pairs, tall=False)
+    for i, j in pairs:
+        unique[i].remember_cross(unique[j], gb[i, j], ga[i, j])
+        if i != j:
+            unique[j].remember_cross(unique[i], gb[i, j].T, ga[i, j].T)
 
 
 Part = tuple[float, "LoraFactors"]  # (weight w_i, factors of one source): contributes w_i·B_i·A_i
@@ -185,27 +237,13 @@ Part = tuple[float, "LoraFactors"]  # (weight w_i, factors of one source): contr
 def stacked_grams(parts: list[Part]) -> tuple[torch.Tensor, torch.Tensor]:
     """Grams of the stacked factors [w_1 B_1, w_2 B_2, ...] and [A_1; A_2; ...]ᵀ, i.e. of Σ w_i B_i A_i (§9, X1/X4).
 
-    Assembled block by block: the diagonal blocks are each source's cached r x r Grams, so only the cross blocks
-    B_iᵀB_j and A_i A_jᵀ cost a pass over the tall factors (no stacked copy is made).
+    Assembled block by block from the sources' Grams with each other (`joint_grams`: one pass for the blocks not
+    known yet, no stacked copy is made).
     """
-    rows_b, rows_a = [], []
-    for i, (wi, pi) in enumerate(parts):
-        blocks_b, blocks_a = [], []
-        for j, (wj, pj) in enumerate(parts):
-            if i == j:
-                blocks_b.append(wi * wi * pi.gram_b())
-                blocks_a.append(pi.gram_a())
-            elif j > i:
-                blocks_b.append(wi * wj * (pi.b64().T @ pj.b64()))
-                blocks_a.append(pi.a64() @ pj.a64().T)
-            else:
-                blocks_b.append(rows_b[j][i].T)
-                blocks_a.append(rows_a[j][i].T)
-        rows_b.append(blocks_b)
-        rows_a.append(blocks_a)
-    gb = torch.cat([torch.cat(row, dim=1) for row in rows_b], dim=0)
-    ga = torch.cat([torch.cat(row, dim=1) for row in rows_a], dim=0)
-    return gb, ga
+    joint_grams([p for _, p in parts])
+    rows_b = [torch.cat([wi * wj * pi.cross(pj)[0] for wj, pj in parts], dim=1) for wi, pi in parts]
+    rows_a = [torch.cat([pi.cross(pj)[1] for _, pj in parts], dim=1) for _, pi in parts]
+    return torch.cat(rows_b, dim=0), torch.cat(rows_a, dim=0)
 
 
 @dataclass
@@ -214,13 +252,15 @@ class Components:
 
     lora_b' = Σ_i w_i·B_i @ b_map[rows of i] (d_out x r) and lora_a' = Σ_i a_map[rows of i]ᵀ @ A_i (r x d_in): the
     maps act on the stacked sources without stacking them. `extra_a_rows` (p x d_in) are appended directions when
-    the sources span fewer than r.
+    the sources span fewer than r. `s`: the child's singular values when its maps come from one spectrum
+    (`compose`): B'= U·sqrt(S') and A'ᵀ = V·sqrt(S') with orthonormal U, V, so ΔW' = U·diag(S')·Vᵀ has exactly S'.
     """
 
     parts: list[Part]
     b_map: torch.Tensor  # (k, c), k = Σ r_i
     a_map: torch.Tensor  # (k, c)
     extra_a_rows: torch.Tensor | None = None
+    s: torch.Tensor | None = None  # (c,) float64
 
     def select(self, lo: int, hi: int) -> Components:
         """Components lo..hi-1 only (maps sliced before the tall products)."""
@@ -231,20 +271,30 @@ class Components:
         return Components(self.parts, self.b_map[:, lo:min(hi, n)], self.a_map[:, lo:min(hi, n)], extra)
 
     def result(self, parent: LoraFactors) -> LoraFactors:
-        """The child's factors, with its Grams against `parent` precomputed when they follow from the maps alone.
-
-        With one source, the parent itself (M1, M3): B' = w·B·Mb and A' = Maᵀ·A give B'ᵀB' = w²·Mbᵀ·Gb·Mb,
-        B'ᵀB = w·Mbᵀ·Gb, A'A'ᵀ = Maᵀ·Ga·Ma and A'Aᵀ = Maᵀ·Ga: r x r work instead of four passes over the factors.
-        `compare` uses them; they describe the child before rounding to its storage dtype, which for float32 is
-        within ~1e-7 (the caller discards them when the cast changes the tensors).
-        """
+        """The child's factors, with its Grams against `parent` precomputed from the maps (`grams_against`)."""
         child = LoraFactors(*self.factors())
-        if len(self.parts) == 1 and self.parts[0][1] is parent and self.extra_a_rows is None:
-            w = self.parts[0][0]
-            gb, ga = parent.gram_b(), parent.gram_a()
-            child._cache["against"] = (parent, w * w * (self.b_map.T @ gb @ self.b_map), w * (self.b_map.T @ gb),
-                                       self.a_map.T @ ga @ self.a_map, self.a_map.T @ ga)
+        grams = self.grams_against(parent)
+        if grams is not None:
+            child._cache["against"] = (parent, *grams, self.s)
         return child
+
+    def grams_against(self, parent: LoraFactors) -> tuple[torch.Tensor, ...] | None:
+        """(B'ᵀB', B'ᵀB_p, A'A'ᵀ, A'A_pᵀ) of the child from its maps, for `compare`.
+
+        With B' = Σ_i w_i·B_i·Mb_i and A' = Σ_i Ma_iᵀ·A_i: B'ᵀB' = Mbᵀ·G·Mb with G the block Gram [w_i·w_j·B_iᵀB_j],
+        B'ᵀB_p = Mbᵀ·[w_i·B_iᵀB_p], and likewise for A without the weights: r x r work on the sources' Grams with
+        each other and with the parent (one joint pass, shared with the spectrum) instead of a pass over the child.
+        They describe the child before rounding to its storage dtype, within ~1e-7 for float32 (the caller discards
+        them when the cast changes the tensors). None when random rows were appended (`extra_a_rows`).
+        """
+        if self.extra_a_rows is not None and self.extra_a_rows.shape[0]:
+            return None
+        joint_grams([p for _, p in self.parts] + [parent])
+        gb, ga = stacked_grams(self.parts)
+        gb_p = torch.cat([w * p.cross(parent)[0] for w, p in self.parts], dim=0)  # (k, r_p)
+        ga_p = torch.cat([p.cross(parent)[1] for _, p in self.parts], dim=0)
+        mb, ma = self.b_map, self.a_map
+        return mb.T @ gb @ mb, mb.T @ gb_p, ma.T @ ga @ ma, ma.T @ ga_p
 
     def factors(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(lora_b', lora_a'): one tall product per side and source.
@@ -254,18 +304,31 @@ class Components:
         flops.
         """
         work = torch.float64 if any(p.lora_b.dtype == torch.float64 for _, p in self.parts) else torch.float32
+        device = self.parts[0][1].lora_b.device  # the maps are CPU float64; the tall products run where the factors are
         b = a = None
         offset = 0
         for weight, part in self.parts:
             k = part.lora_b.shape[1]
-            pb = part.lora_b.to(work) @ (weight * self.b_map[offset:offset + k]).to(work)
-            pa = self.a_map[offset:offset + k].T.to(work) @ part.lora_a.to(work)
-            b, a = (pb, pa) if b is None else (b + pb, a + pa)
+            pb = part.lora_b.to(work) @ (weight * self.b_map[offset:offset + k]).to(device=device, dtype=work)
+            pa = self.a_map[offset:offset + k].T.to(device=device, dtype=work) @ part.lora_a.to(work)
+            b, a = (pb, pa) if b is None else (b.add_(pb), a.add_(pa))
             offset += k
         if self.extra_a_rows is not None and self.extra_a_rows.shape[0]:
-            a = torch.cat([a, self.extra_a_rows.to(work)])
+            a = torch.cat([a, self.extra_a_rows.to(device=device, dtype=work)])
             b = torch.cat([b, b.new_zeros(b.shape[0], self.extra_a_rows.shape[0])], dim=1)
         return b, a
+
+
+def concat(pieces: list[Components], parent: LoraFactors) -> LoraFactors:
+    """Pieces side by side (X3): B' = [B'_1 | B'_2 ...], A' = [A'_1; A'_2 ...], each piece's own tall products;
+    the Grams against `parent` follow from the block-diagonal maps over all the pieces' sources."""
+    factors = [piece.factors() for piece in pieces]
+    child = LoraFactors(torch.cat([b for b, _ in factors], dim=1), torch.cat([a for _, a in factors], dim=0))
+    if all(p.extra_a_rows is None or not p.extra_a_rows.shape[0] for p in pieces):
+        whole = Components([part for p in pieces for part in p.parts], torch.block_diag(*[p.b_map for p in pieces]),
+                           torch.block_diag(*[p.a_map for p in pieces]))
+        child._cache["against"] = (parent, *whole.grams_against(parent), None)
+    return child
 
 
 def compose(sp: Spectrum, s_new: torch.Tensor, rank: int, parts: list[Part], gen: torch.Generator,
@@ -313,7 +376,7 @@ def compose(sp: Spectrum, s_new: torch.Tensor, rank: int, parts: list[Part], gen
         d_in = parts[0][1].lora_a.shape[1]
         extra = torch.randn(missing, d_in, generator=gen, dtype=torch.float64)
         extra = extra / extra.norm(dim=1, keepdim=True).clamp_min(1e-30) * dead_norm
-    return Components(parts=parts, b_map=b_map, a_map=a_map, extra_a_rows=extra)
+    return Components(parts=parts, b_map=b_map, a_map=a_map, extra_a_rows=extra, s=s_full)
 
 
 def _take_columns(m: torch.Tensor, n: int) -> torch.Tensor:
@@ -350,16 +413,19 @@ def compare(child: LoraFactors, parent: LoraFactors) -> ModuleStats:
         sq = float((parent.gram_b() * parent.gram_a()).sum())
         return ModuleStats(0.0, sq, sq, parent.spectrum().s)
     known = child._cache.get("against")
+    child_s = None
     if known is not None and known[0] is parent:
-        gb_cc, gb_cp, ga_cc, ga_cp = known[1:]
+        gb_cc, gb_cp, ga_cc, ga_cp, child_s = known[1:]
     else:
-        cb, ca = child.b64(), child.a64()
-        gb_cc, gb_cp = cb.T @ cb, cb.T @ parent.b64()
-        ga_cc, ga_cp = ca @ ca.T, ca @ parent.a64().T
+        joint_grams([child, parent])  # one pass: the child's Grams, its cross with the parent, the parent's own
+        (gb_cc, ga_cc), (gb_cp, ga_cp) = child.cross(child), child.cross(parent)
     # tr(X·Yᵀ) = Σ X ∘ Y; tr(Gb_cp·Ga_pc) = tr(Gb_cp·Ga_cpᵀ).
     child_sq = float((gb_cc * ga_cc).sum())
     parent_sq = float((parent.gram_b() * parent.gram_a()).sum())
     cross = float((gb_cp * ga_cp).sum())
     diff_sq = child_sq - 2 * cross + parent_sq
-    s = spectrum_from_grams(gb_cc, ga_cc).s
-    return ModuleStats(max(diff_sq, 0.0), max(parent_sq, 0.0), max(child_sq, 0.0), s)
+    if child_s is None:
+        child_s = spectrum_from_grams(gb_cc, ga_cc).s
+    else:  # known from the construction: the nonzero ones, descending, as the Grams' spectrum would list them
+        child_s = torch.sort(child_s[child_s > 0], descending=True).values
+    return ModuleStats(max(diff_sq, 0.0), max(parent_sq, 0.0), max(child_sq, 0.0), child_s)

@@ -17,8 +17,11 @@ import torch
 
 from populora.config import EvolutionConfig
 from services.evolver.factored import (
+    Components,
     LoraFactors,
     compose,
+    concat,
+    joint_grams,
     random_rotation,
     spectrum_from_grams,
     stacked_grams,
@@ -35,6 +38,12 @@ class ModuleContext:
     params: dict[str, float]
     gen: torch.Generator
     selected: bool = True  # M2: whether this module is among the perturbed ones
+    noise: torch.Generator | None = None  # full-size random tensors (M2/M4 noise, X1 masks) on the factors' device
+
+    @property
+    def noise_gen(self) -> torch.Generator:
+        """Where the noise and masks are drawn: `noise` when the factors live on a GPU, else `gen` itself."""
+        return self.noise if self.noise is not None else self.gen
 
 
 @dataclass
@@ -90,21 +99,24 @@ def register(name: str, n_parents: int, description: str, defaults: Callable[[Ev
 
 
 def gaussian_perturb(x: torch.Tensor, epsilon: float, rank: int, gen: torch.Generator) -> torch.Tensor:
-    """X + ε·std(X)·N(0, 1) (§9, M2/M4); where std(X) < 1e-6 (a zero-initialised B) the scale is 1/sqrt(r)."""
+    """X + ε·std(X)·N(0, 1) (§9, M2/M4); where std(X) < 1e-6 (a zero-initialised B) the scale is 1/sqrt(r).
+    The noise is drawn on `gen`'s device, which must be x's."""
     x32 = x.to(torch.float32)
     std = float(x32.std()) if x32.numel() > 1 else 0.0
     scale = std if std >= 1e-6 else 1.0 / math.sqrt(rank)
-    noise = torch.randn(x32.shape, generator=gen, dtype=torch.float32)
-    return x32 + (epsilon * scale) * noise
+    noise = torch.randn(x32.shape, generator=gen, dtype=torch.float32, device=gen.device)
+    return noise.mul_(epsilon * scale).add_(x32)  # in place: one full-size tensor, not three
 
 
-def truncate(parts: list[tuple[float, LoraFactors]], rank: int, gen: torch.Generator,
+def truncate(parts: list[tuple[float, LoraFactors]], rank: int, gen: torch.Generator, parent: LoraFactors,
              fallback_a_norm: float | None = None) -> LoraFactors:
     """Best rank-r approximation of Σ w_i B_i A_i (Eckart-Young) by the exact factored SVD of the stacked factors
-    ([w_1 B_1, w_2 B_2], [A_1; A_2]) (§9), built from block Grams without stacking."""
+    ([w_1 B_1, w_2 B_2], [A_1; A_2]) (§9), built from block Grams without stacking. The sources' Grams with
+    `parent` come from the same pass, so the child's statistics need no pass of their own."""
+    joint_grams([p for _, p in parts] + [parent])
     sp = spectrum_from_grams(*stacked_grams(parts))
     comp = compose(sp, sp.s[:rank], rank, parts, gen, fallback_a_norm=fallback_a_norm)
-    return LoraFactors(*comp.factors())
+    return comp.result(parent=parent)
 
 
 def _row_norm(lora_a: torch.Tensor) -> float:
@@ -149,8 +161,8 @@ def m2_layer_gaussian(parents: Sequence[LoraFactors], ctx: ModuleContext) -> Lor
     if not ctx.selected:
         return p
     eps = ctx.params["epsilon"]
-    return LoraFactors(gaussian_perturb(p.lora_b, eps, ctx.rank, ctx.gen),
-                       gaussian_perturb(p.lora_a, eps, ctx.rank, ctx.gen))
+    return LoraFactors(gaussian_perturb(p.lora_b, eps, ctx.rank, ctx.noise_gen),
+                       gaussian_perturb(p.lora_a, eps, ctx.rank, ctx.noise_gen))
 
 
 @register("M3", 1, "component masking: zero ceil(fraction·r) random singular components",
@@ -174,8 +186,8 @@ def m4_full_gaussian(parents: Sequence[LoraFactors], ctx: ModuleContext) -> Lora
     """M4 (§9): M2's perturbation X <- X + ε·std(X)·N(0, 1) on every module (ε default 0.15)."""
     (p,) = parents
     eps = ctx.params["epsilon"]
-    return LoraFactors(gaussian_perturb(p.lora_b, eps, ctx.rank, ctx.gen),
-                       gaussian_perturb(p.lora_a, eps, ctx.rank, ctx.gen))
+    return LoraFactors(gaussian_perturb(p.lora_b, eps, ctx.rank, ctx.noise_gen),
+                       gaussian_perturb(p.lora_a, eps, ctx.rank, ctx.noise_gen))
 
 
 # ---------------------------------------------------------------- crossovers
@@ -183,9 +195,9 @@ def m4_full_gaussian(parents: Sequence[LoraFactors], ctx: ModuleContext) -> Lora
 
 def dare_mask(x: torch.Tensor, p: float, gen: torch.Generator) -> torch.Tensor:
     """Keep each entry with probability 1 - p and rescale by 1/(1 - p): E[mask(X)] = X (§9, X1)."""
-    keep = torch.rand(x.shape, generator=gen, dtype=torch.float32) >= p
+    keep = torch.rand(x.shape, generator=gen, dtype=torch.float32, device=gen.device).ge_(p)  # 1.0 kept, 0.0 not
     work = torch.float64 if x.dtype == torch.float64 else torch.float32
-    return (x.to(work) * keep).mul_(1.0 / (1.0 - p))
+    return keep.to(work).mul_(x.to(work)).mul_(1.0 / (1.0 - p))
 
 
 @register("X1", 2, "DARE: drop-and-rescale each parent's A and B, average the updates, truncate to rank r",
@@ -195,8 +207,9 @@ def x1_dare(parents: Sequence[LoraFactors], ctx: ModuleContext) -> LoraFactors:
     A and B, so E[B~ A~ᵀ] = B Aᵀ). The rank-n·r sum is truncated to rank r by the exact SVD of ([B~_1 B~_2],
     [A~_1 A~_2]); the truncation is the one biased step (it drops the spectrum beyond r)."""
     p = ctx.params["p"]
-    masked = [LoraFactors(dare_mask(q.lora_b, p, ctx.gen), dare_mask(q.lora_a, p, ctx.gen)) for q in parents]
-    return truncate([(1.0 / len(masked), m) for m in masked], ctx.rank, ctx.gen,
+    noise = ctx.noise_gen
+    masked = [LoraFactors(dare_mask(q.lora_b, p, noise), dare_mask(q.lora_a, p, noise)) for q in parents]
+    return truncate([(1.0 / len(masked), m) for m in masked], ctx.rank, ctx.gen, parents[0],
                     fallback_a_norm=_row_norm(parents[0].lora_a))
 
 
@@ -221,17 +234,17 @@ def x3_svd_subspace(parents: Sequence[LoraFactors], ctx: ModuleContext) -> LoraF
     """X3 (§9): with ΔW_i = U_i S_i V_iᵀ, child = U_1[:, :k] S_1[:k] V_1[:, :k]ᵀ + U_2[:, k:r] S_2[k:r] V_2[:, k:r]ᵀ,
     k ~ U{1..r-1} drawn once per child. Factored as B' = [U_1 sqrt(S_1)]_{:k} | [U_2 sqrt(S_2)]_{k:r}, likewise A'."""
     k = int(ctx.params["k"])
+    joint_grams(parents)  # both spectra and the cross Grams the child's statistics need, in one pass
     first = _triplets(parents[0], ctx, 0, k)
     second = _triplets(parents[1], ctx, k, ctx.rank)
-    return LoraFactors(torch.cat([first.lora_b, second.lora_b], dim=1),
-                       torch.cat([first.lora_a, second.lora_a], dim=0))
+    return concat([first, second], parent=parents[0])
 
 
-def _triplets(p: LoraFactors, ctx: ModuleContext, lo: int, hi: int) -> LoraFactors:
-    """Components lo..hi-1 of p's SVD as factors: B' = U·sqrt(S), A'ᵀ = V·sqrt(S) (zero beyond p's rank)."""
+def _triplets(p: LoraFactors, ctx: ModuleContext, lo: int, hi: int) -> Components:
+    """Components lo..hi-1 of p's SVD: B' = U·sqrt(S), A'ᵀ = V·sqrt(S) (zero beyond p's rank)."""
     sp = p.spectrum()
     comp = compose(sp, sp.s[:ctx.rank], ctx.rank, [(1.0, p)], ctx.gen, fallback_a_norm=_row_norm(p.lora_a))
-    return LoraFactors(*comp.select(lo, hi).factors())
+    return comp.select(lo, hi)
 
 
 def _draw_eta(params: dict[str, float], modules: list[str], rank: int, gen: torch.Generator) -> Draw:
@@ -249,7 +262,7 @@ def x4_extrapolation(parents: Sequence[LoraFactors], ctx: ModuleContext) -> Lora
     form the stacked factors ([η·B_1, (1-η)·B_2], [A_1, A_2]) have rank 2r, truncated to r by the exact SVD.
     η = 1 reproduces the better parent; η > 1 steps beyond it, away from the worse one."""
     eta = ctx.params["eta"]
-    return truncate([(eta, parents[0]), (1.0 - eta, parents[1])], ctx.rank, ctx.gen,
+    return truncate([(eta, parents[0]), (1.0 - eta, parents[1])], ctx.rank, ctx.gen, parents[0],
                     fallback_a_norm=_row_norm(parents[0].lora_a))
 
 

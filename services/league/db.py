@@ -296,10 +296,14 @@ class LeagueDB:
 
     def list_matches(self, run_id: str, *, adapter_id: str = "", teacher_id: str = "", student_id: str = "",
                      task_type: str = "", step_min: int | None = None, step_max: int | None = None,
-                     after: int = 0, limit: int = 100) -> list[dict]:
-        """A page of a run's match log in the order matches were applied; `after` is the last `seq` seen."""
+                     after: int = 0, limit: int = 100, before: int | None = None,
+                     descending: bool = False) -> list[dict]:
+        """A page of a run's match log in the order matches were applied (newest first when `descending`); `after`
+        and `before` bound the `seq` of the page (the last one seen)."""
         c = t.matches.c
         q = sa.select(t.matches).where(c.run_id == run_id, c.id > after)
+        if before is not None:
+            q = q.where(c.id < before)
         if adapter_id:
             q = q.where(sa.or_(c.teacher_id == adapter_id, c.student_id == adapter_id))
         if teacher_id:
@@ -312,7 +316,7 @@ class LeagueDB:
             q = q.where(c.step >= step_min)
         if step_max is not None:
             q = q.where(c.step <= step_max)
-        q = q.order_by(c.id).limit(limit)
+        q = q.order_by(c.id.desc() if descending else c.id).limit(limit)
         with self.read_engine.connect() as conn:
             self._require_run(conn, run_id)
             return [{"seq": r.id, "match_id": r.match_id, "teacher_id": r.teacher_id, "student_id": r.student_id,

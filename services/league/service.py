@@ -251,17 +251,7 @@ class LeagueService:
             steps=[league_pb2.StepCompute(step=s["step"], total=usage("", {k: s[k] for k in USAGE_FIELDS}))
                    for s in summary["steps"]])
 
-    # ---- reads for the REST API -----------------------------------------------------------------------------------
-    @_status_codes
-    def leaderboard(self, run_id: str, role: str = "", include_retired: bool = True) -> list[dict]:
-        """Rows of the leaderboard, best conservative skill first (retired members included by default)."""
-        k = self.rules.params.k
-        return [{"rank": i + 1, "adapter_id": a.adapter_id, "role": a.role, "status": a.status, "mu": a.mu,
-                 "sigma": a.sigma, "conservative_skill": a.mu - k * a.sigma, "matches": a.matches, "wins": a.wins,
-                 "losses": a.losses, "draws": a.draws, "parents": a.parents, "operator": a.operator,
-                 "created_step": a.created_step, "retired_step": a.retired_step}
-                for i, a in enumerate(self.db.adapters(run_id, role, include_retired))]
-
+    # ---- reads for the REST API (the others are in reads.py) ------------------------------------------------------
     @_status_codes
     def payoff_matrix(self, run_id: str) -> dict:
         """The teacher x student payoff matrix: decayed mean solve rate per cell (None where never matched)."""
@@ -277,19 +267,6 @@ class LeagueService:
             count[ti[t]][si[s]] = c.matches
         return {"run_id": run_id, "decay": self.rules.payoff_decay, "teachers": teachers, "students": students,
                 "solve_rate": solve, "matches": count}
-
-    @_status_codes
-    def lineage_tree(self, adapter_id: str) -> dict:
-        ancestors, descendants = self.db.lineage(adapter_id)
-        adapter = self.db.adapter(adapter_id)
-
-        def edges(es):
-            return [{"parent_id": e.parent_id, "child_id": e.child_id, "operator": e.operator, "step": e.step}
-                    for e in es]
-
-        return {"adapter_id": adapter_id, "run_id": adapter.run_id, "role": adapter.role, "status": adapter.status,
-                "operator": adapter.operator, "parents": adapter.parents, "created_step": adapter.created_step,
-                "ancestors": edges(ancestors), "descendants": edges(descendants)}
 
     @_status_codes
     def compute_summary(self, run_id: str) -> dict:
@@ -314,9 +291,3 @@ class LeagueService:
                         + running["trained_tokens"]})
         return {"run_id": run_id, "total": total, "total_tokens": total["generated_tokens"] + total["trained_tokens"],
                 "adapters": dict(sorted(adapters.items())), "steps": out}
-
-    @_status_codes
-    def require_run(self, run_id: str) -> None:
-        if not self.db.run_exists(run_id):
-            raise not_found(f"run '{run_id}' does not exist")
-

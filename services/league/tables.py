@@ -77,6 +77,7 @@ lineage = sa.Table(
     sa.Column("operator", sa.String(16), nullable=False),
     sa.Column("step", sa.BigInteger, nullable=False),
     sa.Index("ix_league_lineage_child", "child_id"),
+    sa.Index("ix_league_lineage_run", "run_id", "step"),
 )
 
 payoff = sa.Table(

@@ -1,6 +1,10 @@
-"""League fixtures: the same tests run against the real Postgres server and against a SQLite file."""
+"""League fixtures: the same tests run against the real Postgres server and against a SQLite file; a real short
+run for the dashboard."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -34,3 +38,35 @@ def league(league_url):
     service = make_service(league_url, token="s3cret")
     yield service
     service.close()
+
+
+@dataclass
+class ShortRun:
+    """A real run's database: the league's tables and the coordinator's phase journal, as `populora train` leaves
+    them (SQLite, embedded mode)."""
+
+    cfg: object
+    run_id: str
+    url: str
+    state: object
+    root: Path
+
+
+@pytest.fixture(scope="session")
+def short_run(tmp_path_factory) -> ShortRun:
+    """The cpu-tiny end-to-end run (the tiny model fitted to write valid proposals, tests/e2e): 2 of its 3 steps,
+    with one evolution at step 2. Built once per session (about a minute and a half on 2 cores)."""
+    from coordinator.journal import JournalDB
+    from coordinator.train import run_training
+    from populora.config import load_config
+    from tests.e2e.conftest import e2e_overrides
+    from tests.e2e.echo_model import echo_model_dir
+
+    root = tmp_path_factory.mktemp("short-run")
+    cfg = load_config(preset="cpu-tiny", overrides=e2e_overrides(root, str(echo_model_dir())), env=False)
+    state = JournalDB(cfg.league_db_url)
+    state.create_run("e2e", cfg.run.mode, cfg.to_yaml())
+    cfg.run.steps = 2
+    run_training(cfg, "e2e", state)
+    yield ShortRun(cfg, "e2e", cfg.league_db_url, state, root)
+    state.close()

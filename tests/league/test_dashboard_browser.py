@@ -1,0 +1,365 @@
+"""The dashboard in a real headless Chromium, on the database of a real short run (cpu-tiny, tests/e2e): what each
+view renders equals what the REST API answers, the overview follows the run as it trains (no reload), text from
+models and clients stays text, and the browser's console reports no error.
+
+Set POPULORA_DASHBOARD_SCREENSHOTS=docs/img to write a PNG of each view (how docs/img/dashboard-*.png are made).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from services.league.db import LeagueDB
+from services.league.rest import LeagueRestServer
+from services.league.service import LeagueService
+from tests.conftest import free_port
+from tests.league.browser import Browser
+
+pytestmark = pytest.mark.slow
+SHOTS = os.environ.get("POPULORA_DASHBOARD_SCREENSHOTS")
+RUN = "e2e"
+
+
+@pytest.fixture(scope="module")
+def browser():
+    b = Browser()
+    yield b
+    b.close()
+
+
+def _serve(url: str) -> LeagueRestServer:
+    db = LeagueDB(url)
+    db.migrate()
+    return LeagueRestServer(LeagueService(db, read_cache_s=0.5), port=free_port()).start()
+
+
+@pytest.fixture(scope="module")
+def site(browser, short_run):
+    server = _serve(short_run.url)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def page(browser):
+    """The browser, its console emptied before the test and checked after it: no error of any kind."""
+    browser.console_errors()
+    yield browser
+    errors = browser.console_errors()
+    assert not errors, errors
+
+
+def get(site: LeagueRestServer, path: str) -> dict:
+    with urllib.request.urlopen(site.url.rstrip("/") + path, timeout=30) as resp:
+        return json.load(resp)
+
+
+def view(page: Browser, site: LeagueRestServer, route: str) -> None:
+    page.open(f"{site.url}?poll=500#/{route}")
+
+
+def shot(page: Browser, name: str) -> None:
+    if SHOTS:
+        page.screenshot(Path(SHOTS) / f"dashboard-{name}.png")
+
+
+def close(text: str, value: float) -> bool:
+    return abs(float(text) - value) <= 0.005 + 1e-9  # shown with 2 decimals
+
+
+def test_overview_shows_where_the_run_stands(page, site):
+    ov = get(site, f"/v1/runs/{RUN}/overview")
+    view(page, site, f"overview/{RUN}")
+    page.wait(lambda: page.texts("#ov-step .card-value") == ["2 / 3"], what="the step card")
+    assert page.texts("#ov-status .card-value") == ["finished"]
+    latest, measured = ov["latest_step"], ov["last_measured_step"]
+    assert page.texts("#ov-phases .bar-label") == list(latest["seconds"])
+    assert page.texts("#ov-valid .card-sub") == [f"{measured['valid']} of {measured['proposals']} at step 2"]
+    assert page.texts("#ov-task-types tbody td:first-child") == sorted(measured["task_types"])
+    events = page.texts("#ov-events li")
+    assert len(events) == len(ov["evolution"]) >= 1
+    for e in ov["evolution"]:
+        assert any(e["child"] in li and e["operator"] in li for li in events)
+    n_types = len(get(site, f"/v1/runs/{RUN}/steps")["steps"][-1]["task_types"])
+    page.wait(lambda: page.js("return document.querySelector('#ov-steps-chart').dataset.series") == str(2 * n_types),
+              what="the per-step chart: a solve and a valid line per task type")
+    shot(page, "overview")
+
+
+def _rows(page: Browser) -> list[list[str]]:
+    return page.js("return Array.from(document.querySelectorAll('#leaderboard tbody tr'))"
+                   ".map(tr => Array.from(tr.cells).map(td => td.textContent))")
+
+
+def test_leaderboard_rows_equal_the_rest_leaderboard(page, site):
+    rest = get(site, f"/v1/runs/{RUN}/leaderboard")["rows"]
+    view(page, site, f"leaderboard/{RUN}")
+    page.wait(lambda: len(_rows(page)) == len(rest), what="every leaderboard row")
+
+    def check(shown: list[list[str]], expected: list[dict]) -> None:
+        assert [c[1] for c in shown] == [r["adapter_id"] for r in expected]
+        for c, r in zip(shown, expected):
+            assert c[0] == str(r["rank"]) and c[2] == r["role"] and c[3] == r["status"]
+            assert close(c[4], r["mu"]) and close(c[5], r["sigma"]) and close(c[6], r["conservative_skill"])
+            assert [int(x) for x in c[7:11]] == [r["wins"], r["losses"], r["draws"], r["matches"]]
+            assert c[11] == (r["operator"] or "–") and c[12] == (", ".join(r["parents"]) or "–")
+
+    check(_rows(page), rest)
+    shot(page, "leaderboard")
+    # sortable: mu - k sigma descending is the rank order, ascending its reverse
+    header = page.driver.find_element("css selector", "th[data-key='conservative_skill']")
+    header.click()
+    page.wait(lambda: "desc" in page.driver.find_element("css selector", "th[data-key='conservative_skill']")
+              .get_attribute("class"), what="sorted descending")
+    check(_rows(page), rest)
+    page.driver.find_element("css selector", "th[data-key='conservative_skill']").click()
+    page.wait(lambda: _rows(page)[0][1] == rest[-1]["adapter_id"], what="sorted ascending")
+    check(_rows(page), sorted(rest, key=lambda r: (r["conservative_skill"], r["rank"])))
+    # filters
+    from selenium.webdriver.support.ui import Select
+
+    Select(page.driver.find_element("id", "filter-role")).select_by_value("student")
+    students = [r for r in rest if r["role"] == "student"]
+    page.wait(lambda: len(_rows(page)) == len(students), what="the role filter")
+    assert sorted(c[1] for c in _rows(page)) == sorted(r["adapter_id"] for r in students)
+    Select(page.driver.find_element("id", "filter-status")).select_by_value("retired")
+    retired = [r for r in students if r["status"] == "retired"]
+    page.wait(lambda: sorted(c[1] for c in _rows(page)) == sorted(r["adapter_id"] for r in retired),
+              what="the status filter")
+    Select(page.driver.find_element("id", "filter-role")).select_by_value("")
+    Select(page.driver.find_element("id", "filter-status")).select_by_value("")
+
+
+def test_rating_chart_has_a_line_per_adapter(page, site):
+    rest = get(site, f"/v1/runs/{RUN}/ratings")
+    view(page, site, f"ratings/{RUN}")
+    page.wait(lambda: page.js("return window.populora.charts.ratings !== undefined"), what="the rating chart")
+    labels = page.js("return window.populora.charts.ratings.series.slice(1).map(s => s.label)")
+    assert sorted(labels) == sorted(a["adapter_id"] for a in rest["adapters"])
+    assert len(labels) == len(get(site, f"/v1/runs/{RUN}/leaderboard")["rows"])
+    data = page.js("return window.populora.charts.ratings.data")
+    steps = data[0]
+    for label, column in zip(labels, data[1:]):
+        curve = next(a for a in rest["adapters"] if a["adapter_id"] == label)
+        drawn = {s: v for s, v in zip(steps, column) if v is not None}
+        assert drawn == pytest.approx(dict(zip(curve["steps"], curve["conservative_skill"]))), label
+    legend = page.texts(".u-legend .u-series .u-label")
+    assert sorted(x.rstrip(":").strip() for x in legend[1:]) == sorted(labels)
+    assert len(page.texts("#rating-events li")) == len(rest["events"]) >= 1
+    shot(page, "ratings")
+
+
+def test_lineage_has_a_node_per_adapter_and_an_edge_per_parent_link(page, site):
+    rest = get(site, f"/v1/runs/{RUN}/lineage")
+    board = get(site, f"/v1/runs/{RUN}/leaderboard")["rows"]
+    view(page, site, f"lineage/{RUN}")
+    page.wait(lambda: page.js("return document.querySelectorAll('.lineage-node').length") == len(rest["nodes"]),
+              what="every lineage node")
+    nodes = page.js("return Array.from(document.querySelectorAll('.lineage-node')).map(g => g.dataset.adapter)")
+    assert sorted(nodes) == sorted(r["adapter_id"] for r in board)  # every member and every retired member
+    edges = page.js("return Array.from(document.querySelectorAll('.lineage-edge'))"
+                    ".map(g => [g.dataset.parent, g.dataset.child])")
+    links = sorted([p, r["adapter_id"]] for r in board for p in r["parents"])
+    assert sorted(edges) == links == sorted([e["parent_id"], e["child_id"]] for e in rest["edges"]) and links
+    retired = page.js("return document.querySelectorAll('.lineage-node.retired').length")
+    assert retired == sum(r["status"] == "retired" for r in board) >= 1
+    child = rest["edges"][0]["child_id"]
+    page.driver.find_element("css selector", f".lineage-node[data-adapter='{child}']").click()
+    page.wait(lambda: page.texts("#lineage-detail h3") == [child], what="the node's history panel")
+    page.wait(lambda: page.js("return window.populora.charts.lineageHistory !== undefined"), what="its history")
+    assert child in page.texts(".lineage-node.selected .node-id")[0]
+    assert rest["edges"][0]["parent_id"] in page.texts("#lineage-detail dd")[6]
+    shot(page, "lineage")
+
+
+def test_payoff_heatmap_equals_the_rest_matrix(page, site):
+    rest = get(site, f"/v1/runs/{RUN}/payoff")
+    view(page, site, f"payoff/{RUN}")
+    cells = len(rest["teachers"]) * len(rest["students"])
+    page.wait(lambda: page.js("return document.querySelectorAll('td.heat').length") == cells, what="the heatmap")
+    shown = page.js("return Array.from(document.querySelectorAll('td.heat'))"
+                    ".map(td => [td.dataset.teacher, td.dataset.student, td.dataset.value])")
+    for teacher, student, value in shown:
+        expected = rest["solve_rate"][rest["teachers"].index(teacher)][rest["students"].index(student)]
+        assert (value == "") if expected is None else (float(value) == expected), (teacher, student)
+    assert any(v != "" for _, _, v in shown)
+    shot(page, "payoff")
+
+
+def test_adapter_page_shows_versions_path_matches_and_samples(page, site, short_run):
+    teacher = f"{RUN}.T0"
+    rest = get(site, f"/v1/adapters/{teacher}")
+    view(page, site, f"adapter/{teacher}")
+    page.wait(lambda: page.texts("#adapter-id") == [teacher], what="the adapter page")
+    page.wait(lambda: page.texts("#store-path") == [rest["store_path"]], what="the stored version's path")
+    path = Path(rest["store_path"])
+    assert path.name == f"v{rest['versions'][-1]['version']}" and (path / "adapter_model.safetensors").exists()
+    assert page.texts("#versions tbody td:first-child") == [f"v{v['version']}" for v in rest["versions"]]
+    assert len(rest["versions"]) >= 2  # trained at least once
+    matches = get(site, f"/v1/runs/{RUN}/matches?adapter_id={teacher}&order=desc&limit=50")["matches"]
+    page.wait(lambda: len(page.texts("#adapter-matches tbody tr")) == len(matches), what="its matches")
+    samples = get(site, f"/v1/adapters/{teacher}/samples?limit=12")
+    assert len(page.texts("#sample-proposals .sample")) == len(samples["proposals"]) >= 1
+    badges = page.texts("#sample-proposals .sample header .badge.ok, #sample-proposals .sample header .badge.bad")
+    assert badges == [p["reason"] if not p["valid"] else "valid" for p in samples["proposals"]]
+    page.wait(lambda: page.js("return window.populora.charts.adapter !== undefined"), what="its rating chart")
+    shot(page, "adapter")
+    # a student: its answers with their outcomes
+    student = next(a["student"] for a in short_run.state.get(RUN, 1, "solve")["attempts"])
+    view(page, site, f"adapter/{urllib.parse.quote(student)}")
+    page.wait(lambda: page.texts("#adapter-id") == [student], what="the student's page")
+    answers = get(site, f"/v1/adapters/{student}/samples?limit=12")["answers"]
+    page.wait(lambda: len(page.texts("#sample-answers .sample")) == len(answers) >= 1, what="its answers")
+    assert page.texts("#sample-answers .sample header .badge:last-child") == [a["outcome"] for a in answers]
+
+
+def test_problem_explorer_shows_the_valid_tasks_of_a_step(page, site):
+    rest = get(site, f"/v1/runs/{RUN}/tasks")
+    view(page, site, f"problems/{RUN}")
+    page.wait(lambda: len(page.texts("#tasks .task")) == len(rest["tasks"]) >= 1, what="the tasks")
+    assert page.texts("#tasks .task pre.program") == [t["program"] for t in rest["tasks"]]
+    first = rest["tasks"][0]
+    io = page.texts("#tasks .task:first-child table.io tbody td")
+    assert io[0::2] == first["inputs"] and io[1::2] == first["outputs"]
+    assert first["teacher_id"] in page.texts("#tasks .task:first-child .who")[0]
+    shot(page, "problems")
+    every = get(site, f"/v1/runs/{RUN}/tasks?include_invalid=true&step=1")
+    from selenium.webdriver.support.ui import Select
+
+    Select(page.driver.find_element("id", "problem-step")).select_by_value("1")
+    page.wait(lambda: page.js("return document.querySelector('#problem-step').value") == "1"
+              and len(page.texts("#tasks .task")) == len(get(site, f"/v1/runs/{RUN}/tasks?step=1")["tasks"]),
+              what="step 1")
+    page.driver.find_element("id", "problem-invalid").click()
+    page.wait(lambda: len(page.texts("#tasks .task")) == len(every["tasks"]), what="step 1 with rejected proposals")
+    assert page.texts("#tasks .task details pre.raw") == [t["text"] for t in every["tasks"]]
+
+
+HOSTILE = ['"><img src=x onerror="window.__pwned=1">', "<script>window.__pwned=2</script>",
+           "<b onmouseover=window.__pwned=3>bold</b> & &amp; ' \"", "<svg onload=window.__pwned=4>",
+           "<iframe src=\"javascript:window.__pwned=5\"></iframe>"]
+
+
+@pytest.fixture(scope="module")
+def hostile_site(browser, tmp_path_factory):
+    """A league and a journal whose ids, programs and model output are HTML and script."""
+    from coordinator.journal import JournalDB
+    from populora.pb import league_pb2 as pb
+
+    url = f"sqlite:///{tmp_path_factory.mktemp('hostile') / 'league.sqlite'}"
+    run = '<img src=x onerror="window.__pwned=9">'
+    teacher, student = "T<img src=x onerror=window.__pwned=6>", 'S"><svg onload=window.__pwned=7>'
+    db = LeagueDB(url)
+    db.migrate()
+    league = LeagueService(db)
+    league.CreateRun(pb.CreateRunRequest(run_id=run, mode="population"))
+    league.RegisterAdapters(pb.RegisterAdaptersRequest(run_id=run, adapters=[
+        pb.AdapterSpec(adapter_id=teacher, role="teacher"), pb.AdapterSpec(adapter_id=student, role="student")]))
+    league.ReportMatches(pb.ReportMatchesRequest(run_id=run, matches=[pb.MatchResult(
+        match_id="m1", teacher_id=teacher, student_id=student, task_type="code_o", step=1, rhos=[0.5])]))
+    league.RecordChild(pb.RecordChildRequest(run_id=run, child_id=HOSTILE[2], role="student", parent_ids=[student],
+                                              operator="M1", step=1, retire_id=student,
+                                              params_json='{"epsilon": 0.1, "note": "<script>x</script>"}'))
+    state = JournalDB(url)
+    state.create_run(run, "population", "run: {steps: 2}\nstore: {root: '<b>store</b>'}\n")
+    task = {"task_type": "code_o", "program": f"def f(a):\n    return {HOSTILE[0]!r}", "inputs": [repr(HOSTILE[1])],
+            "outputs": [repr(HOSTILE[3])], "message": HOSTILE[4], "complexity": {"ast_depth": 3}}
+    state.put(run, 0, "init", {"population": {teacher: {"role": "teacher", "version": 1},
+                                              student: {"role": "student", "version": 1}}}, 1.0)
+    state.put(run, 1, "match", {"pairings": [{"match_id": "m1", "teacher": teacher, "student": student,
+                                              "task_type": "code_o"}]}, 0.1)
+    state.put(run, 1, "propose", {"proposals": [
+        {"id": "p0", "match_id": "m1", "task_type": "code_o", "teacher": teacher, "text": HOSTILE[1] + HOSTILE[4],
+         "response_token_ids": [1]},
+        {"id": "p1", "match_id": "m1", "task_type": "code_o", "teacher": teacher, "text": HOSTILE[0],
+         "response_token_ids": [1]}]}, 0.1)
+    state.put(run, 1, "validate", {"verdicts": {"p0": {"valid": True, "reason": "ok", "detail": "", "task": task},
+                                                "p1": {"valid": False, "reason": HOSTILE[3], "detail": HOSTILE[2],
+                                                       "task": None}}}, 0.1)
+    state.put(run, 1, "solve", {"attempts": [{"id": "p0/a0", "task_id": "p0", "student": student,
+                                              "text": HOSTILE[4] + HOSTILE[0], "response_token_ids": [1]}]}, 0.1)
+    state.put(run, 1, "check", {"outcomes": {"p0/a0": HOSTILE[1]}, "rho": {"p0": 0.5}}, 0.1)
+    state.put(run, 1, "evolve", {"population": {}, "events": [{"role": "student", "retired": student,
+                                                                "child": HOSTILE[2], "parents": [student],
+                                                                "operator": "M1", "relative_change": 0.1}]}, 0.1)
+    state.close()
+    server = _serve(url)
+    yield server, run, teacher, student
+    server.stop()
+
+
+def test_html_and_script_from_models_and_clients_are_shown_as_text(page, hostile_site):
+    server, run, teacher, student = hostile_site
+    q = urllib.parse.quote
+    routes = [f"{v}/{q(run, safe='')}" for v in ("overview", "leaderboard", "ratings", "lineage", "payoff")]
+    routes += [f"problems/{q(run, safe='')}", f"adapter/{q(teacher, safe='')}", f"adapter/{q(student, safe='')}"]
+    for route in routes:
+        page.open("about:blank")
+        page.open(f"{server.url}#/{route}")
+        shown = urllib.parse.unquote(route)
+        page.wait(lambda shown=shown: page.js("return document.querySelector('#main').dataset.view") == shown,
+                  what=route)
+        assert not page.texts("#main .error-box"), route
+        if route.startswith("problems"):
+            page.driver.find_element("id", "problem-invalid").click()
+            page.wait(lambda: len(page.texts("#tasks .task")) == 2, what="both proposals")
+            page.js("document.querySelectorAll('details').forEach(d => d.open = true)")
+        text = page.js("return document.body.textContent")
+        assert page.js("return window.__pwned") is None, route
+        injected = page.js("return document.querySelectorAll('main img, main iframe, main script, main b, "
+                           "main svg [onload], main [onerror], main [onmouseover]').length")
+        assert injected == 0, route
+        assert all(src.startswith(f"{server.url}static/") for src in
+                   page.js("return Array.from(document.scripts).map(s => s.src)")), route
+        expected = {"overview": [HOSTILE[2], student], "leaderboard": [teacher, student, HOSTILE[2]],
+                    "lineage": [teacher, student], "payoff": [teacher, student],
+                    "problems": [f"return {HOSTILE[0]!r}", HOSTILE[3], HOSTILE[4], HOSTILE[2], HOSTILE[0]],
+                    "adapter": [HOSTILE[1] + HOSTILE[4]] if teacher in route or q(teacher, safe="") in route
+                    else [HOSTILE[4] + HOSTILE[0], HOSTILE[1]]}.get(route.split("/")[0], [])
+        for s in expected:
+            assert s in text, (route, s)
+    assert run in page.texts("#run-select option")
+
+
+def test_overview_follows_the_run_as_it_trains(page, site, short_run):
+    """Step 3 of the same run trains while the page is open: the page shows it, phase by phase, without a reload."""
+    from coordinator.train import run_training
+
+    view(page, site, f"overview/{RUN}")
+    page.wait(lambda: page.texts("#ov-step .card-value") == ["2 / 3"], what="the run at step 2")
+    page.js("window.__same_page = true")
+    short_run.state.set_status(RUN, "running")
+    failure: list[BaseException] = []
+
+    def train() -> None:
+        try:
+            cfg = short_run.cfg.model_copy(deep=True)
+            cfg.run.steps = 3
+            run_training(cfg, RUN, short_run.state)
+        except BaseException as e:  # reported by the test below
+            failure.append(e)
+
+    trainer = threading.Thread(target=train, daemon=True)
+    trainer.start()
+    seen: set[str] = set()
+    while trainer.is_alive():
+        phase = page.texts("#ov-phase .card-value")
+        if SHOTS and phase and phase[0] not in seen | {"–", "match"}:
+            shot(page, "overview-live")  # the last phase seen running, for docs/dashboard.md
+        seen.update(phase)
+        trainer.join(0.2)
+    assert not failure, failure
+    page.wait(lambda: page.texts("#ov-step .card-value") == ["3 / 3"], timeout=30, what="step 3 on the page")
+    page.wait(lambda: page.texts("#ov-status .card-value") == ["finished"], timeout=30, what="the run finished")
+    assert page.js("return window.__same_page") is True  # the same page: updated in place, not reloaded
+    assert len(seen - {"–"}) >= 2, seen  # phases in progress were shown while step 3 ran
+    ov = get(site, f"/v1/runs/{RUN}/overview")
+    assert page.texts("#ov-phases .bar-label") == list(ov["latest_step"]["seconds"])
+    assert ov["latest_step"]["step"] == 3
