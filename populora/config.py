@@ -328,7 +328,8 @@ class ServicesConfig(Section):
     """Retries of a gRPC call that finds its server UNAVAILABLE (restarting); every write is idempotent."""
     token: str = ""
     """Bearer token every write needs, gRPC (`authorization` metadata) and REST (`Authorization` header) alike; read
-    from $POPULORA_TOKEN when that is set. A server with no token refuses every write; reads stay open."""
+    from $POPULORA_TOKEN (or the file $POPULORA_TOKEN_FILE names) when that is set. A server with no token refuses
+    every write; reads stay open."""
 
     @model_validator(mode="before")
     @classmethod
@@ -453,12 +454,33 @@ def parse_override(text: str) -> tuple[str, Any]:
 ENV_ALIASES = {"POPULORA_TOKEN": "services.token"}
 
 
+def _environment() -> dict[str, str]:
+    """The POPULORA* environment variables, where NAME_FILE=PATH (NAME an alias or a POPULORA__ variable) stands for
+    NAME set to the file's content, final newline dropped: how Docker and Kubernetes hand a container its secrets
+    without putting them in any process's environment, which a job in the gVisor sandbox could read."""
+    env = {k: v for k, v in os.environ.items() if k.startswith("POPULORA")}
+    for name in [n for n in env if n.endswith("_FILE")]:
+        target = name.removesuffix("_FILE")
+        if target not in ENV_ALIASES and not target.startswith("POPULORA__"):
+            continue
+        if target in env:
+            raise ConfigError(f"both {target} and {name} are set; set only one of them")
+        path = env.pop(name)
+        try:
+            env[target] = Path(path).read_text().removesuffix("\n")
+        except OSError as e:
+            raise ConfigError(f"{name}={path}: cannot read the file ({e.strerror}); it must hold the value of "
+                              f"{target}") from None
+    return env
+
+
 def _env_overrides() -> list[tuple[str, Any]]:
     """POPULORA__SECTION__FIELD=value environment variables (how containers configure services), and the aliases
-    of ENV_ALIASES (taken as plain strings)."""
-    out: list[tuple[str, Any]] = [(field, os.environ[name]) for name, field in ENV_ALIASES.items()
-                                  if os.environ.get(name)]
-    for name, raw in sorted(os.environ.items()):
+    of ENV_ALIASES (taken as plain strings); either may come from a file (NAME_FILE, see _environment)."""
+    environ = _environment()
+    out: list[tuple[str, Any]] = [(field, environ[name]) for name, field in ENV_ALIASES.items()
+                                  if environ.get(name)]
+    for name, raw in sorted(environ.items()):
         if name.startswith("POPULORA__") and len(name) > len("POPULORA__"):
             dotted = ".".join(p.lower() for p in name[len("POPULORA__"):].split("__"))
             out.append(parse_override(f"{dotted}={raw}"))
@@ -498,9 +520,10 @@ def config_from_yaml(text: str, source: str = "a stored run's config") -> Config
     if not isinstance(tree, dict):
         raise ConfigError(f"{source} must hold a mapping of sections")
     _drop_legacy(tree)
+    environ = _environment()
     for name, dotted in ENV_ALIASES.items():
-        if os.environ.get(name):
-            _set_path(tree, dotted, os.environ[name])
+        if environ.get(name):
+            _set_path(tree, dotted, environ[name])
     try:
         return Config.model_validate(tree)
     except ValidationError as e:

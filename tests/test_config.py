@@ -1,7 +1,7 @@
 import pytest
 
 from coordinator.cli import main as cli
-from populora.config import Config, ConfigError, field_docs, list_presets, load_config
+from populora.config import Config, ConfigError, config_from_yaml, field_docs, list_presets, load_config
 
 
 @pytest.mark.parametrize("preset", ["cpu-tiny", "cpu-smol", "gpu-7b-4t4s", "gpu-7b-baseline"])
@@ -53,6 +53,32 @@ def test_env_overrides(monkeypatch):
     monkeypatch.setenv("POPULORA__LEAGUE__MARGIN", "0.1")
     cfg = load_config(preset="cpu-tiny")
     assert cfg.store.root == "/data/store" and cfg.league.margin == 0.1
+
+
+def test_secrets_from_files(monkeypatch, tmp_path):
+    """NAME_FILE=PATH reads NAME from a file (container secrets kept out of every process's environment)."""
+    (tmp_path / "token").write_text("s3cret-token\n")
+    (tmp_path / "db").write_text("postgresql+psycopg://u:p%40ss@db:5432/x")
+    monkeypatch.delenv("POPULORA_TOKEN", raising=False)
+    monkeypatch.setenv("POPULORA_TOKEN_FILE", str(tmp_path / "token"))
+    monkeypatch.setenv("POPULORA__LEAGUE__DB_URL_FILE", str(tmp_path / "db"))
+    cfg = load_config(preset="cpu-tiny")
+    assert cfg.services.token == "s3cret-token" and cfg.league_db_url == "postgresql+psycopg://u:p%40ss@db:5432/x"
+    assert config_from_yaml(cfg.to_yaml()).services.token == "s3cret-token"
+
+
+@pytest.mark.parametrize("setup, message", [
+    ({"POPULORA_TOKEN_FILE": "/nonexistent/token"}, "POPULORA_TOKEN_FILE=/nonexistent/token: cannot read the file"),
+    ({"POPULORA_TOKEN_FILE": "{dir}/t", "POPULORA_TOKEN": "x"}, "both POPULORA_TOKEN and POPULORA_TOKEN_FILE"),
+])
+def test_bad_secret_files_are_named(monkeypatch, tmp_path, setup, message):
+    (tmp_path / "t").write_text("x")
+    monkeypatch.delenv("POPULORA_TOKEN", raising=False)
+    for name, value in setup.items():
+        monkeypatch.setenv(name, value.format(dir=tmp_path))
+    with pytest.raises(ConfigError) as e:
+        load_config(preset="cpu-tiny")
+    assert message in str(e.value)
 
 
 @pytest.mark.parametrize("override, field, allowed", [

@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -207,8 +208,23 @@ def config_field_paths() -> set[str]:
 
 
 def env_field(name: str) -> str:
-    """POPULORA__SECTION__FIELD -> section.field (as populora.config._env_overrides reads it)."""
-    return ".".join(p.lower() for p in name[len("POPULORA__"):].split("__"))
+    """POPULORA__SECTION__FIELD (or ..._FILE, its value from a file) -> section.field (as populora.config reads it)."""
+    return ".".join(p.lower() for p in name[len("POPULORA__"):].removesuffix("_FILE").split("__"))
+
+
+@contextmanager
+def secret_files(env: dict[str, str]) -> Iterator[dict[str, str]]:
+    """The environment with every NAME_FILE of a secret pointing to a file that holds NAME's stand-in value (the
+    files the container gets exist only there)."""
+    out = dict(env)
+    with tempfile.TemporaryDirectory() as d:
+        for name in env:
+            target = name.removesuffix("_FILE")
+            if name.endswith("_FILE") and target in SECRET_PLACEHOLDERS:
+                path = Path(d) / target
+                path.write_text(SECRET_PLACEHOLDERS[target] + "\n")
+                out[name] = str(path)
+        yield out
 
 
 @contextmanager
@@ -244,7 +260,7 @@ def check_container(c: Container):
         if name.startswith("POPULORA__"):
             assert env_field(name) in fields, \
                 f"{c.where}: {name} sets '{env_field(name)}', which is no field of populora.config.Config"
-    with only_env(c.env):
+    with secret_files(c.env) as env, only_env(env):
         try:
             cfg = load_config(path=c.config_file, overrides=args.overrides)
         except ConfigError as e:

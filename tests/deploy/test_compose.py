@@ -3,6 +3,7 @@ schema, the health checks and the isolation the sandbox needs."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -44,7 +45,7 @@ def test_secrets_are_required_not_stored(file):
         assert out.returncode != 0 and missing in out.stderr, f"{file} renders without {missing}"
     for name, svc in raw_compose(file)["services"].items():
         for key, value in (svc.get("environment") or {}).items():
-            if any(s in key for s in ("PASSWORD", "TOKEN")):
+            if any(s in key for s in ("PASSWORD", "TOKEN")) and not key.endswith("_FILE"):
                 assert str(value).startswith("${"), f"{file}: services.{name}.{key} holds a literal secret"
 
 
@@ -110,7 +111,11 @@ def test_sandbox_isolation(compose):
     sandbox = doc["services"]["sandbox"]
     assert sandbox.get("runtime") == "runsc", f"{file}: the sandbox must run under gVisor (runtime: runsc)"
     assert sandbox.get("read_only") is True, f"{file}: the sandbox's root filesystem must be read-only"
-    assert any(t.split(":")[0] == "/tmp" for t in sandbox.get("tmpfs", [])), f"{file}: the sandbox needs tmpfs /tmp"
+    tmpfs = {t.split(":")[0]: dict(o.split("=", 1) if "=" in o else (o, "") for o in t.split(":", 1)[1].split(","))
+             for t in sandbox.get("tmpfs", [])}
+    for path in ("/tmp", "/dev/shm"):
+        # a job (its own unprivileged uid) may write only in the directory the zygote (root) gives it
+        assert tmpfs.get(path, {}).get("mode") == "755", f"{file}: the sandbox needs tmpfs {path} with mode=755"
     assert "ALL" in sandbox.get("cap_drop", []), f"{file}: the sandbox must drop every capability"
     assert sorted(sandbox.get("cap_add", [])) == sorted(CONTAINER_CAPABILITIES), \
         f"{file}: the sandbox gets exactly the capabilities its zygote needs"
@@ -129,6 +134,22 @@ def test_sandbox_isolation(compose):
         assert members <= SANDBOX_PEERS, f"{file}: {sorted(members - SANDBOX_PEERS)} can reach the sandbox"
     assert {"coordinator", "league"} <= {n for n, s in doc["services"].items()
                                          if set(s.get("networks") or {}) & set(sandbox["networks"])}
+
+
+def test_sandbox_secrets_are_files_not_environment(compose):
+    """Under gVisor a job can read any process's /proc/<pid>/environ: the sandbox's token and database URL come as
+    Compose secrets (files), its environment holds none; the other services keep theirs in the environment."""
+    file, doc = compose
+    sandbox = doc["services"]["sandbox"]
+    env = {k: str(v) for k, v in sandbox["environment"].items()}
+    assert not [k for k in env if re.search(r"PASSWORD|TOKEN|DB_URL", k) and not k.endswith("_FILE")], \
+        f"{file}: a secret in the sandbox's environment"
+    assert not [v for v in env.values() if "dummy" in v], f"{file}: a secret value in the sandbox's environment"
+    mounted = {f"/run/secrets/{s['source'] if isinstance(s, dict) else s}" for s in sandbox["secrets"]}
+    assert {env["POPULORA_TOKEN_FILE"], env["POPULORA__LEAGUE__DB_URL_FILE"]} <= mounted
+    for name in sandbox["secrets"]:
+        source = name["source"] if isinstance(name, dict) else name
+        assert "file" in doc["secrets"][source], f"{file}: secret {source} must come from a file"
 
 
 def _gpu_devices(svc: dict) -> list[dict]:

@@ -38,14 +38,33 @@ def dockerignore() -> list[str]:
 
 
 def ignored(path: str) -> bool:
-    return any(fnmatch.fnmatch(path, p) or fnmatch.fnmatch(path, p.removeprefix("**/"))
-               or path.startswith(p.rstrip("/") + "/") for p in dockerignore())
+    """As Docker reads .dockerignore: the last pattern that matches decides, `!PATTERN` re-includes."""
+    verdict = False
+    for line in dockerignore():
+        keep, p = line.startswith("!"), line.removeprefix("!")
+        if (fnmatch.fnmatch(path, p) or fnmatch.fnmatch(path, p.removeprefix("**/"))
+                or path.startswith(p.rstrip("/") + "/")):
+            verdict = not keep
+    return verdict
+
+
+def test_build_mounts_are_in_the_context():
+    """The files the build bind-mounts from the context (pip's helper, the local wheels directory) exist and are
+    not excluded by .dockerignore; model weights still are."""
+    for _word, args in instructions():
+        for source in re.findall(r"--mount=type=bind,source=([^,\s]+)", args):
+            assert (ROOT / source).exists(), f"RUN --mount source {source}: not in the repository"
+            assert not ignored(source), f"RUN --mount source {source}: excluded by .dockerignore"
+    assert ignored("deploy/k8s") and ignored("deploy/wheels/model.safetensors")
 
 
 def test_variants_cpu_and_cuda():
     text = (ROOT / "Dockerfile").read_text()
     assert re.search(r"^ARG VARIANT=cpu$", text, re.M), "the default variant must be cpu"
-    assert re.search(r"\bcpu\)\s.*download\.pytorch\.org/whl/cpu", text), "cpu variant must use the CPU torch wheel"
+    assert "ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu" in text, "cpu variant: the CPU torch index"
+    cpu = re.search(r"\bcpu\)(.*?);;", text, re.S).group(1)
+    assert '--index-url "$TORCH_INDEX_URL"' in cpu and '"torch==${TORCH_VERSION}+cpu"' in cpu, \
+        "cpu variant must install the CPU torch wheel (from its index, or the local +cpu wheel)"
     assert re.search(r"\bcuda\)", text) and "vllm" in text, "cuda variant must install torch with CUDA and vLLM"
     assert 'torch==${TORCH_VERSION}' in text and "ARG TORCH_VERSION=2.13.0" in text, "torch must be pinned"
     for file, variant in (("docker-compose.yml", "cuda"), ("docker-compose.cpu.yml", "cpu")):
@@ -97,6 +116,33 @@ def test_copied_sources_exist_and_are_not_ignored():
 def test_python_version_matches_the_project():
     text = (ROOT / "Dockerfile").read_text()
     assert "python:3.11" in text and '>=3.11' in (ROOT / "pyproject.toml").read_text()
+
+
+def test_any_base_image_and_no_registry_beyond_it():
+    """Both stages start from the BASE_IMAGE argument (the public python image by default); nothing else is pulled
+    from a registry: no `# syntax=` frontend image, no other FROM, no COPY --from an image."""
+    text = (ROOT / "Dockerfile").read_text()
+    assert re.search(r"^ARG BASE_IMAGE=python:3\.11-slim-bookworm$", text, re.M)
+    froms = [args.split()[0] for word, args in instructions() if word == "FROM"]
+    assert froms == ["${BASE_IMAGE}", "${BASE_IMAGE}"], froms
+    assert not re.search(r"^#\s*syntax\s*=", text, re.M | re.I), "a syntax line makes BuildKit pull a frontend image"
+    stages = {args.split()[-1] for word, args in instructions() if word == "FROM"}
+    for word, args in instructions():
+        if word == "COPY" and "--from=" in args:
+            assert re.search(r"--from=(\S+)", args).group(1) in stages, f"COPY {args}: not from a stage of this file"
+
+
+def test_ca_bundle_is_a_build_secret_never_a_layer():
+    """The extra CA bundle reaches pip only through the secret mount `ca`: no instruction copies, adds or sets a
+    certificate, and the bundle pip is given lives in a tmpfs mount of the same step."""
+    for word, args in instructions():
+        assert not re.search(r"\.(pem|crt)\b|PIP_CERT|SSL_CERT_FILE", args), f"{word} {args[:120]}"
+        if word == "RUN" and "image_pip.py" in args:
+            assert "--mount=type=secret,id=ca" in args and "--mount=type=tmpfs,target=/run/ca" in args, \
+                "every pip step reads the CA secret and writes its bundle to a tmpfs"
+            assert "--mount=type=cache,target=/root/.cache/pip" in args, "pip's cache is a cache mount"
+    text = (ROOT / "scripts" / "image_pip.py").read_text()
+    assert 'SECRET = "/run/secrets/ca"' in text and 'BUNDLE_DIR = "/run/ca"' in text
 
 
 

@@ -92,6 +92,7 @@ def _env(container: dict, where: str) -> dict[str, str]:
         if "value" in var:
             env[var["name"]] = str(var["value"])
             continue
+        assert not var["name"].endswith("_FILE"), f"{where}: {var['name']} names a file; it is no secret itself"
         ref = var["valueFrom"]["secretKeyRef"]
         assert ref["name"] == SECRET_NAME, f"{where}: secrets come from {SECRET_NAME}, not {ref['name']}"
         assert var["name"] in SECRET_PLACEHOLDERS, f"{where}: unexpected secret variable {var['name']}"
@@ -120,7 +121,7 @@ def test_every_service_matches_cli_and_config(overlay, tmp_path):
     services = by_kind(docs, "Service")
     for name in POPULORA_WORKLOADS:
         assert name in workloads, f"overlay {overlay}: no workload {name}"
-        (container,) = pod_containers(workloads[name])
+        (container,) = pod_spec(workloads[name])["containers"]
         where = f"overlay {overlay}: {workloads[name]['kind']}/{name}"
         mounts = {m["mountPath"]: m["name"] for m in container.get("volumeMounts", [])}
         volumes = {v["name"]: v for v in pod_spec(workloads[name]).get("volumes", [])}
@@ -151,7 +152,7 @@ def test_no_secret_values_anywhere():
         for d in docs:
             for c in pod_containers(d):
                 for var in c.get("env", []):
-                    if re.search(r"PASSWORD|TOKEN|DB_URL", var["name"]):
+                    if re.search(r"PASSWORD|TOKEN|DB_URL", var["name"]) and not var["name"].endswith("_FILE"):
                         assert "valueFrom" in var, f"{d['metadata']['name']}: {var['name']} has a literal value"
     for path in K8S.rglob("*.yaml"):
         text = path.read_text()
@@ -211,8 +212,14 @@ def test_sandbox_isolation():
         assert c.get("command") == ["populora"], "the sandbox service must be pid 1 (no tini): it blanks its env"
         assert spec["securityContext"].get("seccompProfile", {}).get("type") == "RuntimeDefault"
         volumes = {v["name"]: v for v in spec["volumes"]}
-        tmp = next(m for m in c["volumeMounts"] if m["mountPath"] == "/tmp")
-        assert "emptyDir" in volumes[tmp["name"]], "sandbox /tmp must be an emptyDir"
+        mounts = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
+        for path in ("/tmp", "/dev/shm"):
+            assert "emptyDir" in volumes[mounts[path]], f"sandbox {path} must be an emptyDir"
+        # emptyDirs are world-writable: an init container makes them root's only, as Compose's tmpfs mode=755
+        chmods = [i for i in spec.get("initContainers", []) if i["args"][:2] == ["chmod", "0755"]]
+        assert chmods and {"/tmp", "/dev/shm"} <= set(chmods[0]["args"][2:]), "sandbox /tmp, /dev/shm not chmod 0755"
+        init_mounts = {m["mountPath"]: m["name"] for m in chmods[0]["volumeMounts"]}
+        assert all(init_mounts.get(p) == mounts[p] for p in chmods[0]["args"][2:]), "init container mounts differ"
 
         policies = [p for p in by_kind(docs, "NetworkPolicy").values()
                     if p["spec"]["podSelector"].get("matchLabels", {}).get("app.kubernetes.io/name") == "sandbox"]
@@ -230,6 +237,18 @@ def test_sandbox_isolation():
             allowed = {v for peer in sources for e in peer.get("podSelector", {}).get("matchExpressions", [])
                        for v in e["values"]}
             assert allowed == {"coordinator", "league"}, f"sandbox ingress from {sorted(allowed)}"
+
+        # no secret in any environment of the pod: files from the Secret, readable by root only
+        for container in spec["containers"] + spec.get("initContainers", []):
+            assert not [v for v in container.get("env", []) if "valueFrom" in v], \
+                f"overlay {overlay}: a secret in the sandbox's environment (a job could read it from /proc)"
+        env = {e["name"]: e.get("value") for e in c["env"]}
+        secret = next(v["secret"] for v in spec["volumes"] if "secret" in v)
+        assert secret["secretName"] == SECRET_NAME and secret["defaultMode"] == 0o400
+        mount = next(m for m in c["volumeMounts"] if volumes[m["name"]].get("secret"))
+        files = {f"{mount['mountPath']}/{i['path']}": i["key"] for i in secret["items"]}
+        assert files.get(env.get("POPULORA_TOKEN_FILE")) == "token" and mount.get("readOnly") is True
+        assert files.get(env.get("POPULORA__LEAGUE__DB_URL_FILE")) == "db-url"
 
         hpa = by_kind(docs, "HorizontalPodAutoscaler")["sandbox"]
         assert hpa["spec"]["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": "sandbox"}
