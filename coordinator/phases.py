@@ -18,6 +18,7 @@ from collections.abc import Callable
 from tqdm import tqdm
 
 from coordinator.context import RunContext
+from coordinator.warmstart import warm_ref_pb, warm_start
 from populora.pb import common_pb2, evolver_pb2, inference_pb2, league_pb2, sandbox_pb2, trainer_pb2
 from populora.rpc import ServiceError, ref_from_pb, ref_to_pb
 from populora.store import AdapterRef
@@ -144,7 +145,8 @@ def _validate(ctx: RunContext, proposals: list[dict]) -> dict[str, dict]:
 # ---------------------------------------------------------------- step 0
 
 def phase_init(ctx: RunContext, step: int) -> dict:
-    """Create the run in the league, initialise every adapter (B = 0) in the trainer, register them."""
+    """Create the run in the league, initialise every adapter (B = 0, or the warm start's weights: spec 13) in the
+    trainer, register them."""
     cfg = ctx.cfg
     league, trainer = ctx.clients.league, ctx.clients.trainer
     league.create_run(league_pb2.CreateRunRequest(run_id=ctx.run_id, config_yaml=cfg.to_yaml(), mode=cfg.run.mode))
@@ -154,6 +156,8 @@ def phase_init(ctx: RunContext, step: int) -> dict:
         members = [(f"{ctx.run_id}.T{i}", "teacher") for i in range(cfg.population.n_teachers)]
         members += [(f"{ctx.run_id}.S{i}", "student") for i in range(cfg.population.n_students)]
     population = {}
+    warm = warm_start(ctx)  # spec 13: every member starts from this adapter (None: from B = 0)
+    start = {"warm_start": warm}
     for adapter_id, role in members:
         if ctx.store.versions(adapter_id):  # a retried init: the adapter was written already
             ref = ctx.store.ref(adapter_id, 1)
@@ -161,22 +165,24 @@ def phase_init(ctx: RunContext, step: int) -> dict:
         else:
             resp = trainer.init_adapter(trainer_pb2.InitAdapterRequest(
                 adapter_id=adapter_id, role=role, rank=cfg.lora.rank, target_modules=cfg.lora.target_modules,
-                seed=ctx.seed("init", adapter_id), lora_alpha=cfg.lora.alpha))
+                seed=ctx.seed("init", adapter_id), lora_alpha=cfg.lora.alpha, init_from=warm_ref_pb(ctx, start)))
             ref = ref_from_pb(resp.adapter)
         population[adapter_id] = {"role": role, "version": ref.version}
     league.register_adapters(league_pb2.RegisterAdaptersRequest(run_id=ctx.run_id, adapters=[
         league_pb2.AdapterSpec(adapter_id=a, role=m["role"], rank=cfg.lora.rank, created_step=0)
         for a, m in population.items()]))
-    return {"population": population}
+    return {"population": population, **start}
 
 
 def phase_seed(ctx: RunContext, step: int) -> dict:
-    """The base model proposes (no updates) until each buffer holds seed_buffer_size valid triplets (spec 10)."""
+    """The base model (or, after a warm start, the adapter every member starts from) proposes, without updates,
+    until each buffer holds seed_buffer_size valid triplets (spec 10, 13)."""
     cfg = ctx.cfg
     buffers = BufferSet(cfg.tasks.buffer_cap, seed=cfg.run.seed)
     target = cfg.tasks.seed_buffer_size
     rounds, reasons, tried = 0, Counter(), 0
     per_round = max(2, cfg.tasks.proposals_per_teacher * max(1, cfg.population.n_teachers))
+    warm = warm_ref_pb(ctx, ctx.result(0, "init"))  # the members' starting policy proposes (spec 13)
     for rounds in range(1, cfg.tasks.seed_max_rounds + 1):
         # the identity seed counts as one entry; stop once every type holds `target` beyond it
         needed = {tt: target - (buffers.size(tt) - 1) for tt in cfg.tasks.task_types}
@@ -185,7 +191,7 @@ def phase_seed(ctx: RunContext, step: int) -> dict:
             break
         slots = [{"id": f"seed/{rounds}/{tt}/{k}", "task_type": tt, "teacher": ""}
                  for tt, n in needed.items() for k in range(min(n, per_round))]
-        requests, meta = _proposal_requests(ctx, buffers, slots, lambda s: None, 0)
+        requests, meta = _proposal_requests(ctx, buffers, slots, lambda s: warm, 0)
         gen = generate(ctx, requests, f"seed {rounds}")
         proposals = [{"id": s["id"], "task_type": s["task_type"], "text": gen[s["id"]]["completions"][0]["text"],
                       **meta[s["id"]]} for s in slots]

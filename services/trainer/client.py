@@ -27,6 +27,9 @@ class TrainerClient(ABC):
     @abstractmethod
     def drop_adapter(self, request: trainer_pb2.DropAdapterRequest) -> trainer_pb2.DropAdapterResponse: ...
 
+    @abstractmethod
+    def warm_start(self, request: trainer_pb2.WarmStartRequest) -> trainer_pb2.WarmStartResponse: ...
+
     def close(self) -> None:
         """Release what the client holds (a channel); the in-process client leaves the service to its owner."""
         return None
@@ -53,6 +56,9 @@ class InProcessTrainerClient(TrainerClient):
     def drop_adapter(self, request):
         return self.service.DropAdapter(request)
 
+    def warm_start(self, request):
+        return self.service.WarmStart(request)
+
 
 class GrpcTrainerClient(TrainerClient):
     """Calls a trainer server over gRPC; a failed call raises ServiceError with the server's code."""
@@ -77,6 +83,9 @@ class GrpcTrainerClient(TrainerClient):
 
     def drop_adapter(self, request):
         return call(self._stub.DropAdapter, request, self.timeout)
+
+    def warm_start(self, request):
+        return call(self._stub.WarmStart, request, self.timeout)
 
     def close(self) -> None:
         self._channel.close()

@@ -36,6 +36,10 @@ class TrainerServicer(trainer_pb2_grpc.TrainerServicer):
         with status_on_error(context):
             return self.service.DropAdapter(request)
 
+    def WarmStart(self, request, context: grpc.ServicerContext):
+        with status_on_error(context):
+            return self.service.WarmStart(request)
+
 
 def add_to_server(service: TrainerService):
     """The add-servicer callback for populora.rpc.make_server / run_server."""
