@@ -49,7 +49,7 @@ def warm_start(ctx: RunContext) -> dict | None:
     resp = ctx.clients.trainer.warm_start(trainer_pb2.WarmStartRequest(
         adapter_id=f"{ctx.run_id}.warm", rank=cfg.lora.rank, target_modules=cfg.lora.target_modules,
         lora_alpha=cfg.lora.alpha, seed=ws.seed, steps=ws.steps, batch_size=ws.batch_size, lr=ws.lr,
-        use_cache=ws.cache, examples=[
+        use_cache=ws.cache, prompt_grad=ws.prompt_grad, examples=[
             trainer_pb2.SftExample(prompt=[trainer_pb2.ChatTurn(role=r, content=c) for r, c in e.messages],
                                    response=e.response, task_type=e.task_type, role=e.role) for e in examples]))
     ref = ref_from_pb(resp.adapter)

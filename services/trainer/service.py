@@ -138,7 +138,8 @@ class TrainerService:
         settings = FitSettings(rank=rank, alpha=float(alpha),
                                target_modules=sorted(req.target_modules or self.cfg.lora.target_modules),
                                seed=int(req.seed), steps=int(req.steps), batch_size=int(req.batch_size),
-                               lr=float(req.lr), grad_clip=t.grad_clip, micro_batch_tokens=t.micro_batch_tokens)
+                               lr=float(req.lr), grad_clip=t.grad_clip, micro_batch_tokens=t.micro_batch_tokens,
+                               prompt_grad=bool(req.prompt_grad))
         cache = WarmStartCache(self._cache_root()) if req.use_cache else None
         identity = base_identity(self.base.name, Path(self.base.path))
         with self._lock, _as_service_errors(), torch_threads(self.cfg.trainer.threads):

@@ -11,8 +11,8 @@ from populora.config import load_config
 from populora.pb import trainer_pb2
 from populora.rpc import ServiceError, make_server
 from populora.store import ADAPTER_WEIGHTS, ArtifactStore
-from populora.tasks.seedgen import generate_programs, proposal_text
 from populora.tasks.prompts import teacher_messages
+from populora.tasks.seedgen import generate_programs, proposal_text
 from services.trainer.client import GrpcTrainerClient
 from services.trainer.server import add_to_server
 from services.trainer.service import TrainerService
