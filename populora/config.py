@@ -173,7 +173,7 @@ class WarmStartConfig(Section):
     enabled: bool = False
     """[choice] Fit one initial adapter on the answer formats before step 0 and start every member, population and
     baseline alike, from it (spec 13). Off for 7B coder models, which write the formats unaided."""
-    programs: int = Field(24, ge=1)
+    programs: int = Field(36, ge=1)
     """Programs generated per task type from the warm-start templates (populora.tasks.seedgen), each verified in the
     sandbox; the examples are drawn from them. The held-out templates are never used."""
     seed: int = 0

@@ -1,5 +1,5 @@
 """The project's own generator of small deterministic seed programs (spec 13): templates over strings, lists, dicts,
-loops, recursion and comprehensions, each with inputs, split once and for all into warm-start and held-out templates.
+loops, recursion and comprehensions (and one-line programs a small model can trace), each with inputs, split once and for all into warm-start and held-out templates.
 
 The generator writes programs and inputs only. Outputs are computed by the verifier: `verify_programs` sends every
 program through proposal validation (spec 3, the sandbox), exactly as a teacher's proposal would go, and keeps the
@@ -57,6 +57,7 @@ class Template:
     name: str
     constructs: frozenset[str]
     draw: Callable[[random.Random], Draft]
+    weight: int = 1  # turns in each round of the generator's round-robin
 
 
 # ---------------------------------------------------------------- random inputs (always restricted literals)
@@ -288,6 +289,51 @@ def _row_sums(rng: random.Random) -> Draft:
     return Draft(prog, draw, f"Returns the {agg} of every row.")
 
 
+# One-line programs: a small model can learn to trace these, so the first tasks of a run are solvable at all.
+def _string_op(rng: random.Random) -> Draft:
+    s = _name(rng, "s", "word")
+    body, what = rng.choice([(f"{s}.upper()", "Upper-cases the word."), (f"{s}[::-1]", "Reverses the word."),
+                             (f"{s} + {s}", "Repeats the word twice."), (f"{s}[0] + {s}[-1]",
+                                                                         "Returns the first and last letters."),
+                             (f"len({s})", "Returns the length of the word."),
+                             (f"{s}.capitalize()", "Capitalizes the word.")])
+    return Draft(f"def f({s}):\n    return {body}", lambda r: repr(_word(r)), what)
+
+
+def _arithmetic(rng: random.Random) -> Draft:
+    x, k = _name(rng, "x", "n"), rng.randint(2, 9)
+    body, what = rng.choice([(f"{x} + {k}", f"Adds {k}."), (f"{x} * {k}", f"Multiplies by {k}."),
+                             (f"{x} - {k}", f"Subtracts {k}."), (f"{x} * {x}", "Squares the number."),
+                             (f"{x} // {k}", f"Divides by {k}, rounding down."), (f"{x} % {k}", f"Remainder by {k}.")])
+    return Draft(f"def f({x}):\n    return {body}", lambda r: str(r.randint(0, 30)), what)
+
+
+def _list_op(rng: random.Random) -> Draft:
+    xs = _name(rng, "xs", "nums")
+    body, what = rng.choice([(f"sum({xs})", "Sums the list."), (f"max({xs})", "Returns the largest number."),
+                             (f"sorted({xs})", "Sorts the list."), (f"{xs}[::-1]", "Reverses the list."),
+                             (f"len({xs})", "Counts the items."), (f"{xs}[0] + {xs}[-1]",
+                                                                  "Adds the first and last numbers.")])
+    return Draft(f"def f({xs}):\n    return {body}", lambda r: repr(_ints(r, 2, 5, 0, 9)), what)
+
+
+def _dict_op(rng: random.Random) -> Draft:
+    d = _name(rng, "d", "table")
+    body, what = rng.choice([(f"sorted({d})", "Lists the keys, sorted."), (f"sum({d}.values())", "Sums the values."),
+                             (f"len({d})", "Counts the keys."), (f"max({d}.values())", "Returns the largest value.")])
+
+    def draw(r: random.Random) -> str:
+        return repr({k: r.randint(0, 9) for k in r.sample(WORDS, r.randint(2, 3))})
+
+    return Draft(f"def f({d}):\n    return {body}", draw, what)
+
+
+def _count_up(rng: random.Random) -> Draft:
+    n, k = _name(rng, "n", "x"), rng.randint(1, 3)
+    prog = f"def f({n}):\n    total = 0\n    for i in range({n}):\n        total += {k}\n    return total"
+    return Draft(prog, lambda r: str(r.randint(0, 9)), f"Adds {k} once per number below n.")
+
+
 TEMPLATES: dict[str, Template] = {t.name: t for t in [
     Template("reverse_words", frozenset({"string", "comprehension"}), _reverse_words),
     Template("shift_letters", frozenset({"string", "loop"}), _shift_letters),
@@ -315,6 +361,12 @@ TEMPLATES: dict[str, Template] = {t.name: t for t in [
     Template("collatz", frozenset({"loop"}), _collatz),
     Template("divisors", frozenset({"list", "comprehension"}), _divisors),
     Template("row_sums", frozenset({"list", "comprehension"}), _row_sums),
+    # three turns each: about 40% of the warm start's programs are one-liners a 135M model can learn to trace
+    Template("string_op", frozenset({"string"}), _string_op, weight=3),
+    Template("arithmetic", frozenset(), _arithmetic, weight=3),
+    Template("list_op", frozenset({"list"}), _list_op, weight=3),
+    Template("dict_op", frozenset({"dict"}), _dict_op, weight=3),
+    Template("count_up", frozenset({"loop"}), _count_up, weight=3),
 ]}
 
 # The held-out split (spec 13): templates the warm start never uses, one or more per construct, so an evaluation on
@@ -333,12 +385,12 @@ def templates_of(split: str) -> tuple[str, ...]:
 # ---------------------------------------------------------------- programs
 
 def generate_programs(n: int, seed: int, split: str = "warm", n_inputs: int = 1, stream: str = "") -> list[SeedProgram]:
-    """`n` programs of the split's templates, round-robin over the templates in a seeded order, each with `n_inputs`
-    distinct inputs (code_f needs N). Deterministic in (n, seed, split, n_inputs, stream); `stream` names an
-    independent sequence (one per task type, say)."""
+    """`n` programs of the split's templates, round-robin over the templates (each `weight` times) in a seeded order,
+    each with `n_inputs` distinct inputs (code_f needs N). Deterministic in (n, seed, split, n_inputs, stream);
+    `stream` names an independent sequence (one per task type, say)."""
     if n < 0 or n_inputs < 1:
         raise ValueError(f"need n >= 0 and n_inputs >= 1 (got n={n}, n_inputs={n_inputs})")
-    names = list(templates_of(split))
+    names = [name for name in templates_of(split) for _ in range(TEMPLATES[name].weight)]
     rng = random.Random(f"populora-seedgen/{split}/{seed}/{stream}")
     rng.shuffle(names)
     out = []

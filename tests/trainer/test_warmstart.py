@@ -44,9 +44,10 @@ def _weights(store, adapter_id, version=1):
     return store.read(store.ref(adapter_id, version)).weights
 
 
-def test_a_few_steps_lower_the_loss_and_write_version_1(fresh_base, store, tmp_path):
+@pytest.mark.parametrize("prompt_grad", [False, True])
+def test_a_few_steps_lower_the_loss_and_write_version_1(fresh_base, store, tmp_path, prompt_grad):
     svc = _service(fresh_base, store, tmp_path)
-    resp = svc.WarmStart(_request("warm", steps=8, use_cache=False))
+    resp = svc.WarmStart(_request("warm", steps=8, use_cache=False, prompt_grad=prompt_grad))
     losses = list(resp.losses)
     assert len(losses) == 8 and not resp.cached and resp.tokens > 0 and resp.fit_seconds > 0
     assert sum(losses[-2:]) / 2 < sum(losses[:2]) / 2 - 0.1, losses
@@ -58,16 +59,16 @@ def test_a_few_steps_lower_the_loss_and_write_version_1(fresh_base, store, tmp_p
 
 def test_cache_hit_miss_and_damaged_entries(fresh_base, tmp_path):
     first = _service(fresh_base, ArtifactStore(tmp_path / "run1"), tmp_path)
-    made = first.WarmStart(_request("r1.warm"))
+    made = first.WarmStart(_request("r1.warm", steps=2))
     assert not made.cached
     # another run (new store, new trainer) with the same request: taken from the cache, no step run
     second = _service(fresh_base, ArtifactStore(tmp_path / "run2"), tmp_path)
-    hit = second.WarmStart(_request("r2.warm"))
+    hit = second.WarmStart(_request("r2.warm", steps=2))
     assert hit.cached and hit.digest == made.digest and list(hit.losses) == list(made.losses)
     w1, w2 = _weights(first.pool.store, "r1.warm"), _weights(second.pool.store, "r2.warm")
     assert all(torch.equal(w1[k], w2[k]) for k in w1)
     # other hyperparameters: another digest, a miss
-    other = second.WarmStart(_request("r2.other", steps=5))
+    other = second.WarmStart(_request("r2.other", steps=3))
     assert not other.cached and other.digest != made.digest
 
     # a damaged entry (bytes changed after it was written) is detected, removed and fitted again
@@ -77,23 +78,23 @@ def test_cache_hit_miss_and_damaged_entries(fresh_base, tmp_path):
     raw[-8:] = b"\x00\x00\x80\x7f" * 2
     weights_file.write_bytes(bytes(raw))
     third = _service(fresh_base, ArtifactStore(tmp_path / "run3"), tmp_path)
-    refit = third.WarmStart(_request("r3.warm"))
+    refit = third.WarmStart(_request("r3.warm", steps=2))
     assert not refit.cached and refit.digest == made.digest
     w3 = _weights(third.pool.store, "r3.warm")
     assert all(torch.equal(w1[k], w3[k]) for k in w1)  # the same fit again: same seed, same examples
     # a truncated file, and an entry whose write never finished, are misses too
     weights_file.write_bytes(weights_file.read_bytes()[:100])
-    assert not _service(fresh_base, ArtifactStore(tmp_path / "run4"), tmp_path).WarmStart(_request("r4.w")).cached
-    assert _service(fresh_base, ArtifactStore(tmp_path / "run5"), tmp_path).WarmStart(_request("r5.w")).cached
+    assert not _service(fresh_base, ArtifactStore(tmp_path / "run4"), tmp_path).WarmStart(_request("r4.w", steps=2)).cached
+    assert _service(fresh_base, ArtifactStore(tmp_path / "run5"), tmp_path).WarmStart(_request("r5.w", steps=2)).cached
     import shutil
     shutil.rmtree(entry / "v1")
     (entry / ".tmp-v1-crashed").mkdir()
-    assert not _service(fresh_base, ArtifactStore(tmp_path / "run6"), tmp_path).WarmStart(_request("r6.w")).cached
+    assert not _service(fresh_base, ArtifactStore(tmp_path / "run6"), tmp_path).WarmStart(_request("r6.w", steps=2)).cached
 
 
 def test_members_start_from_the_warm_adapter(fresh_base, store, tmp_path):
     svc = _service(fresh_base, store, tmp_path)
-    warm = svc.WarmStart(_request("warm", use_cache=False)).adapter
+    warm = svc.WarmStart(_request("warm", steps=2, use_cache=False)).adapter
     for adapter_id, role in (("T0", "teacher"), ("S0", "student"), ("B0", "both")):
         ref = svc.InitAdapter(trainer_pb2.InitAdapterRequest(adapter_id=adapter_id, role=role, seed=9,
                                                              init_from=warm)).adapter
