@@ -98,12 +98,7 @@ class TrainerService:
     def InitAdapter(self, req: trainer_pb2.InitAdapterRequest) -> trainer_pb2.InitAdapterResponse:
         self._check_id(req.adapter_id)
         role = self._check_role(req.role)
-        rank = req.rank or self.cfg.lora.rank
-        if rank < 0 or rank > MAX_RANK:
-            raise invalid(f"rank {req.rank} is out of range 1..{MAX_RANK} (0 = lora.rank)")
-        alpha = req.lora_alpha or self.cfg.lora.alpha
-        if not math.isfinite(alpha) or alpha <= 0:
-            raise invalid(f"lora_alpha {req.lora_alpha} must be a positive number (0 = lora.alpha)")
+        rank, alpha = self._shape(req.rank, req.lora_alpha)
         targets = list(req.target_modules) or list(self.cfg.lora.target_modules)
         start_ref = ref_from_pb(req.init_from) if req.HasField("init_from") and req.init_from.adapter_id else None
         if start_ref is not None and start_ref.version < 1:
@@ -127,12 +122,7 @@ class TrainerService:
                           f"batch_size={req.batch_size})")
         if not math.isfinite(req.lr) or req.lr <= 0:
             raise invalid(f"WarmStart lr {req.lr} must be a positive number")
-        rank = req.rank or self.cfg.lora.rank
-        if rank < 1 or rank > MAX_RANK:
-            raise invalid(f"rank {req.rank} is out of range 1..{MAX_RANK} (0 = lora.rank)")
-        alpha = req.lora_alpha or self.cfg.lora.alpha
-        if not math.isfinite(alpha) or alpha <= 0:
-            raise invalid(f"lora_alpha {req.lora_alpha} must be a positive number (0 = lora.alpha)")
+        rank, alpha = self._shape(req.rank, req.lora_alpha)
         rows = [self._sft_row(i, e) for i, e in enumerate(req.examples)]
         t = self.cfg.trainer
         settings = FitSettings(rank=rank, alpha=float(alpha),
@@ -277,6 +267,16 @@ class TrainerService:
         if wrong:
             raise invalid(f"update of '{item.adapter_id}' ({adapter_role}) has {wrong} rollouts; a {adapter_role} "
                           f"trains on {list(allowed)} rollouts only (spec §1)")
+
+    def _shape(self, rank: int, alpha: float) -> tuple[int, float]:
+        """A request's rank and lora_alpha (0 = the config's), checked."""
+        rank = rank or self.cfg.lora.rank
+        if rank < 1 or rank > MAX_RANK:
+            raise invalid(f"rank {rank} is out of range 1..{MAX_RANK} (0 = lora.rank)")
+        alpha = alpha or self.cfg.lora.alpha
+        if not math.isfinite(alpha) or alpha <= 0:
+            raise invalid(f"lora_alpha {alpha} must be a positive number (0 = lora.alpha)")
+        return rank, float(alpha)
 
     @staticmethod
     def _check_id(adapter_id: str) -> None:
