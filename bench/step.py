@@ -2,7 +2,7 @@
 per-adapter batch, in one process, through the real embedded coordinator, on a workload whose proposals are valid:
 SmolLM2-135M after the warm start (spec 13; both arms start from the same cached adapter). Prints one JSON object.
 
-    python -m bench.step --json [--model smollm2-135m] [--proposals 2] [--steps 1]
+    python -m bench.step --json [--model smollm2-135m] [--proposals 2] [--steps 1] [--set section.field=value]
 
 Keys: population_step_s and baseline_step_s (mean wall seconds of a measured step), wall_ratio (their ratio),
 valid_rate (valid proposals / proposals over both arms' measured steps), adapters_updated_population and
@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 
-def run_once(mode: str, model: str, proposals: int, workdir: Path, steps: int) -> dict:
+def run_once(mode: str, model: str, proposals: int, workdir: Path, steps: int, extra: list[str]) -> dict:
     """Run seeding + `steps` steps of one arm; the measured steps' metrics as the run wrote them."""
     from coordinator.state import StateStore
     from coordinator.train import Coordinator
@@ -40,7 +40,7 @@ def run_once(mode: str, model: str, proposals: int, workdir: Path, steps: int) -
     ]
     if mode == "baseline":
         overrides.append("rewards.teacher_reward=learnability")
-    cfg = load_config(preset="cpu-smol", overrides=overrides, env=False)
+    cfg = load_config(preset="cpu-smol", overrides=overrides + extra, env=False)
     run_id = f"bench-{mode}"
     cfg.run.run_id = run_id
     state = StateStore(cfg.league_db_url)
@@ -86,17 +86,20 @@ def main(argv: list[str] | None = None) -> int:
                    help="proposals per teacher per task type (>= 2, else a teacher's groups hold one rollout each "
                         "and its advantages are all 0)")
     p.add_argument("--steps", type=int, default=1, help="measured steps (after the seeding step)")
+    p.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE",
+                   help="a config override applied to both arms (e.g. trainer.batch_mode=batched)")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     with tempfile.TemporaryDirectory(prefix="populora-bench-step-") as tmp:
         t0 = time.perf_counter()
-        pop = run_once("population", args.model, args.proposals, Path(tmp), args.steps)
-        base = run_once("baseline", args.model, args.proposals, Path(tmp), args.steps)
+        pop = run_once("population", args.model, args.proposals, Path(tmp), args.steps, args.set)
+        base = run_once("baseline", args.model, args.proposals, Path(tmp), args.steps, args.set)
         total = time.perf_counter() - t0
     g = gain(pop["updated"], pop["step_s"], base["updated"], base["step_s"])
     proposals = pop["proposals"] + base["proposals"]
     out = {
         "model": args.model, "proposals_per_teacher": args.proposals, "measured_steps": args.steps,
+        "overrides": args.set,
         "population_step_s": round(pop["step_s"], 3), "baseline_step_s": round(base["step_s"], 3),
         "wall_ratio": round(pop["step_s"] / base["step_s"], 3),
         "valid_rate": round((pop["valid"] + base["valid"]) / proposals, 3) if proposals else None,
