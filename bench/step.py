@@ -1,7 +1,16 @@
-"""Wall time of one full training step: population (4T+4S) vs the AZR baseline (one adapter in both roles) at the same
-per-adapter batch, in one process, through the real embedded coordinator. Prints one JSON object.
+"""One training step of the population (4T+4S) against one of the AZR baseline (one adapter in both roles), at the same
+per-adapter batch, in one process, through the real embedded coordinator, on a workload whose proposals are valid:
+SmolLM2-135M after the warm start (spec 13; both arms start from the same cached adapter). Prints one JSON object.
 
-    python -m bench.step --json [--model smollm2-135m] [--tokens 48] [--proposals 1]
+    python -m bench.step --json [--model smollm2-135m] [--proposals 2] [--steps 1] [--set section.field=value]
+
+Keys: population_step_s and baseline_step_s (mean wall seconds of a measured step), wall_ratio (their ratio),
+valid_rate (valid proposals / proposals over both arms' measured steps), adapters_updated_population and
+adapters_updated_baseline (adapters whose update had a non-zero gradient, counted from the trainer's results, per
+step), adapter_updates_per_s_gain = (adapters_updated_population / population_step_s) / (adapters_updated_baseline /
+baseline_step_s) (null when the baseline updated nothing), and population_phase_s / baseline_phase_s (mean seconds
+of each phase). Every figure is counted from the two runs; the seeding step (step 0, warm start included) is run but
+not measured.
 """
 
 from __future__ import annotations
@@ -15,22 +24,23 @@ import time
 from pathlib import Path
 
 
-def run_once(mode: str, model: str, tokens: int, proposals: int, workdir: Path, steps: int) -> dict:
-    from coordinator.journal import JournalDB
+def run_once(mode: str, model: str, proposals: int, workdir: Path, steps: int, extra: list[str]) -> dict:
+    """Run seeding + `steps` steps of one arm; the measured steps' metrics as the run wrote them."""
+    from coordinator.journal import Journal, JournalDB
     from coordinator.train import run_training
     from populora.config import load_config
 
     n = 4 if mode == "population" else 1
+    out = workdir / mode
     overrides = [
-        f"model.name={model}", f"run.mode={mode}", f"run.output_dir={workdir / mode}",
-        f"store.root={workdir / mode / 'store'}", f"league.db_url=sqlite:///{workdir / mode / 'league.sqlite'}",
-        f"population.n_teachers={n}", f"population.n_students={n}", f"tasks.proposals_per_teacher={proposals}",
-        "tasks.seed_buffer_size=1", "tasks.seed_max_rounds=1", f"generation.max_new_tokens={tokens}",
-        "evolution.every_k=1000", "lora.rank=32", "lora.alpha=64",
+        f"model.name={model}", f"run.mode={mode}", f"run.output_dir={out}", f"store.root={out / 'store'}",
+        f"league.db_url=sqlite:///{out / 'league.sqlite'}", f"population.n_teachers={n}",
+        f"population.n_students={n}", f"tasks.proposals_per_teacher={proposals}", "tasks.seed_buffer_size=2",
+        "tasks.seed_max_rounds=1", "evolution.every_k=1000", "warmstart.enabled=true",
     ]
     if mode == "baseline":
         overrides.append("rewards.teacher_reward=learnability")
-    cfg = load_config(preset="cpu-smol", overrides=overrides, env=False)
+    cfg = load_config(preset="cpu-smol", overrides=overrides + extra, env=False)
     run_id = f"bench-{mode}"
     cfg.run.run_id = run_id
     cfg.run.steps = steps
@@ -40,39 +50,70 @@ def run_once(mode: str, model: str, tokens: int, proposals: int, workdir: Path, 
     rows = {r["step"]: r for r in (json.loads(line) for line in (run_dir / "metrics.jsonl").read_text()
                                    .splitlines())}
     measured = [rows[s] for s in range(1, steps + 1)]
-    phases = {}
+    warmed = Journal(db, run_id).get(0, "warmstart")
+    db.close()
+    return summarize(measured, {"cached": warmed.cached if warmed and warmed.adapter_id else None})
+
+
+def summarize(measured: list[dict], warm: dict) -> dict:
+    """Per-step means of a run's measured metrics rows: wall time, phases, updated adapters, proposals."""
+    k = len(measured)
+    phases: dict[str, float] = {}
     for r in measured:
         for p, s in r["seconds"].items():
-            phases[p] = phases.get(p, 0.0) + s / len(measured)
-    return {"step_s": sum(r["step_seconds"] for r in measured) / len(measured), "phase_s": phases,
-            "generated_tokens": {k: sum(r["tokens"][k] for r in measured) / len(measured) for k in ("propose",
-                                                                                                  "solve")},
-            "valid_rate": [r.get("valid_rate") for r in measured]}
+            phases[p] = phases.get(p, 0.0) + s / k
+    updated = [sum(1 for s in r["updates"].values() if s["grad_norm"] > 0) for r in measured]
+    proposals = sum(sum(m["proposals"] for m in r["task_types"].values()) for r in measured)
+    valid = sum(round((r["valid_rate"] or 0.0) * sum(m["proposals"] for m in r["task_types"].values()))
+                for r in measured)
+    return {"step_s": sum(r["step_seconds"] for r in measured) / k, "phase_s": phases,
+            "updated": sum(updated) / k, "updates": sum(len(r["updates"]) for r in measured) / k,
+            "proposals": proposals, "valid": valid,
+            "generated_tokens": {t: sum(r["tokens"][t] for r in measured) / k for t in ("propose", "solve")},
+            "warm_start_cached": warm.get("cached")}
+
+
+def gain(updated_pop: float, pop_s: float, updated_base: float, base_s: float) -> float | None:
+    """(adapters updated per second, population) / (the same, baseline); None when the baseline updated none."""
+    if updated_base <= 0 or pop_s <= 0 or base_s <= 0:
+        return None
+    return (updated_pop / pop_s) / (updated_base / base_s)
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--json", action="store_true", help="print only the JSON object")
     p.add_argument("--model", default="smollm2-135m")
-    p.add_argument("--tokens", type=int, default=48, help="max new tokens per completion")
-    p.add_argument("--proposals", type=int, default=1, help="proposals per teacher per task type")
+    p.add_argument("--proposals", type=int, default=2,
+                   help="proposals per teacher per task type (>= 2, else a teacher's groups hold one rollout each "
+                        "and its advantages are all 0)")
     p.add_argument("--steps", type=int, default=1, help="measured steps (after the seeding step)")
+    p.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE",
+                   help="a config override applied to both arms (e.g. trainer.batch_mode=batched)")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     with tempfile.TemporaryDirectory(prefix="populora-bench-step-") as tmp:
         t0 = time.perf_counter()
-        pop = run_once("population", args.model, args.tokens, args.proposals, Path(tmp), args.steps)
-        base = run_once("baseline", args.model, args.tokens, args.proposals, Path(tmp), args.steps)
+        pop = run_once("population", args.model, args.proposals, Path(tmp), args.steps, args.set)
+        base = run_once("baseline", args.model, args.proposals, Path(tmp), args.steps, args.set)
         total = time.perf_counter() - t0
-    ratio = pop["step_s"] / base["step_s"]
+    g = gain(pop["updated"], pop["step_s"], base["updated"], base["step_s"])
+    proposals = pop["proposals"] + base["proposals"]
     out = {
-        "model": args.model, "max_new_tokens": args.tokens, "proposals_per_teacher": args.proposals,
+        "model": args.model, "proposals_per_teacher": args.proposals, "measured_steps": args.steps,
+        "overrides": args.set,
         "population_step_s": round(pop["step_s"], 3), "baseline_step_s": round(base["step_s"], 3),
-        "wall_ratio": round(ratio, 3), "adapter_steps_per_s_gain": round(8 / ratio, 3),
+        "wall_ratio": round(pop["step_s"] / base["step_s"], 3),
+        "valid_rate": round((pop["valid"] + base["valid"]) / proposals, 3) if proposals else None,
+        "adapters_updated_population": pop["updated"], "adapters_updated_baseline": base["updated"],
+        "adapter_updates_per_s_gain": round(g, 3) if g is not None else None,
         "population_phase_s": {k: round(v, 3) for k, v in pop["phase_s"].items()},
         "baseline_phase_s": {k: round(v, 3) for k, v in base["phase_s"].items()},
+        "population_valid_rate": round(pop["valid"] / pop["proposals"], 3) if pop["proposals"] else None,
+        "baseline_valid_rate": round(base["valid"] / base["proposals"], 3) if base["proposals"] else None,
+        "population_adapters": pop["updates"], "baseline_adapters": base["updates"],
         "population_generated_tokens": pop["generated_tokens"], "baseline_generated_tokens": base["generated_tokens"],
-        "population_valid_rate": pop["valid_rate"], "baseline_valid_rate": base["valid_rate"],
+        "warm_start_cached": [pop["warm_start_cached"], base["warm_start_cached"]],
         "bench_seconds": round(total, 1),
     }
     print(json.dumps(out, indent=None if args.json else 2))

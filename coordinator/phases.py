@@ -45,6 +45,7 @@ from populora.records import (
     Usage,
     Validated,
     Verdict,
+    WarmStarted,
 )
 from populora.rpc import ServiceError, ref_from_pb, ref_to_pb
 from populora.seeds import derive_seed
@@ -132,13 +133,15 @@ def _messages(msgs: list[dict[str, str]]) -> list[inference_pb2.ChatMessage]:
 
 @dataclass(frozen=True)
 class Slot:
-    """One proposal to write: its id, task type, and the teacher (None: the base model, while seeding)."""
+    """One proposal to write: its id, task type, the teacher it is credited to ("" while seeding) and the adapter
+    version that writes it (the teacher's own; while seeding the warm start, or none: the bare base model)."""
 
     id: str
     task_type: str
-    teacher: str | None = None
+    teacher: str = ""
     version: int = 0
     match_id: str = ""
+    writer: str = ""  # the adapter that generates it when it is not the teacher (seeding with the warm start)
 
 
 def _teacher_request(run: Run, buffers: BufferSet, slot: Slot, step: int
@@ -153,7 +156,8 @@ def _teacher_request(run: Run, buffers: BufferSet, slot: Slot, step: int
         pool = buffers.sample("code_f", 1, rng) or buffers.sample("code_o", 1, rng)
         given = pool[0].program
     msgs = teacher_messages(slot.task_type, refs, given_program=given or None, n_inputs=cfg.tasks.code_f_inputs)
-    adapter = run.ref(slot.teacher, slot.version) if slot.teacher else None
+    writer = slot.writer or slot.teacher
+    adapter = run.ref(writer, slot.version) if writer else None
     return inference_pb2.GenerationRequest(
         request_id=slot.id, adapter=adapter, messages=_messages(msgs),
         sampling=_sampling(run, 1, cfg.teacher_max_new_tokens, run.seed("gen", step, slot.id))), given
@@ -170,7 +174,7 @@ def _proposals(run: Run, buffers: BufferSet, slots: list[Slot], step: int, desc:
     for s in slots:
         g = gen[s.id]
         c = g.completions[0]
-        out.append(Proposal(id=s.id, task_type=s.task_type, teacher=s.teacher or "", match_id=s.match_id,
+        out.append(Proposal(id=s.id, task_type=s.task_type, teacher=s.teacher, match_id=s.match_id,
                             version=s.version, text=c.text, prompt_token_ids=g.prompt_token_ids,
                             response_token_ids=list(c.token_ids), finish_reason=c.finish_reason,
                             given_program=given[s.id]))
@@ -189,8 +193,9 @@ def _verdicts(run: Run, proposals: list[Proposal]) -> tuple[dict[str, Verdict], 
 
 # ---------------------------------------------------------------- step 0
 
-def init(run: Run) -> Initialized:
-    """Create the run in the league, initialise every adapter (B = 0) in the trainer, register them."""
+def init(run: Run, warmed: WarmStarted) -> Initialized:
+    """Create the run in the league, initialise every adapter in the trainer (B = 0, or the warm start's weights:
+    spec 13), register them."""
     cfg, league, trainer = run.cfg, run.services.league, run.services.trainer
     league.CreateRun(league_pb2.CreateRunRequest(run_id=run.run_id, config_yaml=cfg.to_yaml(), mode=cfg.run.mode))
     if cfg.run.mode == "baseline":
@@ -199,6 +204,7 @@ def init(run: Run) -> Initialized:
         members = [(f"{run.run_id}.T{i}", "teacher") for i in range(cfg.population.n_teachers)]
         members += [(f"{run.run_id}.S{i}", "student") for i in range(cfg.population.n_students)]
     population: Population = {}
+    start_from = run.ref(warmed.adapter_id, warmed.version) if warmed.adapter_id else None
     for adapter_id, role in members:
         if run.store.versions(adapter_id):  # a retried init: the adapter was written already
             ref = run.store.ref(adapter_id, 1)
@@ -206,7 +212,7 @@ def init(run: Run) -> Initialized:
         else:
             resp = trainer.InitAdapter(trainer_pb2.InitAdapterRequest(
                 adapter_id=adapter_id, role=role, rank=cfg.lora.rank, target_modules=cfg.lora.target_modules,
-                seed=run.seed("init", adapter_id), lora_alpha=cfg.lora.alpha))
+                seed=run.seed("init", adapter_id), lora_alpha=cfg.lora.alpha, init_from=start_from))
             ref = ref_from_pb(resp.adapter)
         population[adapter_id] = Member(role, ref.version)
     league.RegisterAdapters(league_pb2.RegisterAdaptersRequest(run_id=run.run_id, adapters=[
@@ -215,8 +221,9 @@ def init(run: Run) -> Initialized:
     return Initialized(population)
 
 
-def seed(run: Run) -> Seeded:
-    """The base model proposes (no updates) until each buffer holds seed_buffer_size valid triplets (spec 10)."""
+def seed(run: Run, warmed: WarmStarted) -> Seeded:
+    """The members' starting policy (the warm start's adapter, else the bare base model) proposes, without updates,
+    until each buffer holds seed_buffer_size valid triplets (spec 10, 13)."""
     cfg = run.cfg
     buffers = BufferSet(cfg.tasks.buffer_cap, seed=cfg.run.seed)
     target = cfg.tasks.seed_buffer_size
@@ -228,7 +235,8 @@ def seed(run: Run) -> Seeded:
         needed = {tt: n for tt, n in needed.items() if n > 0}
         if not needed:
             break
-        slots = [Slot(f"seed/{rounds}/{tt}/{k}", tt) for tt, n in needed.items() for k in range(min(n, per_round))]
+        slots = [Slot(f"seed/{rounds}/{tt}/{k}", tt, version=warmed.version, writer=warmed.adapter_id)
+                 for tt, n in needed.items() for k in range(min(n, per_round))]
         proposals = _proposals(run, buffers, slots, 0, f"seed {rounds}")
         verdicts, n_jobs = _verdicts(run, proposals)
         tried += len(proposals)
@@ -374,10 +382,16 @@ def usage(proposed: Proposed, validated: Validated, solved: Solved, checked: Che
     return Accounted(adapters, total)
 
 
-def seed_usage(seeded: Seeded) -> Accounted:
-    """The compute of seeding: the bare base model's proposals and their validation."""
-    base = Usage(generated_tokens=seeded.generated_tokens)
-    return Accounted({"base": base} if base.tokens else {}, base + Usage(sandbox_jobs=seeded.sandbox_jobs))
+def seed_usage(warmed: WarmStarted, seeded: Seeded) -> Accounted:
+    """The compute of step 0: the warm start's fit (counted whether this run fitted it or found it cached: every
+    run that starts from it pays for it, so two arms compare alike) and the seeding proposals with their
+    validation, written by the warm adapter or the bare base model ("base")."""
+    adapters = {}
+    if warmed.tokens:
+        adapters["warmstart"] = Usage(trained_tokens=warmed.tokens)
+    if seeded.generated_tokens:
+        adapters[warmed.adapter_id or "base"] = Usage(generated_tokens=seeded.generated_tokens)
+    return Accounted(adapters, sum(adapters.values(), Usage()) + Usage(sandbox_jobs=seeded.sandbox_jobs))
 
 
 def account(run: Run, step: int, spent: Accounted) -> Accounted:

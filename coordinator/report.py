@@ -167,6 +167,15 @@ def plot_lineage(rows, path: Path) -> None:
     plt.close(fig)
 
 
+def _warm(r: dict) -> str:
+    w = r.get("warm_start")
+    if not w:
+        return ""
+    loss = "" if w.get("loss_first") is None else f", loss {w['loss_first']:.2f} -> {w['loss_last']:.2f}"
+    how = "from the cache" if w.get("cached") else f"fitted in {w.get('fit_seconds', 0):.0f} s"
+    return html.escape(f"warm start on {w['examples']} examples ({how}{loss}); ")
+
+
 def _tokens(r: dict) -> str:
     c = r.get("compute_cumulative")
     return "-" if c is None else f"{c['tokens']:,}"
@@ -179,7 +188,7 @@ def _table(rows: list[dict]) -> str:
     for r in rows:
         if r["step"] == 0:
             body.append(f"<tr><td>0</td><td>{r['step_seconds']:.1f}</td><td>{_tokens(r)}</td><td colspan=9>"
-                        "seeding: buffers "
+                        f"{_warm(r)}seeding: buffers "
                         f"{html.escape(json.dumps(r.get('seed_sizes')))}, rejections "
                         f"{html.escape(json.dumps(r.get('seed_reasons')))}</td></tr>")
             continue

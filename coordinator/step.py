@@ -27,6 +27,7 @@ from coordinator.phases import (
     usage,
     validate,
 )
+from coordinator.warmstart import warm_start
 from populora.records import (
     Accounted,
     Checked,
@@ -40,14 +41,16 @@ from populora.records import (
     Solved,
     Updated,
     Validated,
+    WarmStarted,
 )
 from populora.tasks import BufferSet
 
 
 @dataclass(frozen=True)
 class Prepared:
-    """Step 0: the population as created and the buffers the base model filled."""
+    """Step 0: the warm start, the population as created and the buffers its starting policy filled."""
 
+    warmed: WarmStarted
     initialized: Initialized
     seeded: Seeded
     spent: Accounted
@@ -75,11 +78,12 @@ class StepRecord:
 
 
 def prepare(j: Journal, run: Run) -> Prepared:
-    """Step 0: create and register the adapters, then fill the task buffers (spec 10)."""
-    initialized = j.once(0, "init", init, run)
-    seeded = j.once(0, "seed", seed, run)
-    spent = j.once(0, "account", account, run, 0, seed_usage(seeded))                      # 14  compute spent
-    return Prepared(initialized, seeded, spent)
+    """Step 0: the warm start, then create and register the adapters, then fill the task buffers."""
+    warmed = j.once(0, "warmstart", warm_start, run)                                        # 13  format warm-up
+    initialized = j.once(0, "init", init, run, warmed)                                      # 1   the members
+    seeded = j.once(0, "seed", seed, run, warmed)                                           # 10  fill the buffers
+    spent = j.once(0, "account", account, run, 0, seed_usage(warmed, seeded))               # 14  compute spent
+    return Prepared(warmed, initialized, seeded, spent)
 
 
 def train_step(j: Journal, run: Run, t: int) -> StepRecord:

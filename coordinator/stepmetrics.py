@@ -30,9 +30,14 @@ def compute_metrics(spent: Accounted) -> dict:
 
 
 def prepared_metrics(prepared: Prepared, seconds: dict[str, float]) -> dict:
-    s = prepared.seeded
-    return {"step": 0, "seconds": seconds, "step_seconds": sum(seconds.values()), "seed_sizes": s.sizes,
-            "seed_reasons": s.reasons, "seed_rounds": s.rounds, **compute_metrics(prepared.spent)}
+    s, w = prepared.seeded, prepared.warmed
+    out = {"step": 0, "seconds": seconds, "step_seconds": sum(seconds.values()), "seed_sizes": s.sizes,
+           "seed_reasons": s.reasons, "seed_rounds": s.rounds, **compute_metrics(prepared.spent)}
+    if w.adapter_id:
+        out["warm_start"] = {"adapter_id": w.adapter_id, "cached": w.cached, "examples": w.examples,
+                             "tokens": w.tokens, "loss_first": w.losses[0] if w.losses else None,
+                             "loss_last": w.losses[-1] if w.losses else None, "fit_seconds": w.fit_seconds}
+    return out
 
 
 def step_metrics(cfg: Config, r: StepRecord, seconds: dict[str, float]) -> dict:

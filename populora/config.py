@@ -144,6 +144,9 @@ class GenerationConfig(Section):
     """vLLM: fraction of GPU memory it may take."""
     tensor_parallel_size: int = Field(1, ge=1)
     """vLLM: GPUs the base is split over."""
+    threads: int = Field(0, ge=0)
+    """`hf` on CPU: torch threads while a batch decodes; 0 = leave torch's setting. On a loaded 2-core machine one
+    thread decoded SmolLM2 about 3x faster than two (docs/warmstart.md); on an idle one two are about 1.4x faster."""
 
 
 class TrainerConfig(Section):
@@ -167,6 +170,39 @@ class TrainerConfig(Section):
     """Several adapters' updates in one pass (`batched`) or one by one; `auto`: batched on GPU, sequential on CPU."""
     adv_eps: float = 1e-6
     """epsilon in A = (r - mean) / (std + eps) (spec 5)."""
+    threads: int = Field(0, ge=0)
+    """Torch threads while an update or the warm start trains; 0 = leave torch's setting. On a loaded 2-core machine
+    one thread trained SmolLM2 about 3x faster than two (docs/warmstart.md)."""
+
+
+class WarmStartConfig(Section):
+    enabled: bool = False
+    """[choice] Fit one initial adapter on the answer formats before step 0 and start every member, population and
+    baseline alike, from it (spec 13). Off for 7B coder models, which write the formats unaided."""
+    programs: int = Field(36, ge=1)
+    """Programs generated per task type from the warm-start templates (populora.tasks.seedgen), each verified in the
+    sandbox; the examples are drawn from them. The held-out templates are never used."""
+    seed: int = 0
+    """Seed of the program generator and of the example order (the same seed gives the same adapter)."""
+    steps: int = Field(32, ge=1)
+    """Supervised steps of the warm-up (32 x 4 examples taught SmolLM2 the formats; docs/warmstart.md)."""
+    batch_size: int = Field(4, ge=1)
+    """Examples per step, teacher and student examples in turn over the task types."""
+    lr: float = Field(1e-3, gt=0)
+    """AdamW learning rate of the warm-up (a supervised fit of the formats, far above the RL rate of spec 5)."""
+    prompt_grad: bool = False
+    """Backpropagate through the examples' prompts too. Off: each prompt runs once without gradient (its keys and
+    values are constants of the fit) and the backward pass covers the answer only, about twice as fast on a CPU."""
+    teacher_fraction: float = Field(0.5, ge=0, le=1)
+    """Fraction of the examples in the teacher's format (proposals); the rest are student answers."""
+    n_references: int = Field(-1, ge=-1)
+    """References shown in the warm-start teacher prompts; -1 = tasks.n_references, as the run's prompts show."""
+    cache: bool = True
+    """Reuse a warm-started adapter from the cache, keyed by a digest of the base model, the examples and the
+    hyperparameters; a damaged entry is detected and fitted again."""
+    cache_dir: str = ""
+    """Where fitted warm starts are cached; empty = <model cache>/warmstart ($POPULORA_CACHE or
+    ~/.cache/populora, like the converted models)."""
 
 
 class LeagueConfig(Section):
@@ -368,6 +404,8 @@ class Config(Section):
     """Inference backend and sampling."""
     trainer: TrainerConfig = TrainerConfig()
     """TRR++ updates (spec 5)."""
+    warmstart: WarmStartConfig = WarmStartConfig()
+    """The warm start before step 0: one adapter fitted on the answer formats, every member's start (spec 13)."""
     league: LeagueConfig = LeagueConfig()
     """Ratings, matchmaking and the league database (spec 6-7)."""
     evolution: EvolutionConfig = EvolutionConfig()

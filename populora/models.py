@@ -8,6 +8,8 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -70,6 +72,23 @@ class BaseModel:
         if isinstance(im_end, int) and im_end != self.tokenizer.unk_token_id:
             ids.add(im_end)
         return sorted(i for i in ids if i is not None)
+
+
+@contextmanager
+def torch_threads(n: int) -> Iterator[None]:
+    """Run the block with torch's intra-op threads set to `n` (0 = leave torch's setting), then restore it.
+
+    On a CPU shared with other processes, threads that wait for a descheduled sibling at every barrier made
+    SmolLM2 generation and training 3x slower with 2 threads than with 1 on a loaded 2-core machine
+    (docs/warmstart.md); the setting is process-wide, so it is held only while the work runs."""
+    previous = torch.get_num_threads()
+    if n and n != previous:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        if torch.get_num_threads() != previous:
+            torch.set_num_threads(previous)
 
 
 def cache_dir(configured: str = "") -> Path:

@@ -177,6 +177,22 @@ class Evolved:
 
 # ------------------------------------------------------------------------------------------------ step 0
 @dataclass(frozen=True)
+class WarmStarted:
+    """The warm start of spec 13: the adapter every member starts from and the fit that made it; `adapter_id` is ""
+    when the run has none (warmstart.enabled off: members start at B = 0 and the bare base model seeds)."""
+
+    adapter_id: str = ""
+    version: int = 0
+    cached: bool = False  # taken from the cache: this run ran no fit step
+    losses: list[float] = field(default_factory=list)  # mean loss per response token, per step of the fit
+    tokens: int = 0  # tokens (prompt + response) the fit trained on
+    fit_seconds: float = 0.0
+    examples: int = 0
+    digest: str = ""  # the cache key: base model, examples and hyperparameters
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True)
 class Initialized:
     population: Population
 
@@ -292,7 +308,7 @@ def _expect(data: Any, kind, path: str) -> Any:
 
 # What each phase of the journal stores (coordinator.step runs them; spec sections in its comments).
 PHASE_RECORDS: dict[str, type] = {
-    "init": Initialized, "seed": Seeded,
+    "warmstart": WarmStarted, "init": Initialized, "seed": Seeded,
     "match": Matched, "propose": Proposed, "validate": Validated, "solve": Solved, "check": Checked,
     "rate": Rated, "update": Updated, "evolve": Evolved, "account": Accounted,
 }

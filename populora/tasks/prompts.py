@@ -9,10 +9,23 @@ from populora.tasks.triplet import TASK_TYPES, Triplet
 SYSTEM = ("You are a careful Python programmer. Think step by step inside <think>...</think>, then give your "
           "final answer inside <answer>...</answer>.")
 _BANNED = ", ".join(sorted(AZR_BANNED_MODULES | INTEGRITY_BANNED_MODULES))
-_RULES = (f"Rules: the program defines exactly one top-level function `f` and is deterministic; it must not "
-          f"import {_BANNED}; it must not use dunder names or attributes, exec, eval, compile, open, globals, "
-          f"locals, vars, getattr, setattr, delattr or input(). Inputs are Python literals, containers, "
-          f"operators and calls of {', '.join(CONSTRUCTORS)} only.")
+# Short on purpose: every prompt token is paid for at generation and again at training, and a small model follows
+# a short rule list no worse than a long one. The sandbox enforces the full rules whatever the prompt says.
+_RULES = (f"Rules: one top-level function `f`, deterministic; no imports of {_BANNED}; no dunder names, exec, "
+          f"eval, open, getattr or input(). Inputs are Python literals (calls of {', '.join(CONSTRUCTORS)} allowed).")
+
+
+def chat_token_ids(tokenizer, messages: list[dict[str, str]], chat_template: bool = True) -> list[int]:
+    """Token ids of chat messages as the model sees them before it answers: the tokenizer's chat template with the
+    generation prompt, or `role: content` lines ending in `assistant: ` without one. The one encoding shared by
+    generation and by training on prompts (the warm start), so both condition on the same tokens."""
+    if chat_template:
+        ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+        if hasattr(ids, "keys"):  # transformers 5 returns a BatchEncoding
+            ids = ids["input_ids"]
+        return [int(t) for t in ids]
+    text = "".join(f"{m['role']}: {m['content']}\n" for m in messages) + "assistant: "
+    return tokenizer.encode(text, add_special_tokens=False)
 
 
 def _check_type(task_type: str) -> None:
@@ -20,36 +33,29 @@ def _check_type(task_type: str) -> None:
         raise ValueError(f"unknown task type {task_type!r}; allowed: {list(TASK_TYPES)}")
 
 
-def _reference(t: Triplet, i: int, show: str) -> str:
-    parts = [f"### Reference {i}", f"```python\n{t.program}\n```"]
-    if show in ("io",):
-        parts.append(f"```input\n{t.inputs[0]}\n```")
-        parts.append(f"```output\n{t.outputs[0]}\n```")
-    return "\n".join(parts)
+def _reference(t: Triplet, i: int) -> str:
+    return (f"Task {i}:\n```python\n{t.program}\n```\n```input\n{t.inputs[0]}\n```\n"
+            f"```output\n{t.outputs[0]}\n```")
 
 
 def _teacher_io(task_type: str, references: list[Triplet]) -> str:
-    goal = ("predict the output from the program and the input" if task_type == "code_o"
-            else "find an input that produces the given output")
-    refs = "\n\n".join(_reference(t, i + 1, "io") for i, t in enumerate(references)) or "(none yet)"
-    return (f"Design a new code reasoning task. A solver will see your program and must {goal}.\n\n"
-            f"Earlier tasks for reference:\n\n{refs}\n\n"
-            "Write a new program that is different from the references and harder to reason about, plus one "
-            "input for it.\n" + _RULES + "\n\n"
-            "Answer format, inside <answer>...</answer>:\n"
-            "```python\ndef f(...):\n    ...\n```\n"
-            "```input\n<the arguments of one call of f, e.g. [1, 2], 'abc'>\n```")
+    goal = "predict its output" if task_type == "code_o" else "find an input that gives its output"
+    refs = "\n\n".join(_reference(t, i + 1) for i, t in enumerate(references)) or "(none yet)"
+    return (f"Write a new task: a program and one input. A solver will see the program and must {goal}.\n\n"
+            f"Earlier tasks:\n\n{refs}\n\n"
+            "Make yours different and harder to reason about. " + _RULES + "\n"
+            "Answer inside <answer>...</answer>: ```python\ndef f(...):\n    ...\n``` then ```input\n<the "
+            "arguments of one call of f, e.g. [1, 2], 'abc'>\n```")
 
 
 def _teacher_f(given_program: str, n_inputs: int) -> str:
-    return ("Design a new program-induction task. A solver will see a short description of the function below "
-            f"and half of {n_inputs} input/output pairs, and must write the function.\n\n"
-            f"The function:\n```python\n{given_program}\n```\n\n"
-            f"Write {n_inputs} different inputs that together reveal what the function does, and a message that "
-            "hints at its purpose without giving the code away.\n" + _RULES + "\n\n"
-            "Answer format, inside <answer>...</answer>: "
-            f"{n_inputs} blocks of\n```input\n<the arguments of one call of f>\n```\nthen\n"
-            "```message\n<one or two sentences>\n```")
+    return ("Write a program-induction task. A solver will see a message about the function below and half of "
+            f"{n_inputs} input/output pairs, and must write the function.\n\n"
+            f"```python\n{given_program}\n```\n\n"
+            f"Write {n_inputs} different inputs that together show what it does, and a message that hints at its "
+            "purpose without giving the code away. " + _RULES + "\n"
+            f"Answer inside <answer>...</answer>: {n_inputs} blocks of ```input\n<the arguments of one call of "
+            "f>\n``` then ```message\n<one sentence>\n```")
 
 
 def teacher_messages(task_type: str, references: list[Triplet], given_program: str | None = None,
@@ -83,6 +89,6 @@ def student_messages(task: Triplet) -> list[dict[str, str]]:
         pairs = "\n".join(f"```input\n{i}\n```\n```output\n{o}\n```"
                           for i, o in zip(task.inputs[:half], task.outputs[:half]))
         user = (f"Write a Python function `f` from its description and examples.\nDescription: {task.message}\n\n"
-                f"{pairs}\n\nGive the program in a ```python block inside <answer>...</answer>. "
-                + _RULES)
+                f"{pairs}\n\nGive the program in a ```python block inside <answer>...</answer>. One function, "
+                "deterministic, no imports.")
     return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}]

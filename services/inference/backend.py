@@ -118,13 +118,9 @@ def encode_prompt(tokenizer, request: Request, chat_template: bool = True) -> li
     """Token ids of a request's prompt: messages through the chat template (with the generation prompt), or the
     raw prompt text as is."""
     if request.messages:
-        if chat_template:
-            ids = tokenizer.apply_chat_template(request.messages, add_generation_prompt=True, tokenize=True)
-            if hasattr(ids, "keys"):  # transformers 5 returns a BatchEncoding
-                ids = ids["input_ids"]
-            return [int(t) for t in ids]
-        text = "".join(f"{m['role']}: {m['content']}\n" for m in request.messages) + "assistant: "
-        return tokenizer.encode(text, add_special_tokens=False)
+        from populora.tasks.prompts import chat_token_ids
+
+        return chat_token_ids(tokenizer, request.messages, chat_template)
     return tokenizer.encode(request.prompt, add_special_tokens=False)
 
 

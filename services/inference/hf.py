@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import torch
 
 from populora.lora import MultiLoraModel, cache_kwarg
-from populora.models import BaseModel, load_from_config
+from populora.models import BaseModel, load_from_config, torch_threads
 from populora.store import AdapterRef, ArtifactStore
 from services.inference.backend import (
     Completion,
@@ -118,27 +118,44 @@ class Row:
     text: str = ""
 
 
-def _top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
-    """Keep the smallest set of tokens whose probability mass reaches top_p (nucleus sampling); (V,) -> (V,)."""
-    sorted_logits, order = torch.sort(logits, descending=True)
-    cum = torch.softmax(sorted_logits, dim=-1).cumsum(dim=-1)
-    drop = cum - torch.softmax(sorted_logits, dim=-1) >= top_p  # mass before this token already reaches top_p
-    sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
-    return torch.empty_like(logits).scatter_(0, order, sorted_logits)
+# Candidates looked at first for top-p: the nucleus of a trained model at T <= 1 almost always lies in its top 64
+# tokens, and topk of 64 is far cheaper than sorting a 50k-150k vocabulary per row per token. Rows whose nucleus
+# is wider fall back to a full sort, so the draw is exact either way.
+TOP_P_CANDIDATES = 64
 
 
 def choose_tokens(logits: torch.Tensor, rows: list[Row]) -> torch.Tensor:
-    """Next token per row: argmax for greedy rows, a draw from softmax(logits / T) (top-p filtered) with the
-    row's own generator otherwise, so a row's sample does not depend on the other rows of the batch. (B, V) -> (B,)"""
+    """Next token per row: argmax for greedy rows; for sampled rows a draw from softmax(logits / T) restricted to the
+    top-p nucleus (the smallest set of most likely tokens whose mass reaches top_p), by inverse CDF with one uniform
+    from the row's own generator, so a row's sample does not depend on the other rows of the batch. (B, V) -> (B,)
+
+    The softmax and the candidate search run for all sampled rows at once; only the uniform draw is per row."""
     tokens = logits.argmax(dim=-1)
-    for i, row in enumerate(rows):
-        s = row.sampling
-        if s.temperature > 0:
-            scaled = logits[i].float() / s.temperature
-            if s.top_p < 1:
-                scaled = _top_p_filter(scaled, s.top_p)
-            probs = torch.softmax(scaled, dim=-1)
-            tokens[i] = torch.multinomial(probs, 1, generator=row.generator)[0]
+    sampled = [i for i, row in enumerate(rows) if row.sampling.temperature > 0]
+    if not sampled:
+        return tokens
+    temperature = torch.tensor([rows[i].sampling.temperature for i in sampled], device=logits.device)
+    probs = torch.softmax(logits[sampled].float() / temperature[:, None], dim=-1)  # (S, V)
+    k = min(TOP_P_CANDIDATES, probs.shape[-1])
+    top_vals, top_ids = probs.topk(k, dim=-1)  # (S, k), most likely first
+    top_mass = top_vals.sum(-1).tolist()
+    for j, i in enumerate(sampled):
+        row = rows[i]
+        u = float(torch.rand((), generator=row.generator))
+        top_p = row.sampling.top_p
+        if top_p >= 1:  # no nucleus: the whole distribution, in vocabulary order
+            cand_vals, cand_ids = probs[j], None
+        elif top_mass[j] >= top_p:
+            cand_vals, cand_ids = top_vals[j], top_ids[j]
+        else:  # the nucleus is wider than the candidates: sort them all
+            cand_vals, cand_ids = torch.sort(probs[j], descending=True)
+        if cand_ids is not None:  # keep a token while the mass before it is below top_p
+            cand_vals = cand_vals.masked_fill(cand_vals.cumsum(0) - cand_vals >= top_p, 0.0)
+        cdf = cand_vals.cumsum(0)
+        pick = min(int(torch.searchsorted(cdf, u * cdf[-1], right=True)), cdf.shape[0] - 1)
+        while cand_vals[pick] <= 0:  # u * total landed on the end of the cdf: step back to a token with mass
+            pick -= 1
+        tokens[i] = pick if cand_ids is None else cand_ids[pick]
     return tokens
 
 
@@ -165,19 +182,32 @@ class Decoder:
         """Decode until every row is finished; yields each row as it finishes."""
         from transformers import DynamicCache
 
-        batch = len(rows)
-        width = max(len(r.prompt_ids) for r in rows)
-        ids = torch.full((batch, width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((batch, width), dtype=torch.long)
-        for i, row in enumerate(rows):  # left padding
+        # The n completions of a request share its prompt and adapter: its prompt is run once and its cache rows
+        # copied n times (a prompt costs far more to run than to copy).
+        first_of: dict[int, int] = {}
+        unique: list[Row] = []
+        expand = []
+        for row in rows:
+            if row.request not in first_of:
+                first_of[row.request] = len(unique)
+                unique.append(row)
+            expand.append(first_of[row.request])
+        width = max(len(r.prompt_ids) for r in unique)
+        ids = torch.full((len(unique), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(unique), width), dtype=torch.long)
+        for i, row in enumerate(unique):  # left padding
             ids[i, width - len(row.prompt_ids):] = torch.tensor(row.prompt_ids)
             mask[i, width - len(row.prompt_ids):] = 1
         ids, mask = ids.to(self.device), mask.to(self.device)
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)  # (B, T): real tokens at 0..len-1 whatever the padding
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)  # (U, T): real tokens at 0..len-1 whatever the padding
         cache = DynamicCache()
+        logits = self._forward([r.adapter for r in unique], input_ids=ids, attention_mask=mask,
+                               position_ids=positions, **{self.cache_arg: cache})
+        if len(unique) < len(rows):  # (U, ...) -> (B, ...): every row gets its request's prompt state
+            index = torch.tensor(expand, device=self.device)
+            cache.batch_select_indices(index)
+            logits, mask, positions = logits[index], mask[index], positions[index]
         names = [r.adapter for r in rows]
-        logits = self._forward(names, input_ids=ids, attention_mask=mask, position_ids=positions,
-                               **{self.cache_arg: cache})
         last_pos = positions[:, -1]
         active = list(rows)
         while active:
@@ -245,8 +275,9 @@ class HfBackend(InferenceBackend):
 
     def __init__(self, base: BaseModel, store: ArtifactStore | None, target_modules: list[str], max_rank: int,
                  max_batch: int = 256, max_resident: int = 32, lora_path: str = "batched",
-                 chat_template: bool = True):
+                 chat_template: bool = True, threads: int = 0):
         self.base = base
+        self.threads = threads
         self.base_model = base.name
         self.store = store
         self.max_batch, self.max_resident = max_batch, max_resident
@@ -264,7 +295,7 @@ class HfBackend(InferenceBackend):
         g = cfg.generation
         return cls(base, store, list(cfg.lora.target_modules), max(cfg.lora.rank, g.max_lora_rank),
                    max_batch=g.max_batch, max_resident=g.max_resident_adapters, lora_path=g.lora_path,
-                   chat_template=cfg.model.chat_template)
+                   chat_template=cfg.model.chat_template, threads=g.threads)
 
     # ---- adapters
     def _load(self, ref: AdapterRef) -> None:
@@ -292,12 +323,13 @@ class HfBackend(InferenceBackend):
             rows = self._rows(requests, prompts, served)
             pending = {i: requests[i].sampling.n for i in range(len(requests))}
             done: dict[int, list[Row]] = {i: [] for i in pending}
-            for row in self.decoder.run(rows):
-                done[row.request].append(row)
-                pending[row.request] -= 1
-                if pending[row.request] == 0:
-                    yield self._result(requests[row.request], prompts[row.request], served[row.request],
-                                       done.pop(row.request))
+            with torch_threads(self.threads):
+                for row in self.decoder.run(rows):
+                    done[row.request].append(row)
+                    pending[row.request] -= 1
+                    if pending[row.request] == 0:
+                        yield self._result(requests[row.request], prompts[row.request], served[row.request],
+                                           done.pop(row.request))
         finally:
             self.resident.release(pinned)
 

@@ -14,6 +14,7 @@ Tables, in the league's own database (embedded: the run's SQLite file; distribut
 
 Phase results, and the keys read from each (anything else is ignored; a key that is missing or of another type
 reads as empty, so a changed layout shows as gaps on the page, never as a server error):
+- step 0 `warmstart` (runs stored before the warm start have none): {"adapter_id", "cached", "losses", ...}
 - step 0 `init`: {"population": {adapter_id: {"role", "version"}}}
 - step 0 `seed`: {"sizes": {task_type: n}, "reasons": {reason: n}, "rounds": n, "proposals": n}
 - `match`: {"pairings": [{"match_id", "teacher", "student", "task_type"}]}
@@ -48,7 +49,7 @@ import yaml
 
 RUNS_TABLE = "coord_runs"
 PHASES_TABLE = "coord_phases"
-INIT_PHASES = ("init", "seed", "account")
+INIT_PHASES = ("warmstart", "init", "seed", "account")
 STEP_PHASES = ("match", "propose", "validate", "solve", "check", "rate", "update", "evolve", "account")
 COMPUTE_KEYS = ("generated_tokens", "trained_tokens", "sandbox_jobs")
 FAILED_PREFIX = "failed:"

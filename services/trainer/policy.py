@@ -56,8 +56,16 @@ class AdapterPolicy(ABC):
 
     @abstractmethod
     def hidden_states(self, adapters: list[str], input_ids: torch.Tensor,
-                      attention_mask: torch.Tensor) -> torch.Tensor:
-        """Last hidden states (B, T, H); row b through adapter adapters[b]."""
+                      attention_mask: torch.Tensor | None, cache=None) -> torch.Tensor:
+        """Last hidden states (B, T, H); row b through adapter adapters[b]. With a transformers KV `cache`, the
+        tokens continue the sequence the cache holds (and are appended to it)."""
+
+    def _cache_kw(self, cache) -> dict:
+        if cache is None:
+            return {}
+        from populora.lora import cache_kwarg
+
+        return {cache_kwarg(self.causal_lm.model): cache, "use_cache": True}
 
     def lm_head(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.causal_lm.get_output_embeddings()(hidden)
@@ -116,14 +124,15 @@ class PeftPolicy(AdapterPolicy):
             self._active = None
 
     def hidden_states(self, adapters: list[str], input_ids: torch.Tensor,
-                      attention_mask: torch.Tensor) -> torch.Tensor:
+                      attention_mask: torch.Tensor | None, cache=None) -> torch.Tensor:
         if len(set(adapters)) != 1:
             raise ValueError("the PEFT policy runs one adapter per pass; use the batched policy for mixed rows")
         if self._active != adapters[0]:
             # set_adapter also makes that adapter trainable and freezes the others
             self.peft_model.base_model.set_adapter(adapters[0])
             self._active = adapters[0]
-        return self.causal_lm.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        return self.causal_lm.model(input_ids=input_ids, attention_mask=attention_mask,
+                                    **self._cache_kw(cache)).last_hidden_state
 
 
 class MultiLoraPolicy(AdapterPolicy):
@@ -157,6 +166,7 @@ class MultiLoraPolicy(AdapterPolicy):
             self.multi.remove_adapter(slot)
 
     def hidden_states(self, adapters: list[str], input_ids: torch.Tensor,
-                      attention_mask: torch.Tensor) -> torch.Tensor:
+                      attention_mask: torch.Tensor | None, cache=None) -> torch.Tensor:
         with self.multi.use_rows(adapters):
-            return self.causal_lm.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+            return self.causal_lm.model(input_ids=input_ids, attention_mask=attention_mask,
+                                        **self._cache_kw(cache)).last_hidden_state

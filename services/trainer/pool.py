@@ -18,10 +18,11 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from populora.store import AdapterRef, ArtifactStore, lora_config_dict
+from populora.store import AdapterRef, AdapterVersion, ArtifactStore, lora_config_dict
 from services.trainer.optim import AdapterAdamW
 from services.trainer.policy import AdapterPolicy, peft_init_weights
 from services.trainer.trr import Rollout, StepStats, TrrSettings, UpdateJob, trr_update
+from services.trainer.warmstart import FitSettings, SftRow, WarmStartCache, fit_digest, sft_fit
 
 TRAINER_KIND = "trainer"
 
@@ -95,21 +96,71 @@ class AdapterPool:
 
     # ---- adapters in and out
     def init(self, adapter_id: str, role: str, rank: int, alpha: float, target_modules: list[str],
-             seed: int) -> AdapterRef:
-        """A fresh adapter (B = 0), written to the store as version 1 with an empty optimizer state."""
+             seed: int, start: AdapterVersion | None = None) -> AdapterRef:
+        """A fresh adapter (B = 0), or a copy of `start`'s weights (the warm start, spec 13), written to the store as
+        version 1 with an empty optimizer state."""
         if adapter_id in self.held or self.store.versions(adapter_id):
             raise PoolError("precondition", f"adapter '{adapter_id}' already exists (held: "
                             f"{adapter_id in self.held}, store versions: {self.store.versions(adapter_id)}); "
                             "pick a new id, or AdoptAdapter the stored one")
         config = lora_config_dict(rank, alpha, target_modules, self.base_name)
-        weights = peft_init_weights(self.policy.causal_lm, target_modules, rank, seed)
+        meta: dict = {"init_seed": int(seed), "step": 0}
+        if start is None:
+            weights = peft_init_weights(self.policy.causal_lm, target_modules, rank, seed)
+        else:
+            if start.rank != rank or sorted(start.config.get("target_modules") or []) != sorted(target_modules):
+                raise PoolError("invalid", f"init_from {start.ref.key} has rank {start.rank} on "
+                                f"{sorted(start.config.get('target_modules') or [])}; adapter '{adapter_id}' asks "
+                                f"for rank {rank} on {sorted(target_modules)}: they must agree")
+            weights = {k: v.clone() for k, v in start.weights.items()}
+            meta = {"init_from": start.ref.key, "step": 0}
         held = self._attach(adapter_id, 1, role, config, weights, {})
         try:
-            self._save(held, meta={"init_seed": int(seed), "step": 0})
+            self._save(held, meta=meta)
         except Exception:
             self._detach(held)
             raise
         return self.store.ref(adapter_id, 1)
+
+    def warm_start(self, adapter_id: str, rows: list[SftRow], settings: FitSettings, base: dict,
+                   cache: WarmStartCache | None) -> tuple[AdapterRef, bool, dict]:
+        """Fit one adapter on `rows` (spec 13) and write it as version 1 of `adapter_id`; returns its ref, whether
+        the fit came from `cache`, and the fit's record (digest, losses, tokens, seconds).
+
+        The adapter is not held afterwards: members start from copies of it (`init` with `start`). A retried call
+        finds its own version 1 (same digest) and returns it."""
+        digest = fit_digest(base, settings, rows)
+        if self.store.versions(adapter_id):
+            stored = self._read(self.store.ref(adapter_id, 1))[0]
+            if stored.meta.get("digest") != digest:
+                raise PoolError("precondition", f"adapter '{adapter_id}' already exists and was fitted on other "
+                                "examples or settings; pick a new id")
+            return stored.ref, True, _fit_record(stored.meta)
+        hit = cache.get(digest) if cache is not None else None
+        if hit is not None:
+            weights, config, record = hit.weights, hit.config, _fit_record(hit.meta)
+        else:
+            config = lora_config_dict(settings.rank, settings.alpha, settings.target_modules, self.base_name)
+            weights = peft_init_weights(self.policy.causal_lm, settings.target_modules, settings.rank, settings.seed)
+            slot = f"w{next(self._slots)}"
+            try:
+                params = self.policy.add(slot, weights, config)
+            except ValueError as e:
+                raise PoolError("invalid", f"warm start '{adapter_id}' does not fit the base model: {e}") from None
+            try:
+                opt = AdapterAdamW(params, masters=weights, lr=settings.lr,
+                                   betas=tuple(self.optimizer_settings.betas), weight_decay=0.0)
+                fit = sft_fit(self.policy, slot, list(params.values()), opt, rows, settings, self.policy.device)
+                weights = {k: w.detach().clone() for k, w in opt.weights().items()}
+            finally:
+                self.policy.remove(slot)
+            record = {"digest": digest, "losses": fit.losses, "tokens": fit.tokens, "fit_seconds": fit.seconds}
+            if cache is not None:
+                cache.put(digest, weights, config, record)
+        record["digest"] = digest
+        ref = self.store.save(adapter_id, weights, config, version=1,
+                              meta={"written_by": "warmstart", "base_model": self.base_name, "step": 0, **record})
+        return ref, hit is not None, record
 
     def adopt(self, ref: AdapterRef, role: str) -> AdapterRef:
         """Take over a version someone else wrote (an evolver child): its weights, a fresh optimizer (spec §8)."""
@@ -232,6 +283,10 @@ class AdapterPool:
                               "weight_decay": self.optimizer_settings.weight_decay}, **meta}
         return self.store.save(held.adapter_id, held.optimizer.weights(), held.config, version=held.version,
                                meta=full, optimizer_state=held.optimizer.flat_state())
+
+
+def _fit_record(meta: dict) -> dict:
+    return {k: meta[k] for k in ("digest", "losses", "tokens", "fit_seconds") if k in meta}
 
 
 # ---- all-or-nothing updates

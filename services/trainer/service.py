@@ -5,18 +5,23 @@ from __future__ import annotations
 import logging
 import math
 import threading
+import time
 from contextlib import contextmanager
+from pathlib import Path
 
 import torch
 
 from populora.config import ROLES, TASK_TYPES, Config
 from populora.metrics import BATCH_SIZE, TOKENS, TOKENS_PER_S
+from populora.models import cache_dir, torch_threads
 from populora.pb import trainer_pb2
 from populora.rpc import CONTRACTS, ServiceError, invalid, precondition, ref_from_pb, ref_to_pb
 from populora.store import ArtifactStore, StoreError, validate_adapter_id
+from populora.tasks.prompts import chat_token_ids
 from services.trainer.policy import AdapterPolicy, MultiLoraPolicy, PeftPolicy
 from services.trainer.pool import AdapterPool, OptimizerSettings, PoolError, UpdateItem
 from services.trainer.trr import Rollout, StepStats, TrrSettings
+from services.trainer.warmstart import FitSettings, SftRow, WarmStartCache, base_identity
 
 log = logging.getLogger(__name__)
 
@@ -68,10 +73,11 @@ class TrainerService:
     CONTRACT = CONTRACTS["trainer"]
     GRPC_WORKERS = 4  # one update at a time holds the model anyway (the service serialises them)
 
-    def __init__(self, cfg: Config, pool: AdapterPool, mode: str):
+    def __init__(self, cfg: Config, pool: AdapterPool, mode: str, base=None):
         self.cfg = cfg
         self.pool = pool
         self.mode = mode
+        self.base = base  # populora.models.BaseModel: its tokenizer encodes the warm start's examples
         self._lock = threading.Lock()
 
     @classmethod
@@ -88,22 +94,89 @@ class TrainerService:
                            OptimizerSettings(lr=t.lr, betas=tuple(t.betas), weight_decay=t.weight_decay),
                            trr_settings(cfg), base_name=cfg.model.name)
         log.info("trainer ready: base %s on %s, %s updates", cfg.model.name, device, mode)
-        return cls(cfg, pool, mode)
+        return cls(cfg, pool, mode, base=base)
 
     # ---- RPCs
     def InitAdapter(self, req: trainer_pb2.InitAdapterRequest) -> trainer_pb2.InitAdapterResponse:
         self._check_id(req.adapter_id)
         role = self._check_role(req.role)
-        rank = req.rank or self.cfg.lora.rank
-        if rank < 0 or rank > MAX_RANK:
-            raise invalid(f"rank {req.rank} is out of range 1..{MAX_RANK} (0 = lora.rank)")
-        alpha = req.lora_alpha or self.cfg.lora.alpha
-        if not math.isfinite(alpha) or alpha <= 0:
-            raise invalid(f"lora_alpha {req.lora_alpha} must be a positive number (0 = lora.alpha)")
+        rank, alpha = self._shape(req.rank, req.lora_alpha)
         targets = list(req.target_modules) or list(self.cfg.lora.target_modules)
+        start_ref = ref_from_pb(req.init_from) if req.HasField("init_from") and req.init_from.adapter_id else None
+        if start_ref is not None and start_ref.version < 1:
+            raise invalid(f"init_from needs an explicit version >= 1 of '{start_ref.adapter_id}'")
         with self._lock, _as_service_errors():
-            ref = self.pool.init(req.adapter_id, role, rank, alpha, targets, req.seed)
+            start = self.pool.store.read(start_ref) if start_ref is not None else None
+            ref = self.pool.init(req.adapter_id, role, rank, alpha, targets, req.seed, start=start)
         return trainer_pb2.InitAdapterResponse(adapter=ref_to_pb(ref))
+
+    def WarmStart(self, req: trainer_pb2.WarmStartRequest) -> trainer_pb2.WarmStartResponse:
+        """Fit one adapter on the answer formats (spec 13); cached by digest under the model cache."""
+        start = time.perf_counter()
+        self._check_id(req.adapter_id)
+        if self.base is None:
+            raise precondition("this trainer was built without its base model's tokenizer; it cannot encode "
+                               "warm-start examples")
+        if not req.examples:
+            raise invalid("WarmStart needs at least one example")
+        if req.steps < 1 or req.batch_size < 1:
+            raise invalid(f"WarmStart needs steps >= 1 and batch_size >= 1 (got steps={req.steps}, "
+                          f"batch_size={req.batch_size})")
+        if not math.isfinite(req.lr) or req.lr <= 0:
+            raise invalid(f"WarmStart lr {req.lr} must be a positive number")
+        rank, alpha = self._shape(req.rank, req.lora_alpha)
+        rows = [self._sft_row(i, e) for i, e in enumerate(req.examples)]
+        t = self.cfg.trainer
+        settings = FitSettings(rank=rank, alpha=float(alpha),
+                               target_modules=sorted(req.target_modules or self.cfg.lora.target_modules),
+                               seed=int(req.seed), steps=int(req.steps), batch_size=int(req.batch_size),
+                               lr=float(req.lr), grad_clip=t.grad_clip, micro_batch_tokens=t.micro_batch_tokens,
+                               prompt_grad=bool(req.prompt_grad))
+        cache = WarmStartCache(self._cache_root()) if req.use_cache else None
+        identity = base_identity(self.base.name, Path(self.base.path))
+        with self._lock, _as_service_errors(), torch_threads(self.cfg.trainer.threads):
+            ref, cached, record = self.pool.warm_start(req.adapter_id, rows, settings, identity, cache)
+        seconds = time.perf_counter() - start
+        losses = record.get("losses", [])
+        log.info("warm start %s: %s, %d steps, loss %.3f -> %.3f, %.1fs", ref.key, "cached" if cached else "fitted",
+                 len(losses), losses[0] if losses else float("nan"), losses[-1] if losses else float("nan"), seconds)
+        return trainer_pb2.WarmStartResponse(adapter=ref_to_pb(ref), cached=cached, losses=losses,
+                                             tokens=int(record.get("tokens", 0)),
+                                             fit_seconds=float(record.get("fit_seconds", 0.0)), seconds=seconds,
+                                             digest=record.get("digest", ""))
+
+    def _cache_root(self) -> Path:
+        configured = self.cfg.warmstart.cache_dir
+        return Path(configured) if configured else cache_dir(self.cfg.model.cache_dir) / "warmstart"
+
+    def _sft_row(self, i: int, e: trainer_pb2.SftExample) -> SftRow:
+        where = f"warm-start example {i}"
+        if e.task_type not in TASK_TYPES:
+            raise invalid(f"{where}: task_type {e.task_type!r} is not one of {list(TASK_TYPES)}")
+        if e.role not in ("teacher", "student"):
+            raise invalid(f"{where}: role {e.role!r} is not 'teacher' or 'student'")
+        if not e.prompt or not e.response.strip():
+            raise invalid(f"{where}: it needs prompt turns and a non-empty response")
+        bad = [t.role for t in e.prompt if t.role not in ("system", "user", "assistant")]
+        if bad:
+            raise invalid(f"{where}: turn role {bad[0]!r} is not system, user or assistant")
+        tok = self.base.tokenizer
+        prompt = chat_token_ids(tok, [{"role": t.role, "content": t.content} for t in e.prompt],
+                                self.cfg.model.chat_template)
+        response = tok.encode(e.response, add_special_tokens=False) + [self._end_of_turn()]
+        budget = self.cfg.trainer.micro_batch_tokens
+        if len(prompt) + len(response) > budget:
+            raise invalid(f"{where}: {len(prompt) + len(response)} tokens exceed trainer.micro_batch_tokens={budget}; "
+                          "raise it or shorten the example")
+        return SftRow(prompt, response, e.task_type, e.role)
+
+    def _end_of_turn(self) -> int:
+        """The token that ends an assistant turn (what generation stops on): <|im_end|> for ChatML models."""
+        tok = self.base.tokenizer
+        im_end = tok.convert_tokens_to_ids("<|im_end|>")
+        if isinstance(im_end, int) and im_end != tok.unk_token_id and im_end in self.base.eos_token_ids:
+            return im_end
+        return int(self.base.eos_token_ids[0])
 
     def AdoptAdapter(self, req: trainer_pb2.AdoptAdapterRequest) -> trainer_pb2.AdoptAdapterResponse:
         self._check_id(req.adapter.adapter_id)
@@ -139,7 +212,8 @@ class TrainerService:
                 self._check_roles(it, held.role)
             if todo:
                 try:
-                    made = self.pool.update(todo, batched=self.mode == "batched")
+                    with torch_threads(self.cfg.trainer.threads):
+                        made = self.pool.update(todo, batched=self.mode == "batched")
                 except PoolError:
                     raise
                 except ValueError as e:  # a rollout the model cannot take; nothing was changed
@@ -192,6 +266,16 @@ class TrainerService:
         if wrong:
             raise invalid(f"update of '{item.adapter_id}' ({adapter_role}) has {wrong} rollouts; a {adapter_role} "
                           f"trains on {list(allowed)} rollouts only (spec §1)")
+
+    def _shape(self, rank: int, alpha: float) -> tuple[int, float]:
+        """A request's rank and lora_alpha (0 = the config's), checked."""
+        rank = rank or self.cfg.lora.rank
+        if rank < 1 or rank > MAX_RANK:
+            raise invalid(f"rank {rank} is out of range 1..{MAX_RANK} (0 = lora.rank)")
+        alpha = alpha or self.cfg.lora.alpha
+        if not math.isfinite(alpha) or alpha <= 0:
+            raise invalid(f"lora_alpha {alpha} must be a positive number (0 = lora.alpha)")
+        return rank, float(alpha)
 
     @staticmethod
     def _check_id(adapter_id: str) -> None:

@@ -33,12 +33,13 @@ def _prompts(tok) -> list[str]:
 
 def echo_model_dir() -> Path:
     """Path of the trained model (built on first use, cached under the populora cache)."""
-    key = hashlib.sha256((RECIPE + RESPONSE).encode()).hexdigest()[:12]
+    base = load_base_model("tiny")
+    model, tok = base.model, base.tokenizer
+    # the prompts are part of the key: a model fitted to other prompts need not answer these
+    key = hashlib.sha256((RECIPE + RESPONSE + "".join(_prompts(tok))).encode()).hexdigest()[:12]
     final = cache_dir() / "models" / f"tiny-echo-{key}"
     if final.exists():
         return final
-    base = load_base_model("tiny")
-    model, tok = base.model, base.tokenizer
     # Train the transformer layers and, for the response's own tokens only, a correction of their output rows;
     # the 152k-row embedding stays frozen (its dense gradient and Adam state would cost seconds a step on CPU).
     model.requires_grad_(True)
