@@ -40,7 +40,8 @@ def make_parent(store, adapter_id: str, layers: int, rank: int, seed: int,
     gives each decoder layer's (module suffix, d_in, d_out)."""
     import torch
 
-    from populora.store import lora_config_dict, lora_keys
+    from populora.lora import lora_keys
+    from populora.store import lora_config_dict
 
     g = torch.Generator().manual_seed(seed)
     weights = {}

@@ -46,6 +46,11 @@ class LoraError(ValueError):
     """An adapter that does not fit the model (unknown module, wrong shape, rank too large, unknown name)."""
 
 
+def lora_keys(module: str) -> tuple[str, str]:
+    """PEFT's weight names (lora_A, lora_B) of one module of a saved adapter: the one place they are spelled."""
+    return f"{PEFT_PREFIX}{module}.lora_A.weight", f"{PEFT_PREFIX}{module}.lora_B.weight"
+
+
 def lora_scaling(config: dict) -> float:
     """s = lora_alpha / r, or lora_alpha / sqrt(r) with rsLoRA (PEFT's definition)."""
     r = int(config["r"])
@@ -417,8 +422,9 @@ class MultiLoraModel(nn.Module):
         for module_name, layer in self.layers.items():
             f = layer.factors.get(name)
             if f is not None:
-                out[f"{PEFT_PREFIX}{module_name}.lora_A.weight"] = f.a.detach().to("cpu").clone().contiguous()
-                out[f"{PEFT_PREFIX}{module_name}.lora_B.weight"] = f.b.detach().to("cpu").clone().contiguous()
+                key_a, key_b = lora_keys(module_name)
+                out[key_a] = f.a.detach().to("cpu").clone().contiguous()
+                out[key_b] = f.b.detach().to("cpu").clone().contiguous()
         return out
 
     # ---- rows
@@ -481,6 +487,7 @@ def random_lora_weights(base_model: nn.Module, target_modules: list[str], rank: 
     for name, module in base_model.named_modules():
         if isinstance(module, (nn.Linear, MultiLoraLinear)) and name.rsplit(".", 1)[-1] in suffixes:
             d_in, d_out = module.in_features, module.out_features
-            out[f"{PEFT_PREFIX}{name}.lora_A.weight"] = torch.randn(rank, d_in, generator=gen) * std
-            out[f"{PEFT_PREFIX}{name}.lora_B.weight"] = torch.randn(d_out, rank, generator=gen) * std
+            key_a, key_b = lora_keys(name)
+            out[key_a] = torch.randn(rank, d_in, generator=gen) * std
+            out[key_b] = torch.randn(d_out, rank, generator=gen) * std
     return out

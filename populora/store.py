@@ -21,13 +21,14 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
+from populora.lora import PEFT_PREFIX, lora_keys, lora_scaling
+
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 OPTIMIZER_STATE = "optimizer.safetensors"
 META = "meta.json"
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
 # PEFT stores the default adapter's weights without the adapter name in the key.
-_PEFT_PREFIX = "base_model.model."
 
 
 class StoreError(RuntimeError):
@@ -63,10 +64,8 @@ class AdapterVersion:
 
     @property
     def scaling(self) -> float:
-        """alpha / r (or alpha / sqrt(r) with rsLoRA): the factor of B A^T in the layer's update."""
-        r = self.rank
-        alpha = float(self.config.get("lora_alpha", r))
-        return alpha / (r ** 0.5) if self.config.get("use_rslora") else alpha / r
+        """The factor of B A^T in the layer's update (populora.lora.lora_scaling)."""
+        return lora_scaling(self.config)
 
 
 def validate_adapter_id(adapter_id: str) -> str:
@@ -87,6 +86,40 @@ def _fsync_dir(path: Path) -> None:
 def _fsync_file(path: Path) -> None:
     with open(path, "rb+") as f:
         os.fsync(f.fileno())
+
+
+def write_adapter_dir(final: Path, weights: dict[str, torch.Tensor], config: dict[str, Any], meta: dict[str, Any],
+                      optimizer_state: dict[str, torch.Tensor] | None = None) -> Path:
+    """Write a PEFT adapter directory atomically: every file into a temp directory beside `final`, each fsynced,
+    then one rename, and the parent fsynced; a reader sees all of it or nothing. `final` must not exist (an empty
+    directory is replaced); FileExistsError otherwise."""
+    final = Path(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    if final.exists() and (not final.is_dir() or any(final.iterdir())):
+        raise FileExistsError(f"{final} exists and is not an empty directory")
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
+    try:
+        tensors = {k: v.detach().to("cpu").contiguous() for k, v in weights.items()}
+        save_file(tensors, str(tmp / ADAPTER_WEIGHTS), metadata={"format": "pt"})
+        (tmp / ADAPTER_CONFIG).write_text(json.dumps(config, indent=2, sort_keys=True))
+        (tmp / META).write_text(json.dumps(meta, indent=2, sort_keys=True, default=str))
+        if optimizer_state is not None:
+            opt = {k: v.detach().to("cpu").contiguous() for k, v in optimizer_state.items()}
+            save_file(opt, str(tmp / OPTIMIZER_STATE), metadata={"format": "pt"})
+        for f in tmp.iterdir():
+            _fsync_file(f)
+        _fsync_dir(tmp)
+        if final.is_dir():
+            final.rmdir()
+        try:
+            os.rename(tmp, final)
+        except OSError as e:
+            raise FileExistsError(f"{final} appeared while it was written: {e}") from e
+        _fsync_dir(final.parent)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return final
 
 
 def lora_config_dict(rank: int, alpha: float, target_modules: list[str], base_model: str = "",
@@ -188,27 +221,11 @@ class ArtifactStore:
         if final.exists():
             raise StoreError(f"adapter '{adapter_id}' version {version} already exists at {final}; versions are "
                              "immutable")
-        tmp = Path(tempfile.mkdtemp(prefix=f".tmp-v{version}-", dir=adir))
+        full_meta = {"adapter_id": adapter_id, "version": version, **(meta or {})}
         try:
-            tensors = {k: v.detach().to("cpu").contiguous() for k, v in weights.items()}
-            save_file(tensors, str(tmp / ADAPTER_WEIGHTS), metadata={"format": "pt"})
-            (tmp / ADAPTER_CONFIG).write_text(json.dumps(config, indent=2, sort_keys=True))
-            full_meta = {"adapter_id": adapter_id, "version": version, **(meta or {})}
-            (tmp / META).write_text(json.dumps(full_meta, indent=2, sort_keys=True, default=str))
-            if optimizer_state is not None:
-                opt = {k: v.detach().to("cpu").contiguous() for k, v in optimizer_state.items()}
-                save_file(opt, str(tmp / OPTIMIZER_STATE), metadata={"format": "pt"})
-            for f in tmp.iterdir():
-                _fsync_file(f)
-            _fsync_dir(tmp)
-            try:
-                os.rename(tmp, final)
-            except OSError as e:
-                raise StoreError(f"adapter '{adapter_id}' version {version} was written concurrently: {e}") from e
-            _fsync_dir(adir)
-        finally:
-            if tmp.exists():
-                shutil.rmtree(tmp, ignore_errors=True)
+            write_adapter_dir(final, weights, config, full_meta, optimizer_state)
+        except FileExistsError as e:
+            raise StoreError(f"adapter '{adapter_id}' version {version} was written concurrently: {e}") from e
         return self.ref(adapter_id, version)
 
     # ---- reading
@@ -285,13 +302,9 @@ def peft_module_names(weights: dict[str, torch.Tensor]) -> list[str]:
 
 
 def lora_factors(weights: dict[str, torch.Tensor], module: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """(A, B) of one module in PEFT's layout: lora_A (r x d_in), lora_B (d_out x r)."""
-    for prefix in (_PEFT_PREFIX, ""):
-        a, b = f"{prefix}{module}.lora_A.weight", f"{prefix}{module}.lora_B.weight"
+    """(A, B) of one module in PEFT's layout: lora_A (r x d_in), lora_B (d_out x r); the keys with or without PEFT's
+    prefix."""
+    for a, b in (lora_keys(module), tuple(k.removeprefix(PEFT_PREFIX) for k in lora_keys(module))):
         if a in weights and b in weights:
             return weights[a], weights[b]
     raise StoreError(f"module {module!r} has no lora_A/lora_B pair in the adapter weights")
-
-
-def lora_keys(module: str) -> tuple[str, str]:
-    return f"{_PEFT_PREFIX}{module}.lora_A.weight", f"{_PEFT_PREFIX}{module}.lora_B.weight"

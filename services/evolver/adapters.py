@@ -5,17 +5,16 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import struct
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import save_file
 
+from populora.lora import lora_scaling
 from populora.store import ADAPTER_CONFIG, ADAPTER_WEIGHTS, META
+from populora.store import write_adapter_dir as store_write_adapter_dir
 
 _LORA_KEY = re.compile(r"^(?P<module>.+)\.lora_(?P<side>[AB])\.weight$")
 # Config fields that must agree between parents: they fix the shapes, the scaling or the base model.
@@ -108,9 +107,8 @@ class ParentAdapter:
 
     @property
     def scaling(self) -> float:
-        """alpha / r, or alpha / sqrt(r) with rsLoRA: the same for parents and child, so operators ignore it."""
-        alpha = float(self.config.get("lora_alpha", self.rank))
-        return alpha / self.rank ** 0.5 if self.config.get("use_rslora") else alpha / self.rank
+        """The same for parents and child (populora.lora.lora_scaling), so operators ignore it."""
+        return lora_scaling(self.config)
 
     def factors(self, module: str) -> tuple[torch.Tensor, torch.Tensor]:
         """(lora_b d_out x r, lora_a r x d_in) of one module, read from disk now."""
@@ -247,21 +245,8 @@ def _norm(value: Any) -> Any:
 
 def write_adapter_dir(out: str | Path, weights: dict[str, torch.Tensor], config: dict[str, Any],
                       meta: dict[str, Any]) -> Path:
-    """Write a PEFT adapter directory atomically (temp dir + rename); refuses an existing non-empty `out`."""
-    out = Path(out).resolve()
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise EvolverError(f"--out {out} exists and is not an empty directory; choose a new path")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    """Write a PEFT adapter directory atomically (the store's writer); refuses an existing non-empty `out`."""
     try:
-        save_file({k: v.contiguous() for k, v in weights.items()}, str(tmp / ADAPTER_WEIGHTS),
-                  metadata={"format": "pt"})
-        (tmp / ADAPTER_CONFIG).write_text(json.dumps(config, indent=2, sort_keys=True))
-        (tmp / META).write_text(json.dumps(meta, indent=2, sort_keys=True, default=str))
-        if out.exists():
-            out.rmdir()
-        os.rename(tmp, out)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-    return out
+        return store_write_adapter_dir(Path(out).resolve(), weights, config, meta)
+    except FileExistsError:
+        raise EvolverError(f"--out {out} exists and is not an empty directory; choose a new path") from None

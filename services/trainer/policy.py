@@ -14,7 +14,7 @@ from abc import ABC, abstractmethod
 import torch
 from torch import nn
 
-PEFT_PREFIX = "base_model.model."
+from populora.lora import lora_keys
 
 
 def peft_init_weights(base_model: nn.Module, target_modules: list[str], rank: int,
@@ -30,8 +30,9 @@ def peft_init_weights(base_model: nn.Module, target_modules: list[str], rank: in
         d_in, d_out = module.in_features, module.out_features
         # kaiming_uniform_ with a = sqrt(5): bound = sqrt(6 / ((1 + a^2) fan_in)) = 1 / sqrt(fan_in)
         bound = 1.0 / math.sqrt(d_in)
-        out[f"{PEFT_PREFIX}{name}.lora_A.weight"] = (torch.rand(rank, d_in, generator=gen) * 2 - 1) * bound
-        out[f"{PEFT_PREFIX}{name}.lora_B.weight"] = torch.zeros(d_out, rank)
+        key_a, key_b = lora_keys(name)
+        out[key_a] = (torch.rand(rank, d_in, generator=gen) * 2 - 1) * bound
+        out[key_b] = torch.zeros(d_out, rank)
     if not out:
         raise ValueError(f"the base model has no linear layer named {sorted(suffixes)}; check lora.target_modules")
     return out
@@ -157,8 +158,9 @@ class MultiLoraPolicy(AdapterPolicy):
         for module_name, layer in self.multi.layers.items():
             f = layer.factors.get(slot)
             if f is not None:
-                params[f"{PEFT_PREFIX}{module_name}.lora_A.weight"] = f.a
-                params[f"{PEFT_PREFIX}{module_name}.lora_B.weight"] = f.b
+                key_a, key_b = lora_keys(module_name)
+                params[key_a] = f.a
+                params[key_b] = f.b
         return params
 
     def remove(self, slot: str) -> None:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from populora.store import lora_config_dict, lora_keys
+from populora.lora import lora_keys
+from populora.store import lora_config_dict
 
 # (module, d_in, d_out): a two-layer model with distinct shapes per projection, like a real decoder.
 SMALL_MODULES = [(f"model.layers.{i}.{suffix}", d_in, d_out) for i in range(2) for suffix, d_in, d_out in [

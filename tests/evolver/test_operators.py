@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from populora.config import EvolutionConfig
-from populora.store import lora_keys
+from populora.lora import lora_keys
 from services.evolver.adapters import open_parent
 from services.evolver.breed import breed, generator
 from services.evolver.operators import OPERATORS, LoraFactors, ModuleContext

@@ -10,9 +10,10 @@ import pytest
 import torch
 
 from populora.config import EvolutionConfig
+from populora.lora import lora_keys
 from populora.pb import common_pb2, evolver_pb2
 from populora.rpc import ServiceError
-from populora.store import lora_config_dict, lora_keys
+from populora.store import lora_config_dict
 from services.evolver.cli import main as cli_main
 from services.evolver.service import EvolverService
 from tests.conftest import served
