@@ -263,23 +263,3 @@ class InferenceBackend(ABC):
     def close(self) -> None:
         """Release the engine's resources (nothing to release by default)."""
         return None
-
-
-BACKENDS: dict[str, Callable[..., InferenceBackend]] = {}
-
-
-def register_backend(name: str):
-    def deco(factory):
-        BACKENDS[name] = factory
-        return factory
-    return deco
-
-
-def make_backend(cfg, store: ArtifactStore | None = None, **kw) -> InferenceBackend:
-    """The backend `cfg.generation.backend` names, built from the config (the registry is filled on import)."""
-    from services.inference import hf, vllm_backend  # noqa: F401 - registration
-
-    name = cfg.generation.backend
-    if name not in BACKENDS:
-        raise InferenceError(f"unknown generation.backend {name!r}; available: {sorted(BACKENDS)}")
-    return BACKENDS[name].from_config(cfg, store=store, **kw)

@@ -25,7 +25,6 @@ from services.inference.backend import (
     Result,
     Sampling,
     encode_prompt,
-    register_backend,
     validate_requests,
 )
 
@@ -267,7 +266,6 @@ class Decoder:
         return True
 
 
-@register_backend("hf")
 class HfBackend(InferenceBackend):
     """transformers + batched multi-LoRA; adapters from the artifact store, resident up to a limit (LRU)."""
 

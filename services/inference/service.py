@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import time
 from collections.abc import Iterator
 
@@ -18,7 +19,6 @@ from services.inference.backend import (
     Result,
     Sampling,
     UnknownAdapter,
-    make_backend,
 )
 
 # Domain errors -> the gRPC code a caller can act on.
@@ -51,6 +51,19 @@ def result_to_pb(result: Result) -> inference_pb2.GenerateResult:
         out.completions.add(index=c.index, text=c.text, token_ids=c.token_ids, finish_reason=c.finish_reason,
                             logprobs=c.logprobs)
     return out
+
+
+# generation.backend -> (module, class); imported when chosen, so a CPU box never imports vLLM
+BACKENDS = {"hf": ("services.inference.hf", "HfBackend"), "vllm": ("services.inference.vllm_backend", "VllmBackend")}
+
+
+def make_backend(cfg, store: ArtifactStore | None = None, **kw) -> InferenceBackend:
+    """The backend `cfg.generation.backend` names, built from the config."""
+    name = cfg.generation.backend
+    if name not in BACKENDS:
+        raise InferenceError(f"unknown generation.backend {name!r}; available: {sorted(BACKENDS)}")
+    module, cls = BACKENDS[name]
+    return getattr(importlib.import_module(module), cls).from_config(cfg, store=store, **kw)
 
 
 class InferenceService:

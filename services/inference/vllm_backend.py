@@ -24,7 +24,6 @@ from services.inference.backend import (
     ResidentAdapters,
     Result,
     encode_prompt,
-    register_backend,
     validate_requests,
 )
 
@@ -40,7 +39,6 @@ def vllm_available() -> bool:
     return True
 
 
-@register_backend("vllm")
 class VllmBackend(InferenceBackend):
     """One vLLM engine with LoRA enabled; `max_loras` adapters per step, `max_cpu_loras` cached on the host."""
 
