@@ -14,7 +14,7 @@ import torch
 
 from populora.config import EvolutionConfig
 from services.evolver.adapters import EvolverError, ParentAdapter, check_compatible
-from services.evolver.factored import LoraFactors, compare, effective_rank
+from services.evolver.factored import FactoredUpdate, compare, effective_rank
 from services.evolver.operators import OPERATORS, PARAM_RULES, ModuleContext, Operator
 
 EPSILON_META_KEY = "epsilon"
@@ -164,14 +164,14 @@ def _breed(parents: list[ParentAdapter], operator: str, params: Mapping[str, flo
     totals = {"diff_sq": 0.0, "parent_sq": 0.0, "child_sq": 0.0}
     ranks, changed, worst = [], 0, 0.0
     for index, module in enumerate(modules):
-        factors = [LoraFactors(*(t.to(device) for t in p.factors(module))) for p in parents]
+        factors = [FactoredUpdate(*(t.to(device) for t in p.factors(module))) for p in parents]
         ctx = ModuleContext(module, index, rank, draw.params, generator(seed, 1, index),
                             selected=draw.selected is None or module in draw.selected,
                             noise=generator(seed, 2, index, device=device) if on_gpu else None)
         out = op.fn(factors, ctx)
         child_b, child_a = _cast(out.lora_b, factors[0].lora_b), _cast(out.lora_a, factors[0].lora_a)
         _check_shapes(module, child_b, child_a, factors[0])
-        child = out if (child_b is out.lora_b and child_a is out.lora_a) else LoraFactors(child_b, child_a)
+        child = out if (child_b is out.lora_b and child_a is out.lora_a) else FactoredUpdate(child_b, child_a)
         st = compare(child, factors[0])
         for key in totals:
             totals[key] += getattr(st, key)
@@ -205,7 +205,7 @@ def _cast(x: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     return x if x is like else x.to(like.dtype).contiguous()
 
 
-def _check_shapes(module: str, b: torch.Tensor, a: torch.Tensor, parent: LoraFactors) -> None:
+def _check_shapes(module: str, b: torch.Tensor, a: torch.Tensor, parent: FactoredUpdate) -> None:
     if b.shape != parent.lora_b.shape or a.shape != parent.lora_a.shape:
         raise RuntimeError(f"operator produced lora_B {list(b.shape)} / lora_A {list(a.shape)} for {module}, "
                            f"expected {list(parent.lora_b.shape)} / {list(parent.lora_a.shape)}")

@@ -127,7 +127,7 @@ def spectrum_from_grams(gb: torch.Tensor, ga: torch.Tensor) -> Spectrum:
 
 def spectrum(lora_b: torch.Tensor, lora_a: torch.Tensor) -> Spectrum:
     """The factored SVD of lora_b @ lora_a (PEFT layout, any number k of stacked components)."""
-    return LoraFactors(lora_b, lora_a).spectrum()
+    return FactoredUpdate(lora_b, lora_a).spectrum()
 
 
 def factored_svd(lora_b: torch.Tensor, lora_a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -165,8 +165,9 @@ def random_rotation(r: int, epsilon: float, gen: torch.Generator) -> torch.Tenso
 
 
 @dataclass
-class LoraFactors:
-    """One module's LoRA factors in PEFT's layout: lora_b (d_out x r), lora_a (r x d_in); ΔW ∝ lora_b @ lora_a.
+class FactoredUpdate:
+    """One module's update ΔW ∝ lora_b @ lora_a kept in factored form (PEFT's layout: lora_b d_out x r, lora_a
+    r x d_in) for the operators' algebra; the serving layer's per-adapter factors are populora.lora.LoraFactors.
 
     The r x r Grams with itself and with other factors of the same module (`cross`) and the spectrum are computed
     once and cached, so each tall factor is read as few times as possible.
@@ -181,16 +182,16 @@ class LoraFactors:
             self._cache[key] = make()
         return self._cache[key]
 
-    def known_cross(self, other: LoraFactors) -> tuple[torch.Tensor, torch.Tensor] | None:
+    def known_cross(self, other: FactoredUpdate) -> tuple[torch.Tensor, torch.Tensor] | None:
         entry = self._cache.get(("cross", id(other)))
         if entry is None or entry[0]() is not other:  # a weak reference: caches never keep factors alive
             return None
         return entry[1], entry[2]
 
-    def remember_cross(self, other: LoraFactors, gb: torch.Tensor, ga: torch.Tensor) -> None:
+    def remember_cross(self, other: FactoredUpdate, gb: torch.Tensor, ga: torch.Tensor) -> None:
         self._cache[("cross", id(other))] = (weakref.ref(other), gb, ga)
 
-    def cross(self, other: LoraFactors) -> tuple[torch.Tensor, torch.Tensor]:
+    def cross(self, other: FactoredUpdate) -> tuple[torch.Tensor, torch.Tensor]:
         """(B_selfᵀ·B_other, A_self·A_otherᵀ): r x r float64 Grams, made with `joint_grams` when not known."""
         known = self.known_cross(other)
         if known is None:
@@ -211,11 +212,11 @@ class LoraFactors:
         return self._get("spectrum", lambda: spectrum_from_grams(self.gram_b(), self.gram_a()))
 
 
-def joint_grams(factors: Sequence[LoraFactors]) -> None:
+def joint_grams(factors: Sequence[FactoredUpdate]) -> None:
     """Every Gram among `factors` (each with itself and with each other) not known yet, in one pass per side;
     each is remembered by both factors. Operators call it once with every source a module's child draws on, so
     the spectrum, the crossover blocks and the change statistics share one pass."""
-    unique: list[LoraFactors] = []
+    unique: list[FactoredUpdate] = []
     for f in factors:
         if not any(f is u for u in unique):
             unique.append(f)
@@ -231,7 +232,7 @@ def joint_grams(factors: Sequence[LoraFactors]) -> None:
             unique[j].remember_cross(unique[i], gb[i, j].T, ga[i, j].T)
 
 
-Part = tuple[float, "LoraFactors"]  # (weight w_i, factors of one source): contributes w_i·B_i·A_i
+Part = tuple[float, "FactoredUpdate"]  # (weight w_i, factors of one source): contributes w_i·B_i·A_i
 
 
 def stacked_grams(parts: list[Part]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -270,15 +271,15 @@ class Components:
             extra = self.extra_a_rows[max(lo - n, 0):max(hi - n, 0)]
         return Components(self.parts, self.b_map[:, lo:min(hi, n)], self.a_map[:, lo:min(hi, n)], extra)
 
-    def result(self, parent: LoraFactors) -> LoraFactors:
+    def result(self, parent: FactoredUpdate) -> FactoredUpdate:
         """The child's factors, with its Grams against `parent` precomputed from the maps (`grams_against`)."""
-        child = LoraFactors(*self.factors())
+        child = FactoredUpdate(*self.factors())
         grams = self.grams_against(parent)
         if grams is not None:
             child._cache["against"] = (parent, *grams, self.s)
         return child
 
-    def grams_against(self, parent: LoraFactors) -> tuple[torch.Tensor, ...] | None:
+    def grams_against(self, parent: FactoredUpdate) -> tuple[torch.Tensor, ...] | None:
         """(B'ᵀB', B'ᵀB_p, A'A'ᵀ, A'A_pᵀ) of the child from its maps, for `compare`.
 
         With B' = Σ_i w_i·B_i·Mb_i and A' = Σ_i Ma_iᵀ·A_i: B'ᵀB' = Mbᵀ·G·Mb with G the block Gram [w_i·w_j·B_iᵀB_j],
@@ -319,11 +320,11 @@ class Components:
         return b, a
 
 
-def concat(pieces: list[Components], parent: LoraFactors) -> LoraFactors:
+def concat(pieces: list[Components], parent: FactoredUpdate) -> FactoredUpdate:
     """Pieces side by side (X3): B' = [B'_1 | B'_2 ...], A' = [A'_1; A'_2 ...], each piece's own tall products;
     the Grams against `parent` follow from the block-diagonal maps over all the pieces' sources."""
     factors = [piece.factors() for piece in pieces]
-    child = LoraFactors(torch.cat([b for b, _ in factors], dim=1), torch.cat([a for _, a in factors], dim=0))
+    child = FactoredUpdate(torch.cat([b for b, _ in factors], dim=1), torch.cat([a for _, a in factors], dim=0))
     if all(p.extra_a_rows is None or not p.extra_a_rows.shape[0] for p in pieces):
         whole = Components([part for p in pieces for part in p.parts], torch.block_diag(*[p.b_map for p in pieces]),
                            torch.block_diag(*[p.a_map for p in pieces]))
@@ -403,7 +404,7 @@ class ModuleStats:
     child_s: torch.Tensor  # singular values of ΔW_child
 
 
-def compare(child: LoraFactors, parent: LoraFactors) -> ModuleStats:
+def compare(child: FactoredUpdate, parent: FactoredUpdate) -> ModuleStats:
     """Norms of ΔW_child - ΔW_parent in factored form, and the child's singular values.
 
     ||B_c A_cᵀ - B_p A_pᵀ||² = tr(Gb_cc·Ga_cc) - 2·tr(Gb_cp·Ga_pc) + tr(Gb_pp·Ga_pp) with the r x r Grams

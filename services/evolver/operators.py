@@ -1,6 +1,6 @@
 """The LoRA weight-space operators of spec §9 (M1-M4 mutations, X1-X4 crossovers), one function each, in a registry.
 
-Every operator has the signature `(parents, ctx) -> LoraFactors`: it maps one module's factors of each parent
+Every operator has the signature `(parents, ctx) -> FactoredUpdate`: it maps one module's factors of each parent
 (better parent first) to the child's factors of the same rank. Choices that span the whole adapter (which modules
 M2 perturbs, X3's k, X4's η) are drawn once per child by the operator's `draw` function and reach every module
 through `ctx.params` / `ctx.selected`; per-module randomness comes from `ctx.gen`, seeded from (seed, module index),
@@ -18,7 +18,7 @@ import torch
 from populora.config import EvolutionConfig
 from services.evolver.factored import (
     Components,
-    LoraFactors,
+    FactoredUpdate,
     compose,
     concat,
     joint_grams,
@@ -54,7 +54,7 @@ class Draw:
     selected: frozenset[str] | None = None
 
 
-OperatorFn = Callable[[Sequence[LoraFactors], ModuleContext], LoraFactors]
+OperatorFn = Callable[[Sequence[FactoredUpdate], ModuleContext], FactoredUpdate]
 DrawFn = Callable[[dict[str, float], list[str], int, torch.Generator], Draw]
 
 
@@ -108,8 +108,8 @@ def gaussian_perturb(x: torch.Tensor, epsilon: float, rank: int, gen: torch.Gene
     return noise.mul_(epsilon * scale).add_(x32)  # in place: one full-size tensor, not three
 
 
-def truncate(parts: list[tuple[float, LoraFactors]], rank: int, gen: torch.Generator, parent: LoraFactors,
-             fallback_a_norm: float | None = None) -> LoraFactors:
+def truncate(parts: list[tuple[float, FactoredUpdate]], rank: int, gen: torch.Generator, parent: FactoredUpdate,
+             fallback_a_norm: float | None = None) -> FactoredUpdate:
     """Best rank-r approximation of Σ w_i B_i A_i (Eckart-Young) by the exact factored SVD of the stacked factors
     ([w_1 B_1, w_2 B_2], [A_1; A_2]) (§9), built from block Grams without stacking. The sources' Grams with
     `parent` come from the same pass, so the child's statistics need no pass of their own."""
@@ -129,7 +129,7 @@ def _row_norm(lora_a: torch.Tensor) -> float:
 
 @register("M1", 1, "SVD-structured: S' = S·exp(ε·z) and Cayley rotations of both singular bases",
           defaults=lambda e: {"epsilon": e.epsilon})
-def m1_svd_structured(parents: Sequence[LoraFactors], ctx: ModuleContext) -> LoraFactors:
+def m1_svd_structured(parents: Sequence[FactoredUpdate], ctx: ModuleContext) -> FactoredUpdate:
     """M1 (§9): ΔW = U·S·Vᵀ -> (U·R_u)·diag(S ⊙ exp(ε·z))·(V·R_v)ᵀ, z ~ N(0, I), R = (I - K)(I + K)⁻¹ with
     K = ε·(M - Mᵀ)/2, M ~ N(0, 1) r x r. R_u and R_v are independent draws; ε = 0 returns ΔW unchanged."""
     (p,) = parents
@@ -155,19 +155,19 @@ def _draw_modules(params: dict[str, float], modules: list[str], rank: int, gen: 
 
 @register("M2", 1, "layer-selective Gaussian: X += ε·std(X)·N(0,1) on a fraction of the modules",
           defaults=lambda e: {"epsilon": e.epsilon, "fraction": e.m2_fraction}, draw=_draw_modules)
-def m2_layer_gaussian(parents: Sequence[LoraFactors], ctx: ModuleContext) -> LoraFactors:
+def m2_layer_gaussian(parents: Sequence[FactoredUpdate], ctx: ModuleContext) -> FactoredUpdate:
     """M2 (§9): on the chosen modules, X <- X + ε·std(X)·N(0, 1) for X in {A, B}; other modules are copied."""
     (p,) = parents
     if not ctx.selected:
         return p
     eps = ctx.params["epsilon"]
-    return LoraFactors(gaussian_perturb(p.lora_b, eps, ctx.rank, ctx.noise_gen),
+    return FactoredUpdate(gaussian_perturb(p.lora_b, eps, ctx.rank, ctx.noise_gen),
                        gaussian_perturb(p.lora_a, eps, ctx.rank, ctx.noise_gen))
 
 
 @register("M3", 1, "component masking: zero ceil(fraction·r) random singular components",
           defaults=lambda e: {"fraction": e.m3_fraction})
-def m3_component_mask(parents: Sequence[LoraFactors], ctx: ModuleContext) -> LoraFactors:
+def m3_component_mask(parents: Sequence[FactoredUpdate], ctx: ModuleContext) -> FactoredUpdate:
     """M3 (§9): ΔW = Σ_j s_j u_j v_jᵀ -> the same sum with ceil(fraction·r) randomly chosen s_j set to 0. The rank
     stays r (zeroed components keep B' = 0 and a unit A' direction); the effective rank drops by that many."""
     (p,) = parents
@@ -182,11 +182,11 @@ def m3_component_mask(parents: Sequence[LoraFactors], ctx: ModuleContext) -> Lor
 
 
 @register("M4", 1, "full Gaussian: X += ε·std(X)·N(0,1) on every module", defaults=lambda e: {"epsilon": e.m4_epsilon})
-def m4_full_gaussian(parents: Sequence[LoraFactors], ctx: ModuleContext) -> LoraFactors:
+def m4_full_gaussian(parents: Sequence[FactoredUpdate], ctx: ModuleContext) -> FactoredUpdate:
     """M4 (§9): M2's perturbation X <- X + ε·std(X)·N(0, 1) on every module (ε default 0.15)."""
     (p,) = parents
     eps = ctx.params["epsilon"]
-    return LoraFactors(gaussian_perturb(p.lora_b, eps, ctx.rank, ctx.noise_gen),
+    return FactoredUpdate(gaussian_perturb(p.lora_b, eps, ctx.rank, ctx.noise_gen),
                        gaussian_perturb(p.lora_a, eps, ctx.rank, ctx.noise_gen))
 
 
@@ -202,19 +202,19 @@ def dare_mask(x: torch.Tensor, p: float, gen: torch.Generator) -> torch.Tensor:
 
 @register("X1", 2, "DARE: drop-and-rescale each parent's A and B, average the updates, truncate to rank r",
           defaults=lambda e: {"p": e.dare_p})
-def x1_dare(parents: Sequence[LoraFactors], ctx: ModuleContext) -> LoraFactors:
+def x1_dare(parents: Sequence[FactoredUpdate], ctx: ModuleContext) -> FactoredUpdate:
     """X1 (§9): child ∝ (1/n)·Σ_i B~_i A~_iᵀ, B~ = B ⊙ m/(1-p), m ~ Bernoulli(1-p) entrywise (independent masks for
     A and B, so E[B~ A~ᵀ] = B Aᵀ). The rank-n·r sum is truncated to rank r by the exact SVD of ([B~_1 B~_2],
     [A~_1 A~_2]); the truncation is the one biased step (it drops the spectrum beyond r)."""
     p = ctx.params["p"]
     noise = ctx.noise_gen
-    masked = [LoraFactors(dare_mask(q.lora_b, p, noise), dare_mask(q.lora_a, p, noise)) for q in parents]
+    masked = [FactoredUpdate(dare_mask(q.lora_b, p, noise), dare_mask(q.lora_a, p, noise)) for q in parents]
     return truncate([(1.0 / len(masked), m) for m in masked], ctx.rank, ctx.gen, parents[0],
                     fallback_a_norm=_row_norm(parents[0].lora_a))
 
 
 @register("X2", 2, "layer-wise: each module's A and B copied together from one parent", defaults=lambda e: {})
-def x2_layerwise(parents: Sequence[LoraFactors], ctx: ModuleContext) -> LoraFactors:
+def x2_layerwise(parents: Sequence[FactoredUpdate], ctx: ModuleContext) -> FactoredUpdate:
     """X2 (§9): for each module pick one parent uniformly and copy both its A and B (never A from one, B from the
     other, which would create an update neither parent had)."""
     pick = int(torch.randint(len(parents), (1,), generator=ctx.gen))
@@ -230,7 +230,7 @@ def _draw_k(params: dict[str, float], modules: list[str], rank: int, gen: torch.
 
 @register("X3", 2, "SVD subspace: parent 1's top-k singular triplets plus parent 2's components k..r-1",
           defaults=lambda e: {}, drawn=("k",), draw=_draw_k)
-def x3_svd_subspace(parents: Sequence[LoraFactors], ctx: ModuleContext) -> LoraFactors:
+def x3_svd_subspace(parents: Sequence[FactoredUpdate], ctx: ModuleContext) -> FactoredUpdate:
     """X3 (§9): with ΔW_i = U_i S_i V_iᵀ, child = U_1[:, :k] S_1[:k] V_1[:, :k]ᵀ + U_2[:, k:r] S_2[k:r] V_2[:, k:r]ᵀ,
     k ~ U{1..r-1} drawn once per child. Factored as B' = [U_1 sqrt(S_1)]_{:k} | [U_2 sqrt(S_2)]_{k:r}, likewise A'."""
     k = int(ctx.params["k"])
@@ -240,7 +240,7 @@ def x3_svd_subspace(parents: Sequence[LoraFactors], ctx: ModuleContext) -> LoraF
     return concat([first, second], parent=parents[0])
 
 
-def _triplets(p: LoraFactors, ctx: ModuleContext, lo: int, hi: int) -> Components:
+def _triplets(p: FactoredUpdate, ctx: ModuleContext, lo: int, hi: int) -> Components:
     """Components lo..hi-1 of p's SVD: B' = U·sqrt(S), A'ᵀ = V·sqrt(S) (zero beyond p's rank)."""
     sp = p.spectrum()
     comp = compose(sp, sp.s[:ctx.rank], ctx.rank, [(1.0, p)], ctx.gen, fallback_a_norm=_row_norm(p.lora_a))
@@ -257,7 +257,7 @@ def _draw_eta(params: dict[str, float], modules: list[str], rank: int, gen: torc
 
 @register("X4", 2, "extrapolation: worse + η·(better - worse), η ~ U(eta_min, eta_max), truncated to rank r",
           defaults=lambda e: {"eta_min": e.x4_eta_min, "eta_max": e.x4_eta_max}, drawn=("eta",), draw=_draw_eta)
-def x4_extrapolation(parents: Sequence[LoraFactors], ctx: ModuleContext) -> LoraFactors:
+def x4_extrapolation(parents: Sequence[FactoredUpdate], ctx: ModuleContext) -> FactoredUpdate:
     """X4 (§9): child = W + η·(B - W) = η·ΔW_better + (1 - η)·ΔW_worse with the better parent first; in factored
     form the stacked factors ([η·B_1, (1-η)·B_2], [A_1, A_2]) have rank 2r, truncated to r by the exact SVD.
     η = 1 reproduces the better parent; η > 1 steps beyond it, away from the worse one."""

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from services.evolver.factored import (
-    LoraFactors,
+    FactoredUpdate,
     cayley,
     compare,
     effective_rank,
@@ -58,11 +58,11 @@ def test_compare_matches_dense_norms():
     g = torch.Generator().manual_seed(5)
     pb, pa = torch.randn(20, 6, generator=g), torch.randn(6, 12, generator=g)
     cb, ca = pb + 0.01 * torch.randn(20, 6, generator=g), pa.clone()
-    st = compare(LoraFactors(cb, ca), LoraFactors(pb, pa))
+    st = compare(FactoredUpdate(cb, ca), FactoredUpdate(pb, pa))
     dense_p, dense_c = pb.double() @ pa.double(), cb.double() @ ca.double()
     assert st.diff_sq == pytest.approx(float((dense_c - dense_p).norm() ** 2), rel=1e-6)
     assert st.parent_sq == pytest.approx(float(dense_p.norm() ** 2), rel=1e-9)
     assert st.child_sq == pytest.approx(float(dense_c.norm() ** 2), rel=1e-9)
-    parent = LoraFactors(pb, pa)
+    parent = FactoredUpdate(pb, pa)
     same = compare(parent, parent)
     assert same.diff_sq == 0.0 and effective_rank(same.child_s) == 6

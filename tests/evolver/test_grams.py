@@ -7,7 +7,7 @@ import torch
 from populora.config import EvolutionConfig
 from services.evolver.adapters import EvolverError
 from services.evolver.breed import generator, resolve_device
-from services.evolver.factored import LoraFactors, compare, gram_blocks, joint_grams
+from services.evolver.factored import FactoredUpdate, compare, gram_blocks, joint_grams
 from services.evolver.operators import OPERATORS, ModuleContext, gaussian_perturb
 
 
@@ -27,8 +27,8 @@ def test_gram_blocks_equal_dense_float64_products(tall):
 
 def test_joint_grams_fill_both_sides_once():
     g = torch.Generator().manual_seed(1)
-    p = LoraFactors(torch.randn(20, 4, generator=g), torch.randn(4, 9, generator=g))
-    q = LoraFactors(torch.randn(20, 4, generator=g), torch.randn(4, 9, generator=g))
+    p = FactoredUpdate(torch.randn(20, 4, generator=g), torch.randn(4, 9, generator=g))
+    q = FactoredUpdate(torch.randn(20, 4, generator=g), torch.randn(4, 9, generator=g))
     joint_grams([p, q, p])
     gb, ga = p.cross(q)
     assert torch.allclose(gb, p.lora_b.double().T @ q.lora_b.double(), rtol=1e-12)
@@ -42,13 +42,13 @@ def test_crossover_stats_from_maps_equal_stats_from_factors(operator):
     Grams of the child's factors."""
     r = 8
     g = torch.Generator().manual_seed(2)
-    parents = [LoraFactors(torch.randn(30, r, generator=g), torch.randn(r, 20, generator=g)) for _ in range(2)]
+    parents = [FactoredUpdate(torch.randn(30, r, generator=g), torch.randn(r, 20, generator=g)) for _ in range(2)]
     params = {"X1": {"p": 0.5}, "X3": {"k": 3}, "X4": {"eta": 1.3}}[operator]
     child = OPERATORS[operator].fn(parents, ModuleContext("m", 0, r, params, generator(0, 1, 0)))
     assert "against" in child._cache
     fast = compare(child, parents[0])
-    fresh_parent = LoraFactors(parents[0].lora_b, parents[0].lora_a)
-    slow = compare(LoraFactors(child.lora_b, child.lora_a), fresh_parent)
+    fresh_parent = FactoredUpdate(parents[0].lora_b, parents[0].lora_a)
+    slow = compare(FactoredUpdate(child.lora_b, child.lora_a), fresh_parent)
     assert fast.diff_sq == pytest.approx(slow.diff_sq, rel=1e-5)
     assert fast.child_sq == pytest.approx(slow.child_sq, rel=1e-5)
     assert fast.parent_sq == pytest.approx(slow.parent_sq, rel=1e-9)
@@ -60,7 +60,7 @@ def test_noise_comes_from_the_noise_generator_when_one_is_given():
     """On a GPU the noise and masks come from a generator on that device (ctx.noise); the CPU path keeps ctx.gen."""
     r = 4
     g = torch.Generator().manual_seed(3)
-    p = LoraFactors(torch.randn(12, r, generator=g), torch.randn(r, 10, generator=g))
+    p = FactoredUpdate(torch.randn(12, r, generator=g), torch.randn(r, 10, generator=g))
     params = {"epsilon": 0.1}
     plain = OPERATORS["M4"].fn([p], ModuleContext("m", 0, r, params, generator(0, 1, 0)))
     noise = generator(0, 2, 0)

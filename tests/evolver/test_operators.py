@@ -9,7 +9,7 @@ from populora.config import EvolutionConfig
 from populora.lora import lora_keys
 from services.evolver.adapters import open_parent
 from services.evolver.breed import breed, generator
-from services.evolver.operators import OPERATORS, LoraFactors, ModuleContext
+from services.evolver.operators import OPERATORS, FactoredUpdate, ModuleContext
 from tests.evolver.conftest import SMALL_MODULES, delta_w
 
 EVO = EvolutionConfig()
@@ -90,7 +90,7 @@ def test_m2_touches_a_third_of_the_modules_and_no_others(store, parents):
 
 def test_m2_zero_b_uses_one_over_sqrt_r():
     r = 16
-    p = LoraFactors(torch.zeros(50, r), torch.randn(r, 30))
+    p = FactoredUpdate(torch.zeros(50, r), torch.randn(r, 30))
     out = OPERATORS["M2"].fn([p], ModuleContext("m", 0, r, {"epsilon": 0.1}, generator(0, 1, 0)))
     assert float(out.lora_b.std()) == pytest.approx(0.1 / math.sqrt(r), rel=0.1)
 
@@ -152,8 +152,8 @@ def test_x1_dare_is_unbiased_over_seeds():
     mean over seeds, entry by entry, against its own standard error."""
     r, d_out, d_in, n = 4, 6, 4, 1500
     g = torch.Generator().manual_seed(0)
-    p1 = LoraFactors(torch.randn(d_out, r, generator=g), torch.randn(r, d_in, generator=g))
-    p2 = LoraFactors(torch.randn(d_out, r, generator=g), torch.randn(r, d_in, generator=g))
+    p1 = FactoredUpdate(torch.randn(d_out, r, generator=g), torch.randn(r, d_in, generator=g))
+    p2 = FactoredUpdate(torch.randn(d_out, r, generator=g), torch.randn(r, d_in, generator=g))
     target = (p1.lora_b.double() @ p1.lora_a.double() + p2.lora_b.double() @ p2.lora_a.double()) / 2
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # thousands of tiny decompositions: one thread is far faster
@@ -204,12 +204,12 @@ def test_m1_on_rank_deficient_and_zero_b_parents():
     r = 8
     g = torch.Generator().manual_seed(0)
     lora_a = torch.randn(r, 30, generator=g)
-    zero = OPERATORS["M1"].fn([LoraFactors(torch.zeros(20, r), lora_a)],
+    zero = OPERATORS["M1"].fn([FactoredUpdate(torch.zeros(20, r), lora_a)],
                               ModuleContext("m", 0, r, {"epsilon": 0.1}, generator(0, 1, 0)))
     assert float(zero.lora_b.abs().max()) == 0 and (zero.lora_a.norm(dim=1) > 0).all()
     lora_b = torch.randn(20, r, generator=g)
     lora_b[:, 5:] = 0
-    parent = LoraFactors(lora_b, lora_a)
+    parent = FactoredUpdate(lora_b, lora_a)
     same = OPERATORS["M1"].fn([parent], ModuleContext("m", 0, r, {"epsilon": 0.0}, generator(0, 1, 0)))
     dense = lora_b.double() @ lora_a.double()
     assert rel(same.lora_b.double() @ same.lora_a.double(), dense) < 1e-5
@@ -225,12 +225,12 @@ def test_stats_from_maps_equal_stats_from_factors(operator):
 
     r = 8
     g = torch.Generator().manual_seed(1)
-    parent = LoraFactors(torch.randn(30, r, generator=g), torch.randn(r, 20, generator=g))
+    parent = FactoredUpdate(torch.randn(30, r, generator=g), torch.randn(r, 20, generator=g))
     params = {"epsilon": 0.1} if operator == "M1" else {"fraction": 0.3}
     child = OPERATORS[operator].fn([parent], ModuleContext("m", 0, r, params, generator(0, 1, 0)))
     assert "against" in child._cache
     fast = compare(child, parent)
-    slow = compare(LoraFactors(child.lora_b, child.lora_a), LoraFactors(parent.lora_b, parent.lora_a))
+    slow = compare(FactoredUpdate(child.lora_b, child.lora_a), FactoredUpdate(parent.lora_b, parent.lora_a))
     assert fast.diff_sq == pytest.approx(slow.diff_sq, rel=1e-5)
     assert fast.child_sq == pytest.approx(slow.child_sq, rel=1e-5)
     assert torch.allclose(fast.child_s, slow.child_s, rtol=1e-5, atol=1e-5 * float(slow.child_s[0]))
