@@ -98,6 +98,14 @@ ParamName = Annotated[str, Field(min_length=1, max_length=64, pattern=NO_NUL), C
 ParamValue = Annotated[float, Field(allow_inf_nan=False), Number]
 
 
+def _names_schema(schema: dict) -> None:
+    """A dict whose keys are constrained: pydantic writes the key pattern as `patternProperties`, which lets a key that
+    breaks it through with a value of any type; say it as `propertyNames` and type every value instead."""
+    pattern, value = schema.pop("patternProperties").popitem()
+    schema["propertyNames"] = {**schema.get("propertyNames", {}), "pattern": pattern}
+    schema["additionalProperties"] = value
+
+
 class Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -493,7 +501,8 @@ class ChildIn(Model):
     parent_ids: list[AdapterId] = Field(min_length=1, max_length=8)
     operator: Annotated[str, Field(min_length=1, max_length=16, pattern=NO_NUL), CleanText]
     params: dict[ParamName, ParamValue] = Field(default_factory=dict, max_length=64,
-                                                description="the operator's parameters (stored as JSON)")
+                                                description="the operator's parameters (stored as JSON)",
+                                                json_schema_extra=_names_schema)
     seed: Seed = 0
     step: Step = 0
     retire_id: OptionalId = ""
