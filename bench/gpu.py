@@ -15,12 +15,12 @@ object is printed to stdout at the end. Keys:
   gpu_tokens_per_s_base         the 8 x k rows with no adapter
   gpu_eight_vs_one_wall_ratio   wall time of the 8-adapter batch / wall time of the 1-adapter batch (target <= 1.3)
   gpu_lora_overhead             base tokens/s / 8-adapter tokens/s at the same rows
-  gpu_update_s_batched          trr_update of all adapters in shared passes on MultiLoraPolicy (trainer.batch_mode
+  gpu_update_s_batched          trr_update of all adapters in shared passes on BatchedHost (trainer.batch_mode
                                 batched), store writes excluded as in bench.trainer
-  gpu_update_s_sequential       one trr_update per adapter on PeftPolicy (trainer.batch_mode sequential)
+  gpu_update_s_sequential       one trr_update per adapter on PeftHost (trainer.batch_mode sequential)
   gpu_batched_update_gain       sequential / batched seconds (target >= 2)
   gpu_update_s_one_by_one_same_layer, gpu_batched_update_gain_same_layer
-                                one trr_update per adapter on MultiLoraPolicy: the gain of batching alone
+                                one trr_update per adapter on BatchedHost: the gain of batching alone
   gpu_evolver_seconds           per operator: open the parents, breed() with evolution.device on the GPU, save the
                                 child to the artifact store (fsync included): EvolverService.Breed without the proto
   gpu_evolver_max_seconds       the slowest operator (target <= 1)
@@ -312,14 +312,14 @@ def make_jobs(policy, causal_lm, shape: Shape) -> list:
     all_weights = [random_lora_weights(causal_lm, TARGETS, RANK, seed=100 + i, std=0.01) for i in range(N_ADAPTERS)]
     jobs = []
     for i, weights in enumerate(all_weights):
-        params = policy.add(f"a{i}", weights, config)
+        params = policy.add(f"a{i}", weights, config, trainable=True)
         optimizer = AdapterAdamW(params, masters=weights, lr=1e-5)
         jobs.append(UpdateJob(f"a{i}", rollouts(shape, policy.vocab_size, seed=i), list(params.values()), optimizer))
     return jobs
 
 
 def bench_trainer(base, shape: Shape, args, report: Reporter, device) -> None:
-    from services.trainer.policy import MultiLoraPolicy, PeftPolicy
+    from populora.adapters import BatchedHost, PeftHost
     from services.trainer.trr import TrrSettings, trr_update
 
     settings = TrrSettings(micro_batch_tokens=shape.micro_batch_tokens)
@@ -331,7 +331,7 @@ def bench_trainer(base, shape: Shape, args, report: Reporter, device) -> None:
     def all_at_once(policy, jobs) -> Callable[[], None]:
         return lambda: trr_update(policy, jobs, settings, device)
 
-    batched = MultiLoraPolicy(model, TARGETS, RANK)
+    batched = BatchedHost(model, TARGETS, RANK)
     try:
         jobs = make_jobs(batched, model, shape)
         wall = best_of(args.repeats, {"batched": all_at_once(batched, jobs),
@@ -340,7 +340,7 @@ def bench_trainer(base, shape: Shape, args, report: Reporter, device) -> None:
         batched.multi.restore()  # PEFT wraps plain nn.Linear layers
     del batched, jobs
     free(device)
-    sequential = PeftPolicy(model)  # last: PEFT's layers stay in the model, which is not used after this
+    sequential = PeftHost(model, TARGETS, RANK)  # last: PEFT's layers stay in the model, which is not used after this
     jobs = make_jobs(sequential, model, shape)
     wall.update(best_of(args.repeats, {"sequential": one_by_one(sequential, jobs)}, device))
     del sequential, jobs

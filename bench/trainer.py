@@ -73,7 +73,7 @@ def run_mode(mode: str, args, workdir: Path, measure_memory: bool) -> dict:
     store = ArtifactStore(root)
     base = load_base_model(args.model, device=args.device)
     svc = TrainerService.from_config(cfg, base=base, store=store)
-    rows = _rollouts(args.adapters, args.rollouts, args.tokens, svc.pool.policy.vocab_size)
+    rows = _rollouts(args.adapters, args.rollouts, args.tokens, svc.pool.host.vocab_size)
     refs, out = [], {}
 
     def add_and_update(i: int):
@@ -100,7 +100,7 @@ def run_mode(mode: str, args, workdir: Path, measure_memory: bool) -> dict:
         req = trainer_pb2.UpdateBatchRequest(updates=[
             trainer_pb2.UpdateRequest(adapter=ref, rollouts=rows[i], seed=rep, step=rep + 1)
             for i, ref in enumerate(refs)])
-        if svc.pool.policy.device.type == "cuda":
+        if svc.pool.host.device.type == "cuda":
             torch.cuda.synchronize()
         start = time.perf_counter()
         resp = svc.UpdateBatch(req)

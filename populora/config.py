@@ -70,6 +70,11 @@ class LoraConfigModel(Section):
     """LoRA dropout during training."""
     target_modules: list[str] = Field(default_factory=lambda: list(ALL_TARGET_MODULES))
     """Projections that carry LoRA (spec 1: all attention and MLP projections)."""
+    host: Literal["auto", "batched", "peft"] = "auto"
+    """How adapters sit on the base, in inference and the trainer alike (populora/adapters.py): `batched`, our
+    per-row LoRA layer (many adapters in one pass; no dropout); `peft`, PEFT's LoraModel (inference: its
+    `adapter_names` mixed batch; training: one adapter per pass, dropout included). `auto`: batched for inference;
+    for the trainer batched when trainer.batch_mode resolves to batched, else peft."""
 
 
 class PopulationConfig(Section):
@@ -132,8 +137,6 @@ class GenerationConfig(Section):
     """Most rows (requests x n) in one Generate call; beyond it the service answers RESOURCE_EXHAUSTED."""
     max_resident_adapters: int = Field(32, ge=1)
     """Adapter versions kept resident; the least recently used is evicted beyond it."""
-    lora_path: Literal["batched", "peft"] = "batched"
-    """`batched`: our per-row gathered LoRA layer; `peft`: PEFT's adapter_names loop (for comparison)."""
     max_loras: int = Field(16, ge=1)
     """vLLM: adapters in one batch."""
     max_lora_rank: int = Field(32, ge=1)
@@ -538,7 +541,7 @@ def _format_error(err: ValidationError, source: str) -> str:
 
 
 # Fields of earlier releases that a stored run's config may still hold: dropped on load.
-LEGACY_FIELDS = ("league.token", "sandbox.token")
+LEGACY_FIELDS = ("league.token", "sandbox.token", "generation.lora_path")
 
 
 def _drop_legacy(tree: dict[str, Any]) -> None:

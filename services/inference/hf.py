@@ -1,7 +1,8 @@
 """The `hf` backend: transformers on CPU (or a small GPU) with every adapter in one batch per decoding step.
 
-The LoRA path is `batched` (populora.lora.MultiLoraModel: rows sorted by adapter, per-adapter rank-r matmuls on
-slices of the batch) or `peft` (PEFT's `adapter_names` mixed-batch forward, kept for comparison). The decoding
+The adapters sit on the base through the adapter host the trainer uses too (populora/adapters.py, `lora.host`):
+`batched` (rows sorted by adapter, per-adapter rank-r matmuls on slices of the batch) or `peft` (PEFT's
+`adapter_names` mixed-batch forward, kept for comparison). The decoding
 loop is our own: left padding, positions from the attention mask, a DynamicCache, finished rows dropped from
 the batch and cache, per-row seeded sampling (temperature, top-p), eos and stop strings.
 """
@@ -14,7 +15,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from populora.lora import MultiLoraModel, cache_kwarg
+from populora.adapters import AdapterHost, host_kind, make_host
+from populora.lora import cache_kwarg
 from populora.models import BaseModel, load_from_config, torch_threads
 from populora.store import AdapterRef, ArtifactStore
 from services.inference.backend import (
@@ -29,75 +31,6 @@ from services.inference.backend import (
 )
 
 BASE = None  # the adapter name of base rows
-
-
-# ---- LoRA paths: how the per-row adapters enter the forward pass
-class BatchedPath:
-    """populora.lora.MultiLoraModel: our per-row batched LoRA layer."""
-
-    sort_rows = True  # contiguous rows per adapter: slices, no gathers
-
-    def __init__(self, model: torch.nn.Module, target_modules: list[str], max_rank: int):
-        self.base = model
-        self.lora = MultiLoraModel(model, target_modules, max_rank)
-
-    def add(self, name: str, weights: dict[str, torch.Tensor], config: dict) -> None:
-        self.lora.add_adapter(name, weights, config)
-
-    def remove(self, name: str) -> None:
-        self.lora.remove_adapter(name)
-
-    def row_key(self, name: str | None) -> int:
-        return self.lora.slot_of(name)  # rows in slot order: k rows per adapter run as one bmm
-
-    def forward(self, names: list[str | None], **kw):
-        with self.lora.use_rows(names):
-            return self.lora.model(**kw)
-
-
-class PeftPath:
-    """PEFT's LoraModel with `adapter_names` per row (its mixed-batch loop over adapters in every layer)."""
-
-    sort_rows = False
-
-    def __init__(self, model: torch.nn.Module, target_modules: list[str], max_rank: int):
-        self.model = self.base = model
-        self.target_modules = target_modules
-        self.peft = None
-
-    def add(self, name: str, weights: dict[str, torch.Tensor], config: dict) -> None:
-        from peft import LoraConfig, get_peft_model, set_peft_model_state_dict
-
-        lcfg = LoraConfig(r=int(config["r"]), lora_alpha=float(config.get("lora_alpha", config["r"])),
-                          target_modules=list(config.get("target_modules") or self.target_modules),
-                          use_rslora=bool(config.get("use_rslora", False)))
-        if self.peft is None:
-            self.peft = get_peft_model(self.model, lcfg, adapter_name=name)
-        else:
-            self.peft.add_adapter(name, lcfg)
-        set_peft_model_state_dict(self.peft, weights, adapter_name=name)
-        self.peft.eval()
-
-    def remove(self, name: str) -> None:
-        self.peft.delete_adapter(name)
-
-    @staticmethod
-    def row_key(name: str | None) -> int:
-        return 0
-
-    def forward(self, names: list[str | None], **kw):
-        if self.peft is None or all(n is None for n in names):
-            with self._disabled():
-                return (self.peft or self.model)(**kw)
-        return self.peft(adapter_names=["__base__" if n is None else n for n in names], **kw)
-
-    def _disabled(self):
-        from contextlib import nullcontext
-
-        return self.peft.disable_adapter() if self.peft is not None else nullcontext()
-
-
-LORA_PATHS = {"batched": BatchedPath, "peft": PeftPath}
 
 
 # ---- decoding
@@ -161,19 +94,19 @@ def choose_tokens(logits: torch.Tensor, rows: list[Row]) -> torch.Tensor:
 class Decoder:
     """Turns a list of rows into finished completions with one batched forward per step."""
 
-    def __init__(self, path, tokenizer, eos_ids: list[int], device: torch.device, lock: threading.Lock):
-        self.path = path
+    def __init__(self, host: AdapterHost, tokenizer, eos_ids: list[int], device: torch.device, lock: threading.Lock):
+        self.host = host
         self.tokenizer = tokenizer
         self.eos = set(eos_ids)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos_ids[0]
         self.device = device
         self.lock = lock  # held per forward, so adapters can be added between steps of a running batch
         self.steps = 0
-        self.cache_arg = cache_kwarg(path.base)
+        self.cache_arg = cache_kwarg(host.causal_lm)
 
     def _forward(self, names, **kw):
         with self.lock, torch.inference_mode():
-            out = self.path.forward(names, use_cache=True, logits_to_keep=1, **kw)
+            out = self.host.forward(names, use_cache=True, logits_to_keep=1, **kw)
         self.steps += 1
         return out.logits[:, -1, :]  # (B, V)
 
@@ -272,7 +205,7 @@ class HfBackend(InferenceBackend):
     name = "hf"
 
     def __init__(self, base: BaseModel, store: ArtifactStore | None, target_modules: list[str], max_rank: int,
-                 max_batch: int = 256, max_resident: int = 32, lora_path: str = "batched",
+                 max_batch: int = 256, max_resident: int = 32, host: str = "batched",
                  chat_template: bool = True, threads: int = 0):
         self.base = base
         self.threads = threads
@@ -280,11 +213,11 @@ class HfBackend(InferenceBackend):
         self.store = store
         self.max_batch, self.max_resident = max_batch, max_resident
         self.chat_template = chat_template
-        self.path = LORA_PATHS[lora_path](base.model, target_modules, max_rank)
+        self.host = make_host(host, base.model, target_modules, max_rank)
         self._model_lock = threading.Lock()
         self.resident = ResidentAdapters(max_resident, store, self._load, self._unload)
         device = next(base.model.parameters()).device
-        self.decoder = Decoder(self.path, base.tokenizer, base.eos_token_ids, device, self._model_lock)
+        self.decoder = Decoder(self.host, base.tokenizer, base.eos_token_ids, device, self._model_lock)
 
     @classmethod
     def from_config(cls, cfg, store: ArtifactStore | None = None, base: BaseModel | None = None) -> HfBackend:
@@ -292,18 +225,18 @@ class HfBackend(InferenceBackend):
         store = store if store is not None else ArtifactStore(cfg.store_root)
         g = cfg.generation
         return cls(base, store, list(cfg.lora.target_modules), max(cfg.lora.rank, g.max_lora_rank),
-                   max_batch=g.max_batch, max_resident=g.max_resident_adapters, lora_path=g.lora_path,
+                   max_batch=g.max_batch, max_resident=g.max_resident_adapters, host=host_kind(cfg.lora.host, "inference"),
                    chat_template=cfg.model.chat_template, threads=g.threads)
 
     # ---- adapters
     def _load(self, ref: AdapterRef) -> None:
         version = self.store.read(ref)  # disk I/O outside the model lock
         with self._model_lock:
-            self.path.add(ref.key, version.weights, version.config)
+            self.host.add(ref.key, version.weights, version.config)
 
     def _unload(self, ref: AdapterRef) -> None:
         with self._model_lock:
-            self.path.remove(ref.key)
+            self.host.remove(ref.key)
 
     # ---- generation
     def generate(self, requests: list[Request]) -> Iterator[Result]:
@@ -340,8 +273,8 @@ class HfBackend(InferenceBackend):
                 if req.sampling.temperature > 0:
                     gen = torch.Generator().manual_seed(int(req.sampling.seed) + k)
                 rows.append(Row(i, k, ref.key if ref is not None else BASE, ids, req.sampling, gen))
-        if self.path.sort_rows:
-            rows.sort(key=lambda r: self.path.row_key(r.adapter))  # stable: base rows first
+        if self.host.sort_rows:
+            rows.sort(key=lambda r: self.host.row_key(r.adapter))  # stable: base rows first
         return rows
 
     @staticmethod

@@ -1,6 +1,6 @@
 """The trainer's adapters: which (id, version) each holds, its AdamW state, and the store round trip.
 
-Every adapter is one slot of the shared policy (the frozen base is loaded once) plus one optimizer over that
+Every adapter is one slot of the shared adapter host (populora.adapters; the frozen base is loaded once) plus one optimizer over that
 adapter's LoRA parameters, so memory grows per adapter by its LoRA weights, their gradients and two Adam
 moments only. Each update writes the next version (weights + optimizer state + step) to the artifact store;
 a trainer restarted on the same store resumes an adapter from its latest version and makes exactly the update
@@ -18,9 +18,9 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from populora.adapters import AdapterHost, peft_init_weights
 from populora.store import AdapterRef, AdapterVersion, ArtifactStore, lora_config_dict
 from services.trainer.optim import AdapterAdamW
-from services.trainer.policy import AdapterPolicy, peft_init_weights
 from services.trainer.trr import Rollout, StepStats, TrrSettings, UpdateJob, trr_update
 from services.trainer.warmstart import FitSettings, SftRow, WarmStartCache, fit_digest, sft_fit
 
@@ -81,11 +81,11 @@ def request_digest(item: UpdateItem) -> str:
 
 
 class AdapterPool:
-    """Adapters on one policy, each with its AdamW; init, adopt, resume, update, drop."""
+    """Adapters on one host, each with its AdamW; init, adopt, resume, update, drop."""
 
-    def __init__(self, policy: AdapterPolicy, store: ArtifactStore, optimizer: OptimizerSettings,
+    def __init__(self, host: AdapterHost, store: ArtifactStore, optimizer: OptimizerSettings,
                  trr: TrrSettings, base_name: str = ""):
-        self.policy = policy
+        self.host = host
         self.store = store
         self.optimizer_settings = optimizer
         self.trr = trr
@@ -106,7 +106,7 @@ class AdapterPool:
         config = lora_config_dict(rank, alpha, target_modules, self.base_name)
         meta: dict = {"init_seed": int(seed), "step": 0}
         if start is None:
-            weights = peft_init_weights(self.policy.causal_lm, target_modules, rank, seed)
+            weights = peft_init_weights(self.host.causal_lm, target_modules, rank, seed)
         else:
             if start.rank != rank or sorted(start.config.get("target_modules") or []) != sorted(target_modules):
                 raise PoolError("invalid", f"init_from {start.ref.key} has rank {start.rank} on "
@@ -141,19 +141,19 @@ class AdapterPool:
             weights, config, record = hit.weights, hit.config, _fit_record(hit.meta)
         else:
             config = lora_config_dict(settings.rank, settings.alpha, settings.target_modules, self.base_name)
-            weights = peft_init_weights(self.policy.causal_lm, settings.target_modules, settings.rank, settings.seed)
+            weights = peft_init_weights(self.host.causal_lm, settings.target_modules, settings.rank, settings.seed)
             slot = f"w{next(self._slots)}"
             try:
-                params = self.policy.add(slot, weights, config)
+                params = self.host.add(slot, weights, config, trainable=True)
             except ValueError as e:
                 raise PoolError("invalid", f"warm start '{adapter_id}' does not fit the base model: {e}") from None
             try:
                 opt = AdapterAdamW(params, masters=weights, lr=settings.lr,
                                    betas=tuple(self.optimizer_settings.betas), weight_decay=0.0)
-                fit = sft_fit(self.policy, slot, list(params.values()), opt, rows, settings, self.policy.device)
+                fit = sft_fit(self.host, slot, list(params.values()), opt, rows, settings, self.host.device)
                 weights = {k: w.detach().clone() for k, w in opt.weights().items()}
             finally:
-                self.policy.remove(slot)
+                self.host.remove(slot)
             record = {"digest": digest, "losses": fit.losses, "tokens": fit.tokens, "fit_seconds": fit.seconds}
             if cache is not None:
                 cache.put(digest, weights, config, record)
@@ -204,7 +204,7 @@ class AdapterPool:
                 optimizer_state: dict[str, torch.Tensor]) -> HeldAdapter:
         slot = f"a{next(self._slots)}"
         try:
-            params = self.policy.add(slot, weights, config)
+            params = self.host.add(slot, weights, config, trainable=True)
         except ValueError as e:
             raise PoolError("invalid", f"adapter '{adapter_id}' v{version} does not fit the base model: {e}") from None
         opt = AdapterAdamW(params, masters=weights, lr=self.optimizer_settings.lr,
@@ -217,7 +217,7 @@ class AdapterPool:
         return held
 
     def _detach(self, held: HeldAdapter) -> None:
-        self.policy.remove(held.slot)
+        self.host.remove(held.slot)
         self.held.pop(held.adapter_id, None)
 
     # ---- the update
@@ -257,13 +257,13 @@ class AdapterPool:
                 for h, it in zip(helds, items, strict=True)]
         snapshots = [snapshot(h) for h in helds]
         try:
-            if batched and self.policy.batched:  # the batched layer has no dropout: nothing random to seed
-                stats = trr_update(self.policy, jobs, self.trr, self.policy.device)
+            if batched and self.host.trains_mixed_rows:  # the batched layer has no dropout: nothing random to seed
+                stats = trr_update(self.host, jobs, self.trr, self.host.device)
             else:
                 stats = []
                 for job, it in zip(jobs, items, strict=True):
-                    with _seeded(it.seed, self.policy.device):  # LoRA dropout draws from this seed
-                        stats.append(trr_update(self.policy, [job], self.trr, self.policy.device)[0])
+                    with _seeded(it.seed, self.host.device):  # LoRA dropout draws from this seed
+                        stats.append(trr_update(self.host, [job], self.trr, self.host.device)[0])
             refs = []
             for h, it, s in zip(helds, items, stats, strict=True):
                 h.version += 1

@@ -11,14 +11,14 @@ from pathlib import Path
 
 import torch
 
-from populora.config import ROLES, TASK_TYPES, Config
+from populora.adapters import AdapterHost, host_kind, make_host
+from populora.config import ALL_TARGET_MODULES, ROLES, TASK_TYPES, Config
 from populora.metrics import BATCH_SIZE, TOKENS, TOKENS_PER_S
 from populora.models import cache_dir, torch_threads
 from populora.pb import trainer_pb2
 from populora.rpc import CONTRACTS, ServiceError, invalid, precondition, ref_from_pb, ref_to_pb
 from populora.store import ArtifactStore, StoreError, validate_adapter_id
 from populora.tasks.prompts import chat_token_ids
-from services.trainer.policy import AdapterPolicy, MultiLoraPolicy, PeftPolicy
 from services.trainer.pool import AdapterPool, OptimizerSettings, PoolError, UpdateItem
 from services.trainer.trr import Rollout, StepStats, TrrSettings
 from services.trainer.warmstart import FitSettings, SftRow, WarmStartCache, base_identity
@@ -38,16 +38,17 @@ def resolve_batch_mode(mode: str, device: torch.device) -> str:
     return mode
 
 
-def make_policy(mode: str, causal_lm: torch.nn.Module, cfg: Config) -> AdapterPolicy:
-    """Sequential updates run on PEFT (set_adapter per pass); batched ones on the per-row multi-LoRA layer."""
-    if mode == "batched":
-        if cfg.lora.dropout > 0:
-            raise ValueError("trainer.batch_mode=batched does not apply LoRA dropout; set lora.dropout=0 or "
-                             "trainer.batch_mode=sequential")
-        targets = sorted(set(cfg.lora.target_modules) | {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
-                                                         "up_proj", "down_proj"})
-        return MultiLoraPolicy(causal_lm, targets, MAX_RANK)
-    return PeftPolicy(causal_lm)
+def trainer_host(mode: str, causal_lm: torch.nn.Module, cfg: Config) -> AdapterHost:
+    """The adapter host of `lora.host` (populora/adapters.py) for updates run `mode` (batched or sequential)."""
+    kind = host_kind(cfg.lora.host, "trainer", mode)
+    if kind == "peft" and mode == "batched":
+        raise ValueError("trainer.batch_mode=batched needs lora.host=batched (PEFT trains one adapter per pass)")
+    if kind == "batched" and cfg.lora.dropout > 0:
+        raise ValueError("lora.host=batched does not apply LoRA dropout; set lora.dropout=0 or lora.host=peft "
+                         "(with trainer.batch_mode=sequential)")
+    # room for any projection, so adapters with other target sets (an imported PEFT adapter) can be adopted
+    targets = sorted(set(cfg.lora.target_modules) | set(ALL_TARGET_MODULES))
+    return make_host(kind, causal_lm, targets, MAX_RANK)
 
 
 def trr_settings(cfg: Config) -> TrrSettings:
@@ -88,12 +89,12 @@ class TrainerService:
         base = base or load_from_config(cfg)
         device = next(base.model.parameters()).device
         mode = resolve_batch_mode(cfg.trainer.batch_mode, device)
-        policy = make_policy(mode, base.model, cfg)
+        host = trainer_host(mode, base.model, cfg)
         t = cfg.trainer
-        pool = AdapterPool(policy, store or ArtifactStore(cfg.store_root),
+        pool = AdapterPool(host, store or ArtifactStore(cfg.store_root),
                            OptimizerSettings(lr=t.lr, betas=tuple(t.betas), weight_decay=t.weight_decay),
                            trr_settings(cfg), base_name=cfg.model.name)
-        log.info("trainer ready: base %s on %s, %s updates", cfg.model.name, device, mode)
+        log.info("trainer ready: base %s on %s, %s updates on the %s adapter host", cfg.model.name, device, mode, host.kind)
         return cls(cfg, pool, mode, base=base)
 
     # ---- RPCs
@@ -236,7 +237,7 @@ class TrainerService:
 
     def _rollout(self, adapter_id: str, i: int, r: trainer_pb2.Rollout) -> Rollout:
         where = f"update of '{adapter_id}', rollout {i}"
-        vocab, budget = self.pool.policy.vocab_size, self.cfg.trainer.micro_batch_tokens
+        vocab, budget = self.pool.host.vocab_size, self.cfg.trainer.micro_batch_tokens
         prompt, response = list(r.prompt_token_ids), list(r.response_token_ids)
         if not prompt or not response:
             raise invalid(f"{where}: empty {'prompt' if not prompt else 'response'}; drop such rollouts before "

@@ -15,10 +15,11 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
 
 import torch
 from torch.utils.checkpoint import checkpoint
+
+from populora.adapters import AdapterHost
 
 # Logit elements (tokens x vocab) materialised at once by the LM head (64M floats = 256 MB per copy); beyond it the
 # head runs in chunks under activation checkpointing.
@@ -69,17 +70,6 @@ class StepStats:
     tokens: int = 0
     rollouts: int = 0
     seconds: float = 0.0
-
-
-class Policy(Protocol):
-    """Where the adapters live: the frozen base's last hidden states with a per-row adapter, and its LM head."""
-
-    vocab_size: int
-
-    def hidden_states(self, adapters: list[str], input_ids: torch.Tensor,
-                      attention_mask: torch.Tensor) -> torch.Tensor: ...
-
-    def lm_head(self, hidden: torch.Tensor) -> torch.Tensor: ...
 
 
 # ---------------------------------------------------------------- advantages (spec §5)
@@ -208,7 +198,7 @@ def _head_logprobs(lm_head, hidden: torch.Tensor, targets: torch.Tensor,
     return logp, entropy
 
 
-def response_logprobs(policy: Policy, mb: MicroBatch, with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor]:
+def response_logprobs(policy: AdapterHost, mb: MicroBatch, with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """log pi(y_t | x, y_<t) of every response token (N,), and the entropy of pi at that position (N,).
 
     Only response positions go through the LM head. When their logits would pass HEAD_CHUNK_ELEMENTS, the head
@@ -239,7 +229,7 @@ def token_objective(logp: torch.Tensor, old_logp: torch.Tensor | None, adv: torc
     return torch.minimum(ratio * adv, ratio.clamp(1 - clip, 1 + clip) * adv)
 
 
-def trr_update(policy: Policy, jobs: Sequence[UpdateJob], settings: TrrSettings,
+def trr_update(policy: AdapterHost, jobs: Sequence[UpdateJob], settings: TrrSettings,
                device: torch.device) -> list[StepStats]:
     """One TRR++ update of every job's adapter, all rows in shared passes (spec §5).
 

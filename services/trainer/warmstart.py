@@ -22,9 +22,10 @@ from pathlib import Path
 
 import torch
 
+from populora.adapters import AdapterHost
 from populora.store import AdapterVersion, ArtifactStore, StoreError
 from services.trainer.optim import AdapterAdamW
-from services.trainer.trr import Policy, Row, collate, pack, response_logprobs
+from services.trainer.trr import Row, collate, pack, response_logprobs
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +112,7 @@ def batches_of(rows: list[SftRow], settings: FitSettings) -> list[list[SftRow]]:
     return out
 
 
-def sft_fit(policy: Policy, slot: str, params: list[torch.nn.Parameter], optimizer: AdapterAdamW,
+def sft_fit(policy: AdapterHost, slot: str, params: list[torch.nn.Parameter], optimizer: AdapterAdamW,
             rows: list[SftRow], settings: FitSettings, device: torch.device) -> FitResult:
     """Fit the adapter in `slot`: per step, loss = -(1/N) sum over the batch's N response tokens of log pi(y_t),
     backward over micro-batches of at most micro_batch_tokens, clip to grad_clip, one AdamW step.
@@ -148,7 +149,7 @@ def sft_fit(policy: Policy, slot: str, params: list[torch.nn.Parameter], optimiz
     return result
 
 
-def _response_logprobs_after_prompt(policy: Policy, slot: str, row: SftRow, device: torch.device) -> torch.Tensor:
+def _response_logprobs_after_prompt(policy: AdapterHost, slot: str, row: SftRow, device: torch.device) -> torch.Tensor:
     """log pi(y_t | prompt, y_<t) of each response token (R,). The prompt's pass runs without gradient except for
     its last GRAD_TAIL tokens (the chat template's turn header), whose positions predict the answer's first token:
     without them nothing could teach the adapter how an answer begins."""

@@ -20,11 +20,11 @@ def _tokens(results):
     return {r.request_id: [c.token_ids for c in r.completions] for r in results}
 
 
-@pytest.mark.parametrize("lora_path", ["batched", "peft"])
-def test_mixed_batch_equals_per_adapter_greedy(make_backend, adapters, lora_path):
+@pytest.mark.parametrize("host", ["batched", "peft"])
+def test_mixed_batch_equals_per_adapter_greedy(make_backend, adapters, host):
     """8 adapters and base rows in one batch, prompts of different lengths (left padding): token for token the
     same as each request served alone."""
-    backend = make_backend(lora_path=lora_path)
+    backend = make_backend(host=host)
     requests = []
     for i in range(10):
         adapter = None if i in (3, 7) else adapters[i % len(adapters)]

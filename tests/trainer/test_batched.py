@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 
+from populora.adapters import BatchedHost, PeftHost
 from populora.lora import random_lora_weights
 from populora.store import lora_config_dict
-from services.trainer.policy import MultiLoraPolicy, PeftPolicy
 from services.trainer.trr import Rollout, TrrSettings, UpdateJob, trr_update
 
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
@@ -38,7 +38,7 @@ def _setup(policy, ranks, clean_base):
     jobs = []
     for i, rank in enumerate(ranks):
         weights = random_lora_weights(clean_base, TARGETS, rank, seed=10 + i, std=0.05)
-        params = policy.add(f"s{i}", weights, lora_config_dict(rank, 2.0 * rank, TARGETS))
+        params = policy.add(f"s{i}", weights, lora_config_dict(rank, 2.0 * rank, TARGETS), trainable=True)
         keys = sorted(params)
         jobs.append(UpdateJob(f"s{i}", _rollouts(seed=i), [params[k] for k in keys], GradRecorder(
             [params[k] for k in keys])))
@@ -52,11 +52,11 @@ def _grads(jobs):
 def test_batched_pass_gives_the_sequential_gradients(fresh_base):
     ranks = [4, 2, 4]
     settings = TrrSettings(grad_clip=1e9, micro_batch_tokens=4096, entropy_coef=0.01)
-    peft = PeftPolicy(fresh_base().model)
+    peft = PeftHost(fresh_base().model, TARGETS, max_rank=8)
     seq_jobs = _setup(peft, ranks, fresh_base().model)
     seq_stats = [trr_update(peft, [job], settings, peft.device)[0] for job in seq_jobs]
 
-    multi = MultiLoraPolicy(fresh_base().model, TARGETS, max_rank=8)
+    multi = BatchedHost(fresh_base().model, TARGETS, max_rank=8)
     bat_jobs = _setup(multi, ranks, fresh_base().model)
     bat_stats = trr_update(multi, bat_jobs, settings, multi.device)
 
@@ -71,7 +71,7 @@ def test_batched_pass_gives_the_sequential_gradients(fresh_base):
 
 
 def test_micro_batches_accumulate_to_the_full_batch_gradient(fresh_base):
-    multi = MultiLoraPolicy(fresh_base().model, TARGETS, max_rank=8)
+    multi = BatchedHost(fresh_base().model, TARGETS, max_rank=8)
     jobs = _setup(multi, [4, 4], fresh_base().model)
     whole = TrrSettings(grad_clip=1e9, micro_batch_tokens=4096)
     trr_update(multi, jobs, whole, multi.device)
@@ -84,7 +84,7 @@ def test_micro_batches_accumulate_to_the_full_batch_gradient(fresh_base):
 
 
 def test_each_adapter_is_clipped_on_its_own_norm(fresh_base):
-    multi = MultiLoraPolicy(fresh_base().model, TARGETS, max_rank=8)
+    multi = BatchedHost(fresh_base().model, TARGETS, max_rank=8)
     jobs = _setup(multi, [4, 4], fresh_base().model)
     stats = trr_update(multi, jobs, TrrSettings(grad_clip=1e-3), multi.device)
     for job, s in zip(jobs, stats, strict=True):
@@ -96,9 +96,9 @@ def test_ppo_epochs_start_with_the_on_policy_step_then_keep_learning(fresh_base)
     from populora.lora import random_lora_weights as weights_for
 
     def run(epochs):
-        multi = MultiLoraPolicy(fresh_base().model, TARGETS, max_rank=8)
+        multi = BatchedHost(fresh_base().model, TARGETS, max_rank=8)
         params = multi.add("s0", weights_for(fresh_base().model, TARGETS, 4, seed=1, std=0.05),
-                           lora_config_dict(4, 8.0, TARGETS))
+                           lora_config_dict(4, 8.0, TARGETS), trainable=True)
         plist = [params[k] for k in sorted(params)]
         job = UpdateJob("s0", _rollouts(seed=5, n=4), plist, torch.optim.AdamW(plist, lr=1e-3))
         stats = trr_update(multi, [job], TrrSettings(epochs=epochs, ppo_clip=0.2), multi.device)[0]
@@ -111,7 +111,7 @@ def test_ppo_epochs_start_with_the_on_policy_step_then_keep_learning(fresh_base)
 
 
 def test_rows_with_zero_advantage_cost_no_pass_but_the_adapter_still_steps(fresh_base):
-    multi = MultiLoraPolicy(fresh_base().model, TARGETS, max_rank=8)
+    multi = BatchedHost(fresh_base().model, TARGETS, max_rank=8)
     jobs = _setup(multi, [4, 4], fresh_base().model)
     for r in jobs[1].rollouts:
         r.reward = -1.0  # e.g. every proposal invalid: one group, zero variance, A = 0

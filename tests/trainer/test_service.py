@@ -43,7 +43,7 @@ def test_init_writes_version_1_with_b_zero_and_loads_in_peft(fresh_base, store):
 def test_update_changes_only_its_adapter_and_never_the_base(fresh_base, store, mode):
     svc = make_service(fresh_base, store, mode, lr=1e-2)
     refs = [_init(svc, f"s{i}", seed=i) for i in range(3)]
-    base_before = {k: v.clone() for k, v in svc.pool.policy.causal_lm.state_dict().items() if "lora" not in k}
+    base_before = {k: v.clone() for k, v in svc.pool.host.causal_lm.state_dict().items() if "lora" not in k}
     held_before = {a: {k: p.detach().clone() for k, p in svc.pool.held[a].params.items()} for a in ("s0", "s2")}
 
     resp = update_one(svc, update_request(refs[1], rollouts()))
@@ -51,10 +51,10 @@ def test_update_changes_only_its_adapter_and_never_the_base(fresh_base, store, m
     assert resp.stats.tokens == 12 and resp.stats.rollouts == 4 and resp.stats.grad_norm > 0
     assert resp.stats.mean_abs_advantage == pytest.approx(1.0, abs=1e-4) and resp.stats.seconds > 0
 
-    base_after = {k: v for k, v in svc.pool.policy.causal_lm.state_dict().items() if "lora" not in k}
+    base_after = {k: v for k, v in svc.pool.host.causal_lm.state_dict().items() if "lora" not in k}
     assert base_before.keys() == base_after.keys()
     assert all(torch.equal(base_before[k], base_after[k]) for k in base_before)
-    assert not any(p.requires_grad for n, p in svc.pool.policy.causal_lm.named_parameters() if "lora" not in n)
+    assert not any(p.requires_grad for n, p in svc.pool.host.causal_lm.named_parameters() if "lora" not in n)
     for a, before in held_before.items():
         assert all(torch.equal(before[k], p) for k, p in svc.pool.held[a].params.items())
     new, old = _weights(store, resp.adapter), _weights(store, refs[1])
