@@ -4,9 +4,9 @@ Builds (or reuses) the images (scripts/images.sh, which also starts dockerd when
 root), brings up docker-compose.cpu.yml's services and waits for every health check, runs the cpu-tiny training
 run of deploy/compose/cpu-distributed.yaml in the coordinator container, then checks from the host: the league's
 REST leaderboard lists the run's adapters, each of them loads in PEFT from the shared volume, every service's
-/metrics answers, and the hostile corpus (tests/sandbox/hostile) run through the containerised sandbox (under
-gVisor) is contained. Always ends with `down -v` and checks that no container, network or volume of the stack is
-left. Prints one JSON line; exits 1 when anything failed (the errors on stderr and in the line).
+/metrics answers, and every program of the hostile corpus (tests/sandbox/hostile) run through the containerised
+sandbox (under gVisor) is contained. Always ends with `down -v` and checks that no container, network or volume of
+the stack is left. Prints one JSON line; exits 1 when anything failed (the errors on stderr and in the line).
 
 Environment: what scripts/images.sh reads (LOCAL_BASE, CA_BUNDLE, TORCH_WHEEL, ...), and
 COMPOSE_TEST_TIMEOUT_S (default 900: the wait for health checks and the run, each).
@@ -237,13 +237,14 @@ SECRET_PROBES = {
 
 
 def hostile(stack: Stack) -> tuple[int, list[str]]:
-    """The hostile corpus through the containerised sandbox (gVisor's expectations), then the deployment's own
-    secrets out of a job's reach, then normal jobs still work."""
+    """The hostile corpus through the containerised sandbox (the expectations of a service's own container: its
+    zygotes chroot into the runtime root), then the deployment's own secrets out of a job's reach, then normal
+    jobs still work."""
     from populora.tasks.jobs import Job
     from tests.sandbox.hostile_corpus import run_corpus
 
     runner = sandbox_runner(f"{stack.address('sandbox')}:50054", stack.token)
-    total, wrong = run_corpus(runner, gvisor=True)
+    total, wrong = run_corpus(runner, profile="container")
     for r in runner([Job(name, program, timeout_s=5.0) for name, program in SECRET_PROBES.items()]):
         total += 1
         if stack.token in r.stdout or stack.password in r.stdout or (r.job_id == "read_secret_file"

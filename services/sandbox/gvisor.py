@@ -6,7 +6,8 @@ be made (bubblewrap fails under gVisor), so the zygote uses the layers that work
 (zygote.check_layers): its own uid per worker, rlimits, the jail's seccomp filter plus a per-job one against
 forking (gVisor does not enforce RLIMIT_NPROC), private job directories. The container itself is the jail: the
 same read-only tree as every other jail (jail.system_tree), a private /tmp, no network, and exactly the
-capabilities of jail.CONTAINER_CAPABILITIES, the configuration the deployment files ship.
+capabilities of jail.ZYGOTE_CAPABILITIES (the deployment files add SYS_CHROOT for the service's own container,
+whose zygotes chroot into the runtime root; these sandboxes hold the jail's tree only and need none).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import subprocess
 import tempfile
 
 from services.sandbox.executor import Limits, SandboxUnavailable
-from services.sandbox.jail import CONTAINER_CAPABILITIES, Interpreter, jail_env, system_tree
+from services.sandbox.jail import ZYGOTE_CAPABILITIES, Interpreter, jail_env, system_tree
 from services.sandbox.zygote import Launch, ZygoteExecutor, _Worker
 
 _IDS = itertools.count()
@@ -36,13 +37,14 @@ def runsc_available() -> str | None:
 
 
 def oci_config(tmp_mb: int, args: list[str] | None = None, binds: list[tuple[str, str]] | None = None,
-               env: dict[str, str] | None = None, tmp_mode: str = "755", tmpfs: tuple[str, ...] = ()) -> dict:
+               env: dict[str, str] | None = None, tmp_mode: str = "755", tmpfs: tuple[str, ...] = (),
+               capabilities: tuple[str, ...] = ZYGOTE_CAPABILITIES) -> dict:
     """The OCI runtime spec of one worker's sandbox: the jail's tree as read-only binds on an empty read-only
-    root, /proc, a private /tmp, new pid/net/ipc/uts/mount namespaces, root with the container capabilities and
-    no_new_privs (what the deployment files give the sandbox's container). `args`, `binds` and `env` default to
-    the zygote's; `tmpfs` adds writable scratch mounts with /tmp's mode."""
+    root, /proc, a private /tmp, new pid/net/ipc/uts/mount namespaces, root with the zygote's capabilities and
+    no_new_privs. `args`, `binds` and `env` default to the zygote's; `tmpfs` adds writable scratch mounts with
+    /tmp's mode; `capabilities` (jail.CONTAINER_CAPABILITIES) makes it the deployment files' container."""
     binds = system_tree()[0] if binds is None else binds
-    caps = [f"CAP_{c}" for c in CONTAINER_CAPABILITIES]
+    caps = [f"CAP_{c}" for c in capabilities]
     mounts = [{"destination": "/proc", "type": "proc", "source": "proc"},
               {"destination": "/tmp", "type": "tmpfs", "source": "tmpfs",
                "options": ["nosuid", "nodev", f"mode={tmp_mode}", f"size={tmp_mb * 1024 * 1024}"]}]

@@ -28,13 +28,17 @@ SYSTEM_TOPS = ("/bin", "/sbin", "/lib", "/lib64", "/lib32")
 # namespace can be made and the layers that work there are used instead (docs/sandbox.md).
 ISOLATIONS = ("bwrap", "unshare", "gvisor", "none")
 
-# The capabilities the sandbox needs in a gVisor container (as root): handing each job its worker's uid (SETUID,
-# SETGID) and directory (CHOWN, DAC_OVERRIDE, FOWNER), and killing it (KILL). The gvisor backend runs its zygotes
-# with exactly these, and the deployment files grant exactly these (tests/deploy checks both).
-CONTAINER_CAPABILITIES = ("SETUID", "SETGID", "KILL", "CHOWN", "DAC_OVERRIDE", "FOWNER")
+# The capabilities a zygote needs (as root): handing each job its worker's uid (SETUID, SETGID) and directory
+# (CHOWN, DAC_OVERRIDE, FOWNER), and killing it (KILL). The gvisor backend runs its zygotes with exactly these.
+ZYGOTE_CAPABILITIES = ("SETUID", "SETGID", "KILL", "CHOWN", "DAC_OVERRIDE", "FOWNER")
+# A sandbox service in a gVisor container (sandbox.isolation=gvisor) also chroots each zygote into the runtime
+# root (build_runtime_root): SYS_CHROOT, which Kubernetes' baseline Pod Security allows (SYS_ADMIN it does not,
+# so no namespace can be made there). The deployment files grant exactly these (tests/deploy checks it), and a
+# test runs the service's profile in runsc with exactly these.
+CONTAINER_CAPABILITIES = (*ZYGOTE_CAPABILITIES, "SYS_CHROOT")
 # bubblewrap on a plain host also needs to build namespaces and mounts (SYS_ADMIN) and bring up the loopback of
 # the empty network namespace (NET_ADMIN); a test runs the bwrap zygote with exactly these.
-BWRAP_CAPABILITIES = ("SYS_ADMIN", "NET_ADMIN", *CONTAINER_CAPABILITIES)
+BWRAP_CAPABILITIES = ("SYS_ADMIN", "NET_ADMIN", *ZYGOTE_CAPABILITIES)
 
 
 @dataclass(frozen=True)
@@ -136,7 +140,7 @@ def bwrap_args(tmp_mb: int) -> list[str]:
     args += ["--ro-bind-try", "/etc/ld.so.cache", "/etc/ld.so.cache", "--proc", "/proc", "--dev", "/dev",
              "--size", str(tmp_mb * 1024 * 1024), "--tmpfs", "/tmp", "--remount-ro", "/", "--chdir", "/tmp",
              "--cap-drop", "ALL"]
-    for cap in CONTAINER_CAPABILITIES:
+    for cap in ZYGOTE_CAPABILITIES:
         args += ["--cap-add", f"CAP_{cap}"]
     return args
 
@@ -156,6 +160,96 @@ def unshare_command(tmp_mb: int) -> list[str]:
 
     return ["unshare", "--mount", "--net", "--pid", "--fork", "--ipc", "--uts", "--kill-child",
             *python_command(), str(RUNTIME), "build-root", json.dumps(unshare_spec(tmp_mb))]
+
+
+# Run by the zygote's own interpreter (python_command, clean_env): the directories its imports come from (sys.path,
+# no site-packages), and every shared object it maps once every extension module there is imported.
+ROOT_PROBE = r"""
+import importlib, importlib.machinery, json, os, sys
+dirs = [p for p in sys.path if os.path.isdir(p)]
+suffixes = tuple(importlib.machinery.EXTENSION_SUFFIXES)
+for d in dirs:
+    for name in sorted(os.listdir(d)):
+        if name.endswith(suffixes) and not name.startswith("_tkinter"):
+            try:
+                importlib.import_module(name.split(".")[0])
+            except Exception:
+                pass
+mapped = set()
+with open("/proc/self/maps") as maps:
+    for line in maps:
+        parts = line.split(None, 5)
+        if len(parts) == 6 and parts[5].startswith("/"):
+            mapped.add(parts[5].strip())
+print(json.dumps({"dirs": dirs, "executable": os.path.realpath(sys.executable), "mapped": sorted(mapped)}))
+"""
+# Not part of the runtime root: packages (site-packages is off in the jail anyway), the stdlib's own test suites,
+# its GUI and installer parts (Tk needs a display, pip's wheels are for a network), the static libpython, and
+# byte code for -O/-OO (jobs run without them).
+ROOT_SKIPPED = ("site-packages", "dist-packages", "test", "tests", "idle_test", "idlelib", "tkinter", "turtledemo",
+                "_tkinter*", "ensurepip", "config-3.*", "*.opt-1.pyc", "*.opt-2.pyc")
+
+
+def build_runtime_root(dest: str) -> dict:
+    """Write the runtime root of sandbox.isolation=gvisor into the empty directory `dest`: what the interpreter of
+    the jobs needs and nothing else, each at its own path. The standard library (sys.path of `python -S`), the
+    interpreter, every shared object it maps with all its extension modules imported and the names the loader
+    finds them by, /etc/ld.so.cache, the /bin and /lib links, an empty /proc and a /tmp for the job
+    directories; no /etc/passwd, no /proc of the container, no project, no secret. Every zygote chroots into it
+    (jail_runtime.zygote_main): its jobs see no other file and no other process. Returns what it holds."""
+    import fnmatch
+    import json
+
+    try:
+        probe = subprocess.run([*python_command(), "-c", ROOT_PROBE], env=clean_env(), capture_output=True,
+                               text=True, timeout=300)
+    except (OSError, subprocess.SubprocessError) as e:
+        raise SandboxUnavailable(f"cannot list what the jobs' interpreter needs for the runtime root: {e}") from None
+    if probe.returncode != 0:
+        raise SandboxUnavailable("cannot list what the jobs' interpreter needs for the runtime root: "
+                                 f"{probe.stderr[-1000:]}")
+    found = json.loads(probe.stdout.strip().splitlines()[-1])
+
+    def mkdirs(path: str) -> None:
+        missing = []
+        while not os.path.lexists(dest + path):
+            missing.append(path)
+            path = os.path.dirname(path)
+        for p in reversed(missing):
+            os.mkdir(dest + p, 0o755)
+
+    def ignore(_dir: str, names: list[str]) -> set[str]:
+        return {n for n in names if any(fnmatch.fnmatch(n, pat) for pat in ROOT_SKIPPED)}
+
+    os.chmod(dest, 0o755)
+    for path, target in system_tree()[1]:
+        os.symlink(target, dest + path)
+    copied: list[str] = []
+    for src in sorted(found["dirs"]):
+        if any(src == d or src.startswith(d + "/") for d in copied):
+            continue
+        mkdirs(os.path.dirname(src))
+        shutil.copytree(src, dest + src, symlinks=True, ignore=ignore)
+        copied.append(src)
+    objects = {os.path.realpath(p) for p in found["mapped"]
+               if ".so" in os.path.basename(p) and os.path.isfile(p)} | {found["executable"]}
+    for path in sorted(objects):
+        if not os.path.lexists(dest + path):
+            mkdirs(os.path.dirname(path))
+            shutil.copy2(path, dest + path)
+    links = 0
+    for directory in sorted({os.path.dirname(p) for p in objects}):
+        for entry in os.scandir(directory):
+            if entry.is_symlink() and os.path.realpath(entry.path) in objects \
+                    and not os.path.lexists(dest + entry.path):
+                os.symlink(os.readlink(entry.path), dest + entry.path)
+                links += 1
+    if os.path.exists("/etc/ld.so.cache"):
+        mkdirs("/etc")
+        shutil.copy2("/etc/ld.so.cache", dest + "/etc/ld.so.cache")
+    os.mkdir(dest + "/tmp", 0o755)
+    os.mkdir(dest + "/proc", 0o555)
+    return {"dirs": copied, "objects": len(objects), "links": links}
 
 
 def _works(cmd: list[str]) -> bool:

@@ -388,20 +388,37 @@ def _killer():
 
 
 def remove_tree(path):
-    """Delete a directory tree without recursion (a job may nest directories deeply) and without shutil
-    (importing it maps the compression libraries, and every mapping makes each fork slower)."""
-    stack = [(path, False)]
-    while stack:
-        current, emptied = stack.pop()
-        if emptied:
-            os.rmdir(current)
-            continue
-        stack.append((current, True))
-        for entry in os.scandir(current):
-            if entry.is_dir(follow_symlinks=False):
-                stack.append((entry.path, False))
-            else:
-                os.unlink(entry.path)
+    """Delete a directory tree without recursion and without long paths: a job may leave a tree deeper than
+    PATH_MAX, so every step is relative to one open directory (descending by name, climbing by `..`), and only
+    one directory is open at a time. No shutil (importing it maps the compression libraries, and every mapping
+    makes each fork slower)."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+    fd = os.open(path, flags)
+    names = []  # the directories entered below `path`
+    try:
+        while True:
+            subdir = None
+            with os.scandir(fd) as entries:
+                for entry in entries:
+                    if entry.is_dir(follow_symlinks=False):
+                        subdir = subdir or entry.name
+                    else:
+                        os.unlink(entry.name, dir_fd=fd)
+            if subdir is not None:
+                child = os.open(subdir, flags, dir_fd=fd)
+                os.close(fd)
+                fd = child
+                names.append(subdir)
+                continue
+            if not names:
+                break
+            parent = os.open("..", flags, dir_fd=fd)
+            os.close(fd)
+            fd = parent
+            os.rmdir(names.pop(), dir_fd=fd)
+    finally:
+        os.close(fd)
+    os.rmdir(path)
 
 
 def _job_dir(cfg, counter):
@@ -509,6 +526,19 @@ def _close_shared_dirs():
             pass
 
 
+def _enter_root(root):
+    """sandbox.isolation=gvisor in a container: chroot into the runtime root the host built for the jobs
+    (jail.build_runtime_root: the interpreter's files and nothing else, an empty /proc), before any filter (the
+    jail filter denies chroot) and before the fork server, so every job starts inside it. Jobs are never root and
+    hold no capability, so they cannot chroot again to leave it; no fd of the zygote's reaches a job."""
+    try:
+        os.chroot(root)
+    except PermissionError as e:
+        raise SystemExit(f"chroot into the runtime root {root} failed ({e}): the sandbox needs the capability "
+                         "SYS_CHROOT (jail.CONTAINER_CAPABILITIES; the deployment files grant it)") from None
+    os.chdir("/")
+
+
 def zygote_main():
     import gc
     import socket
@@ -522,6 +552,8 @@ def zygote_main():
     cfg = json.loads(_recv_raw(proto_in))
     if cfg.get("close_shared"):
         _close_shared_dirs()
+    if cfg.get("root"):
+        _enter_root(cfg["root"])
     jail_filter = _Filter(bytes.fromhex(cfg["seccomp"])) if cfg.get("seccomp") else None
     no_fork = _Filter(bytes.fromhex(cfg["no_fork"])) if cfg.get("no_fork") else None
     _warm_up(cfg.get("preload", ()))

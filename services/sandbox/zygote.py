@@ -29,6 +29,7 @@ from services.sandbox.jail import (
     RUNTIME,
     Interpreter,
     blank_environ_block,
+    build_runtime_root,
     bwrap_args,
     clean_env,
     pick_isolation,
@@ -91,6 +92,16 @@ def f():
             places.update(line.split()[1] for line in mounts if len(line.split()) > 1)
     except OSError:
         pass
+    # the other processes this job can see, and what /etc holds (a runtime root of its own holds only the
+    # loader's cache there)
+    try:
+        seen["pids"] = len([p for p in os.listdir("/proc") if p.isdigit() and int(p) != os.getpid()])
+    except OSError:
+        seen["pids"] = 0
+    try:
+        seen["etc"] = sorted(os.listdir("/etc"))
+    except OSError:
+        seen["etc"] = []
     # the names in every other process's environment this job can read (gVisor lets any uid read them)
     seen["environ"] = []
     for pid in os.listdir("/proc"):
@@ -116,19 +127,23 @@ def f():
 
 @dataclass
 class Launch:
-    """How one zygote is started: its command, environment, inherited fds, and its job directories' parent."""
+    """How one zygote is started: its command, environment, inherited fds, its job directories' parent, and the
+    root it chroots into before its first job (None: it stays where it starts; `tmp` is then inside that root)."""
 
     cmd: list[str]
     env: dict[str, str] | None
     tmp: str
     pass_fds: tuple[int, ...] = ()
     on_stop: list = field(default_factory=list)
+    root: str | None = None
 
 
-def check_layers(seen: dict, uid: int | None, seccomp: bool, jailed: bool = True) -> list[str]:
+def check_layers(seen: dict, uid: int | None, seccomp: bool, jailed: bool = True,
+                 chrooted: bool = False) -> list[str]:
     """The layers LAYER_PROBE found working, in words; SandboxUnavailable naming the first one that is not.
     `jailed`: every isolation but `none` (development only) promises that jobs share no writable place and read
-    no other process's environment."""
+    no other process's environment. `chrooted`: the zygote chrooted into the runtime root, which promises that a
+    job sees no other process and no system file."""
     def need(ok: bool, what: str) -> None:
         if not ok:
             raise SandboxUnavailable(f"sandbox start-up check failed: {what} (probe saw {seen}); the isolation "
@@ -153,6 +168,11 @@ def check_layers(seen: dict, uid: int | None, seccomp: bool, jailed: bool = True
         layers.append("no other process's environment readable (checked)")
         need(seen.get("shared") == [], f"jobs could leave files for later jobs in {seen.get('shared')}")
         layers.append("no place shared between jobs (checked: nothing writable outside the job's directory)")
+    if chrooted:
+        need(seen.get("pids") == 0, f"jobs can see {seen.get('pids')} other processes in /proc")
+        need(set(seen.get("etc", ())) <= {"ld.so.cache"}, f"jobs can see system files in /etc: {seen.get('etc')}")
+        layers.append("own root of the runtime only (checked: no other process visible, nothing in /etc but the "
+                      "loader's cache)")
     if seen.get("root") == "read-only":
         layers.append("root not writable (checked)")
     return layers
@@ -191,7 +211,8 @@ class _Worker:
                "no_fork": filters.no_fork_filter().hex() if gvisor else "",
                # only where the file system is the sandbox's own: its gVisor sandbox, or the container of a
                # service that is pid 1 (never a host's /tmp)
-               "close_shared": gvisor and (self.own_root or os.getpid() == 1)}
+               "close_shared": gvisor and (self.own_root or os.getpid() == 1),
+               "root": self.launch.root}
         try:
             self._send(cfg)
             hello = self._recv(timeout=60.0)
@@ -212,7 +233,8 @@ class _Worker:
             raise SandboxUnavailable(f"sandbox worker {self.index}: the start-up check did not run: {probe.status} "
                                      f"{probe.error} {probe.stdout[-500:]}")
         try:
-            self.layers = check_layers(probe.values[0], self.uid, self.seccomp, self.jailed)
+            self.layers = check_layers(probe.values[0], self.uid, self.seccomp, self.jailed,
+                                       chrooted=self.launch.root is not None)
         except SandboxUnavailable:
             self.stop()
             raise
@@ -328,17 +350,23 @@ class ZygoteExecutor(Executor):
                              "lets a plain fork through, and the process limit is what stops a job forking")
         self.isolation_kind = self._pick(isolation)
         self.seccomp = seccomp
-        if self.isolation_kind == "gvisor" and self.name == "zygote":
-            blank_environ_block()  # jobs share this container's /proc, and gVisor lets them read environ files
         root = os.geteuid() == 0
         if self.isolation_kind != "none" and not root:
             raise SandboxUnavailable(f"the {self.name} backend drops each job to its own uid and needs to run as "
                                      "root (inside a container is fine); use sandbox.backend=subprocess otherwise")
+        # the service's own container (sandbox.isolation=gvisor, not the gvisor backend's sandboxes, which hold the
+        # jail's tree only): its zygotes chroot into a root that holds the runtime and nothing else
+        self.runtime_root: str | None = None
+        if self.isolation_kind == "gvisor" and self.name == "zygote":
+            blank_environ_block()  # defence in depth: gVisor lets any uid read /proc/<pid>/environ
+            self.runtime_root = tempfile.mkdtemp(prefix="populora-root-")
         n = workers or os.cpu_count() or 1
         base = _uid_base()
         self._queue: queue.Queue = queue.Queue()
         self._workers: list[_Worker] = []
         try:
+            if self.runtime_root is not None:
+                build_runtime_root(self.runtime_root)
             for i in range(n):
                 self._workers.append(_Worker(i, base + i if root else None, self.profile(), self.limits, seccomp,
                                              self._launch, jailed=self.isolation_kind != "none",
@@ -346,6 +374,7 @@ class ZygoteExecutor(Executor):
         except BaseException:
             for w in self._workers:
                 w.stop()
+            self._remove_runtime_root()
             raise
         self._threads = [threading.Thread(target=self._serve, args=(w,), daemon=True, name=f"sandbox-w{w.index}")
                          for w in self._workers]
@@ -373,7 +402,8 @@ class ZygoteExecutor(Executor):
                           pass_fds=(read_end,))
         if self.isolation_kind == "unshare":
             return Launch(unshare_command(self.limits.tmp_mb), clean_env(), "/tmp")
-        tmp = tempfile.mkdtemp(prefix="populora-sbx-")
+        chroot = self.runtime_root
+        tmp = tempfile.mkdtemp(prefix="populora-sbx-", dir=f"{chroot}/tmp" if chroot else None)
 
         def remove() -> None:
             try:
@@ -381,7 +411,9 @@ class ZygoteExecutor(Executor):
             except OSError:
                 pass
 
-        return Launch([*python_command(), str(RUNTIME), "zygote"], clean_env(), tmp, on_stop=[remove])
+        inside = tmp[len(chroot):] if chroot else tmp  # the job directories' parent as the zygote sees it
+        return Launch([*python_command(), str(RUNTIME), "zygote"], clean_env(), inside, on_stop=[remove],
+                      root=chroot)
 
     def _serve(self, worker: _Worker) -> None:
         """Keep up to PIPELINE jobs queued at the zygote, so it starts the next job the moment one ends instead
@@ -470,7 +502,9 @@ class ZygoteExecutor(Executor):
         return {"bwrap": ["bwrap(net,pid,ipc,uts,cgroup,mount namespaces)", "read-only root", "private tmpfs",
                           "capabilities dropped"],
                 "unshare": ["unshare(net,pid,ipc,uts,mount namespaces)", "read-only root", "private tmpfs"],
-                "gvisor": ["inside gVisor (no namespaces: uid, rlimits and filters instead)"],
+                "gvisor": ["inside gVisor (no namespaces: uid, rlimits and filters instead)"]
+                + (["chroot into a root of the runtime alone (no /proc, no system files)"]
+                   if self.runtime_root else []),
                 "none": []}[self.isolation_kind]
 
     def isolation(self) -> list[str]:
@@ -495,3 +529,11 @@ class ZygoteExecutor(Executor):
         for w in self._workers:
             w.stop()
             w.log.close()
+        self._remove_runtime_root()
+
+    def _remove_runtime_root(self) -> None:
+        if self.runtime_root is not None:
+            try:
+                remove_tree(self.runtime_root)
+            except OSError:
+                pass

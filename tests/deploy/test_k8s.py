@@ -194,6 +194,11 @@ def test_gpu_requests_only_in_the_gpu_overlay(tmp_path):
     assert cfg.model.name == "tiny" and cfg.model.device == "cpu"
 
 
+# The capabilities Pod Security `baseline` lets a container add (Kubernetes' Pod Security Standards).
+BASELINE_CAPABILITIES = {"AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD",
+                         "NET_BIND_SERVICE", "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT"}
+
+
 def test_sandbox_isolation():
     for overlay in OVERLAYS:
         docs = rendered(overlay)
@@ -205,8 +210,10 @@ def test_sandbox_isolation():
         sc = c["securityContext"]
         assert sc.get("readOnlyRootFilesystem") is True and sc.get("allowPrivilegeEscalation") is False
         assert sc["capabilities"]["drop"] == ["ALL"]
-        # root, but only inside gVisor and with exactly the capabilities the zygote was tested with
+        # root, but only inside gVisor and with exactly the capabilities the service's profile was tested with,
+        # each of them one that Pod Security `baseline` (the namespace's level) allows
         assert sorted(sc["capabilities"].get("add", [])) == sorted(CONTAINER_CAPABILITIES)
+        assert set(CONTAINER_CAPABILITIES) <= BASELINE_CAPABILITIES
         env = {e["name"]: e.get("value") for e in c["env"]}
         assert env.get("POPULORA__SANDBOX__ISOLATION") == "gvisor", "the in-gVisor profile, as tested in runsc"
         assert c.get("command") == ["populora"], "the sandbox service must be pid 1 (no tini): it blanks its env"

@@ -12,7 +12,7 @@ import pytest
 from populora.config import TasksConfig
 from populora.tasks import check_answers
 from populora.tasks.jobs import Job
-from services.sandbox.jail import CONTAINER_CAPABILITIES
+from services.sandbox.jail import CONTAINER_CAPABILITIES, ZYGOTE_CAPABILITIES
 from tests.sandbox.conftest import gvisor_or_skip
 from tests.sandbox.hostile_corpus import run_corpus
 from tests.sandbox.reward_hack_corpus import judge_hacks, load_hacks, static_rules_bypassed
@@ -39,9 +39,10 @@ def test_one_sandbox_per_worker_with_its_layers_checked(gvisor):
     assert "runsc" in " ".join(gvisor._workers[0].launch.cmd)
 
 
-def test_the_containers_capabilities_are_the_deployments(gvisor):
-    """The zygote (pid 1 of its sandbox) holds exactly jail.CONTAINER_CAPABILITIES, which the Kubernetes and
-    Compose files grant: the configuration proven here is the one they ship."""
+def test_the_zygotes_capabilities_are_its_own(gvisor):
+    """The zygote (pid 1 of its sandbox) holds exactly jail.ZYGOTE_CAPABILITIES: the deployment files grant
+    these plus SYS_CHROOT (CONTAINER_CAPABILITIES), for the chroot that the gvisor backend's sandboxes do not
+    need (the deployed profile's own test below runs with exactly CONTAINER_CAPABILITIES)."""
     prog = ("def f():\n"
             "    caps = {}\n"
             "    for line in open('/proc/1/status'):\n"
@@ -51,7 +52,7 @@ def test_the_containers_capabilities_are_the_deployments(gvisor):
             "    return caps\n")
     [r] = gvisor.run([Job("caps", prog, calls=["f()"])])
     assert r.status == "ok", r.error
-    want = sum(1 << CAPABILITY_BITS[c] for c in CONTAINER_CAPABILITIES)
+    want = sum(1 << CAPABILITY_BITS[c] for c in ZYGOTE_CAPABILITIES)
     assert r.values[0] == {"CapBnd": want, "CapEff": want, "CapPrm": want}
 
 
@@ -112,8 +113,9 @@ def test_a_dead_gvisor_sandbox_is_replaced(gvisor):
 
 
 # Run inside a gVisor container configured as the deployment files configure the sandbox's: root with exactly the
-# container capabilities, no_new_privs, a read-only root, world-writable /tmp and /home/populora (Compose's
-# tmpfs mode 1777), the token in the environment. The service's own ZygoteExecutor(isolation="gvisor") runs there.
+# container capabilities, no_new_privs, a read-only root holding a system's files (/etc/passwd among them),
+# world-writable /tmp and /home/populora (the worst case: the files give mode 755), the token in the environment.
+# The service's own ZygoteExecutor(isolation="gvisor") runs there.
 IN_CONTAINER = r'''
 import json, sys
 sys.path.insert(0, PROJECT)
@@ -124,7 +126,7 @@ from services.sandbox.zygote import ZygoteExecutor
 from tests.sandbox.hostile_corpus import run_corpus
 from tests.sandbox.reward_hack_corpus import judge_hacks, load_hacks
 ex = ZygoteExecutor(Limits(timeout_s=2.0), workers=2, isolation="gvisor")
-total, wrong = run_corpus(ex.run, gvisor=True, check_repeats=2)
+total, wrong = run_corpus(ex.run, profile="container", check_repeats=2)
 hacks = [v.name for v in judge_hacks(load_hacks(), TasksConfig(timeout_s=1.0), ex.run) if not v.blocked]
 hunt = """
 import os
@@ -147,7 +149,12 @@ after = ex.run([Job(str(i), "", calls=[str(i)]) for i in range(6)])
 time.sleep(3)
 zombies = [p for p in os.listdir("/proc")
            if p.isdigit() and open("/proc/%s/stat" % p).read().rsplit(")", 1)[1].split()[0] == "Z"]
+# what a job sees of the container: its root, /etc and /proc
+view = ex.run([Job("view", "import os\ndef f():\n    return [sorted(os.listdir(d)) for d in ('/', '/etc', '/proc')]",
+                   calls=["f()"])])[0]
+seen_here = [sorted(os.listdir(d)) for d in ("/etc", "/proc")]
 print(json.dumps({"isolation": ex.isolation(), "total": total, "wrong": wrong, "hacks_earned": hacks,
+                  "view": view.values, "here": seen_here,
                   "token_found": r.values, "hunt": r.status, "pid": os.getpid(), "zombies": zombies,
                   "after_restart": [x.status for x in after]}))
 ex.close()
@@ -157,8 +164,9 @@ ex.close()
 @pytest.mark.slow
 def test_the_deployed_profile_inside_a_gvisor_container(tmp_path):
     """sandbox.isolation=gvisor, the profile the Kubernetes and Compose files ship, run by the service itself in
-    a gVisor container set up like theirs: every start-up check passes, the hostile corpus is contained, no reward
-    hack is rewarded, and no job finds the service's token in any process's environment."""
+    a gVisor container set up like theirs: every start-up check passes, the hostile corpus is contained (every
+    program, /etc/passwd and the container's processes included: each zygote chroots into the runtime root), no
+    reward hack is rewarded, and no job finds the service's token in any process's environment."""
     import json
     import subprocess
     import sys
@@ -171,13 +179,16 @@ def test_the_deployed_profile_inside_a_gvisor_container(tmp_path):
     sandbox_or_skip(runsc_available(), lambda: None)
     project = str(Path(__file__).resolve().parents[2])
     tree = Interpreter.current().tree
-    binds = [b for b in system_tree()[0] if not b[1].startswith("/sandbox")] + [(tree, tree), (project, project)]
+    binds = [b for b in system_tree()[0] if not b[1].startswith("/sandbox")] + [(tree, tree), (project, project),
+                                                                                ("/etc", "/etc")]
     venv_python = str(Path(sys.executable).absolute())
-    assert venv_python.startswith(project) or venv_python.startswith(tree), venv_python
+    if not venv_python.startswith((project + "/", tree + "/")):
+        binds.append((sys.prefix, sys.prefix))  # a virtual environment outside the checkout
     env = {"PATH": "/usr/bin:/bin", "HOME": "/home/populora", "LANG": "C.UTF-8", "POPULORA_TOKEN": "hunter2-secret"}
     script = f"PROJECT = {project!r}\n" + IN_CONTAINER
     write_bundle(str(tmp_path / "bundle"), oci_config(256, args=[venv_python, "-c", script], binds=binds, env=env,
-                                                      tmp_mode="1777", tmpfs=("/home/populora",)))
+                                                      tmp_mode="1777", tmpfs=("/home/populora",),
+                                                      capabilities=CONTAINER_CAPABILITIES))
     out = subprocess.run(["runsc", "--root", str(tmp_path / "state"), "--network=none", "--platform=ptrace",
                           "--ignore-cgroups", "run", "--bundle", str(tmp_path / "bundle"), f"deployed-{tmp_path.name}"],
                          capture_output=True, text=True, timeout=600)
@@ -185,11 +196,13 @@ def test_the_deployed_profile_inside_a_gvisor_container(tmp_path):
     got = json.loads(out.stdout.strip().splitlines()[-1])
     checked = " ".join(got["isolation"])
     for promise in ("fork refused", "socket, execve, kill refused", "no other process's environment readable",
-                    "no place shared between jobs"):
+                    "no place shared between jobs", "own root of the runtime only (checked"):
         assert promise in checked, promise
-    # the one difference from a jail of its own: the container's process list (the service and the other
-    # zygotes) is visible, though not their environments, memory or signals
-    assert [w for w in got["wrong"] if not w.startswith("proc_host_pids:")] == [] and got["total"] >= 60
+    assert got["wrong"] == [] and got["total"] >= 60
+    # the container has a system's /etc and its processes in /proc; a job sees neither
+    assert "passwd" in got["here"][0] and len(got["here"][1]) > 3
+    root, etc, proc = got["view"][0]
+    assert etc == ["ld.so.cache"] and proc == [] and "tmp" in root and "app" not in root
     assert got["hacks_earned"] == [] and got["hunt"] == "ok" and got["token_found"] == [[]]
     # the service is pid 1, as in the deployment files, and leaves no zombie behind a replaced zygote
     assert got["pid"] == 1 and got["zombies"] == [] and got["after_restart"].count("ok") >= 3
