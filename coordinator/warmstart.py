@@ -40,6 +40,8 @@ def warm_start(run: Run) -> WarmStarted:
     if not ws.enabled:
         return WarmStarted()
     start = time.perf_counter()
+    log.info("warm start: %d generated programs per task type through the sandbox, then %d fit steps of %d examples "
+             "(a cached fit is reused)", ws.programs, ws.steps, ws.batch_size)
     tasks = verified_seed_tasks(run)
     n_refs = cfg.tasks.n_references if ws.n_references < 0 else ws.n_references
     examples = format_examples(tasks, ws.steps * ws.batch_size, ws.seed, n_refs, ws.teacher_fraction,

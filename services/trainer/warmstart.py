@@ -124,7 +124,8 @@ def sft_fit(policy: AdapterHost, slot: str, params: list[torch.nn.Parameter], op
         raise ValueError("the warm start needs at least one example")
     start = time.perf_counter()
     result = FitResult()
-    for batch in batches_of(rows, settings):
+    every = max(1, settings.steps // 16)  # about 16 progress lines, whatever the length of the fit
+    for i, batch in enumerate(batches_of(rows, settings), 1):
         n_tokens = sum(len(r.response) for r in batch)
         loss = 0.0
         if settings.prompt_grad:
@@ -145,6 +146,10 @@ def sft_fit(policy: AdapterHost, slot: str, params: list[torch.nn.Parameter], op
         optimizer.zero_grad(set_to_none=True)
         result.losses.append(loss)
         result.tokens += sum(len(r.prompt) + len(r.response) for r in batch)
+        if i % every == 0 or i == settings.steps:
+            elapsed = time.perf_counter() - start
+            log.info("warm start: fit step %d/%d, loss %.3f, %.0fs, about %.0fs left", i, settings.steps, loss,
+                     elapsed, elapsed / i * (settings.steps - i))
     result.seconds = time.perf_counter() - start
     return result
 
