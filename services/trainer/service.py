@@ -165,11 +165,16 @@ class TrainerService:
         prompt = chat_token_ids(tok, [{"role": t.role, "content": t.content} for t in e.prompt],
                                 self.cfg.model.chat_template)
         response = tok.encode(e.response, add_special_tokens=False) + [self._end_of_turn()]
-        budget = self.cfg.trainer.micro_batch_tokens
-        if len(prompt) + len(response) > budget:
-            raise invalid(f"{where}: {len(prompt) + len(response)} tokens exceed trainer.micro_batch_tokens={budget}; "
-                          "raise it or shorten the example")
+        self._check_length(where, len(prompt) + len(response), "example")
         return SftRow(prompt, response, e.task_type, e.role)
+
+    def _check_length(self, where: str, n_tokens: int, what: str) -> None:
+        """A sequence longer than trainer.micro_batch_tokens runs alone in its micro-batch (trr.pack); one longer
+        than the base model's context cannot run at all."""
+        context = getattr(self.base.model.config, "max_position_embeddings", None)
+        if context and n_tokens > context:
+            raise invalid(f"{where}: {n_tokens} tokens exceed the base model's context of {context}; shorten the "
+                          f"{what}")
 
     def _end_of_turn(self) -> int:
         """The token that ends an assistant turn (what generation stops on): <|im_end|> for ChatML models."""
@@ -237,7 +242,7 @@ class TrainerService:
 
     def _rollout(self, adapter_id: str, i: int, r: trainer_pb2.Rollout) -> Rollout:
         where = f"update of '{adapter_id}', rollout {i}"
-        vocab, budget = self.pool.host.vocab_size, self.cfg.trainer.micro_batch_tokens
+        vocab = self.pool.host.vocab_size
         prompt, response = list(r.prompt_token_ids), list(r.response_token_ids)
         if not prompt or not response:
             raise invalid(f"{where}: empty {'prompt' if not prompt else 'response'}; drop such rollouts before "
@@ -245,9 +250,7 @@ class TrainerService:
         bad = [t for t in prompt + response if t < 0 or t >= vocab]
         if bad:
             raise invalid(f"{where}: token id {bad[0]} is outside the base model's vocabulary 0..{vocab - 1}")
-        if len(prompt) + len(response) > budget:
-            raise invalid(f"{where}: {len(prompt) + len(response)} tokens exceed trainer.micro_batch_tokens="
-                          f"{budget}; raise it or shorten the rollouts")
+        self._check_length(where, len(prompt) + len(response), "rollout")
         if r.task_type not in TASK_TYPES:
             raise invalid(f"{where}: task_type {r.task_type!r} is not one of {list(TASK_TYPES)}")
         if r.role not in ("teacher", "student"):

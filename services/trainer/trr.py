@@ -12,6 +12,7 @@ ones the adapters would get one by one.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -20,6 +21,8 @@ import torch
 from torch.utils.checkpoint import checkpoint
 
 from populora.adapters import AdapterHost
+
+log = logging.getLogger(__name__)
 
 # Logit elements (tokens x vocab) materialised at once by the LM head (64M floats = 256 MB per copy); beyond it the
 # head runs in chunks under activation checkpointing.
@@ -140,14 +143,15 @@ def make_rows(jobs: Sequence[UpdateJob], eps: float) -> tuple[list[Row], list[to
 def pack(rows: list[Row], budget: int) -> list[list[Row]]:
     """Rows into micro-batches whose padded size (rows x longest row) stays within `budget` tokens.
 
-    Longest rows first, so rows of similar length share a batch and little is padding.
+    Longest rows first, so rows of similar length share a batch and little is padding. A row longer than the budget
+    runs alone (a memory budget cannot split one sequence; failing a long run over one long rollout would be worse).
     """
     batches: list[list[Row]] = []
     current: list[Row] = []
     for row in sorted(rows, key=lambda r: len(r.ids), reverse=True):
         if len(row.ids) > budget:
-            raise ValueError(f"a rollout of {len(row.ids)} tokens (prompt + response) exceeds the micro-batch budget "
-                             f"trainer.micro_batch_tokens={budget}; raise it or shorten the rollouts")
+            log.warning("a rollout of %d tokens (prompt + response) is over trainer.micro_batch_tokens=%d: it runs "
+                        "alone in its micro-batch", len(row.ids), budget)
         longest = len(current[0].ids) if current else len(row.ids)
         if current and (len(current) + 1) * longest > budget:
             batches.append(current)

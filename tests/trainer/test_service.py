@@ -106,7 +106,7 @@ BAD_ROLLOUTS = {
     "teacher rollout for a student": lambda: _bad(role="teacher"),
     "nan reward": lambda: _bad(reward=float("nan")),
     "old_logprobs of the wrong length": lambda: _bad(old_logprobs=[-0.5]),
-    "longer than the micro-batch budget": lambda: _bad(response_token_ids=list(range(1, 600))),
+    "longer than the base model's context": lambda: _bad(response_token_ids=[5] * 5000),
     "no rollouts": lambda: [],
 }
 

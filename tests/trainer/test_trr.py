@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
 import torch
 
 from services.trainer.trr import Row, group_advantages, pack, token_objective
@@ -46,9 +45,13 @@ def test_pack_respects_the_token_budget_and_keeps_every_row():
         assert len(b) * max(len(r.ids) for r in b) <= 64
 
 
-def test_pack_refuses_a_row_longer_than_the_budget():
-    with pytest.raises(ValueError, match="micro_batch_tokens"):
-        pack([_row(60, 10)], budget=64)
+def test_a_row_longer_than_the_budget_runs_alone_and_is_reported(caplog):
+    long, short = _row(60, 10), _row(20, 10)
+    with caplog.at_level("WARNING"):
+        batches = pack([short, long, _row(10, 10)], budget=64)
+    assert batches[0] == [long] and sum(len(b) for b in batches) == 3
+    assert all(len(b) * max(len(r.ids) for r in b) <= 64 for b in batches[1:])
+    assert "micro_batch_tokens=64" in caplog.text
 
 
 def test_on_policy_objective_is_a_times_logp_and_ppo_clips():
