@@ -7,7 +7,7 @@ import json
 import math
 from collections import Counter, defaultdict
 from pathlib import Path
-from statistics import mean
+from statistics import mean, pstdev
 
 from coordinator.step import Prepared, StepRecord
 from populora.config import Config
@@ -18,6 +18,20 @@ from populora.tasks import student_reward, teacher_reward
 def _mean(xs) -> float | None:
     xs = [x for x in xs if x is not None and not (isinstance(x, float) and math.isnan(x))]
     return mean(xs) if xs else None
+
+
+COMPLEXITY_KEYS = ("ast_depth", "cyclomatic", "lines_of_code")
+
+
+def complexity_spread(programs: list[dict]) -> dict[str, dict]:
+    """Mean, population standard deviation, min and max of each complexity metric (spec 11) over the valid programs
+    of a step: the spread says whether the teachers still propose varied problems or collapse onto one shape."""
+    out = {}
+    for key in COMPLEXITY_KEYS:
+        xs = [c[key] for c in programs if c.get(key) is not None]
+        out[key] = ({"mean": mean(xs), "std": pstdev(xs), "min": min(xs), "max": max(xs), "n": len(xs)} if xs
+                    else {"mean": None, "std": None, "min": None, "max": None, "n": 0})
+    return out
 
 
 def compute_metrics(spent: Accounted) -> dict:
@@ -73,6 +87,9 @@ def step_metrics(cfg: Config, r: StepRecord, seconds: dict[str, float]) -> dict:
             solved_by[student_of[p.id]].append(rho[p.id])
     out["student_solve_rate"] = {s: _mean(v) for s, v in sorted(solved_by.items())}
     out["valid_rate"] = sum(verdicts[p.id].valid for p in proposals) / len(proposals) if proposals else None
+    valid_all = [p for p in proposals if verdicts[p.id].valid]
+    out["solve_rate"] = _mean(rho.get(p.id) for p in valid_all)  # mean rho over every valid task of the step
+    out["complexity"] = complexity_spread([verdicts[p.id].task.complexity or {} for p in valid_all])
     out["outcomes"] = dict(Counter(outcomes.values()))
     gen_tokens = {"propose": sum(len(p.response_token_ids) for p in proposals),
                   "solve": sum(len(a.response_token_ids) for a in attempts)}
@@ -128,6 +145,9 @@ class MetricsWriter:
                     tb.add_scalar(f"{key}/{tt}", m[key], step)
             for reason, n in m.get("rejections", {}).items():
                 tb.add_scalar(f"rejections/{tt}/{reason}", n, step)
+        for key, spread in row.get("complexity", {}).items():
+            if spread.get("std") is not None:
+                tb.add_scalar(f"complexity_std/{key}", spread["std"], step)
         for kind, v in row.get("tokens_per_s", {}).items():
             tb.add_scalar(f"tokens_per_s/{kind}", v, step)
         for key, v in row.get("compute_cumulative", {}).items():
