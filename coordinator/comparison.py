@@ -84,7 +84,7 @@ def eval_numbers(scores: dict, run_id: str, population: dict) -> dict:
         if r["adapter_id"] in population:
             members[r["adapter_id"]] = {"pass_at_1": r["pass_at_1"], "version": r["version"],
                                         "role": population[r["adapter_id"]].get("role", ""), "label": r.get("label")}
-        elif r["adapter_id"].endswith(".warm") or r.get("label") in ("warm", "start", "warmstart"):
+        elif (r.get("adapter_id") or "").endswith(".warm"):
             start = r["pass_at_1"]
     students = [m["pass_at_1"] for m in members.values() if m["role"] in ("student", "both")]
     n_problems = max((r.get("n_problems", 0) for r in scores.get("results", [])), default=0)
@@ -105,7 +105,10 @@ def comparison(exp, metrics: dict[str, list[dict]], evals: dict[str, dict[str, d
         numbers["evals"] = {b: eval_numbers(s, arm.run_id, numbers["population"])
                             for b, s in evals.get(arm.run_id, {}).items()}
         arms[arm.run_id] = numbers
-    summary: dict = {}
+    # the warm start every arm began from, scored once (with the first arm)
+    start = {b: next((n["evals"][b]["start"] for n in arms.values()
+                      if b in n["evals"] and n["evals"][b]["start"] is not None), None) for b in exp.benchmarks}
+    summary: dict = {"warm_start": start}
     for name in ("population", "baseline"):
         mine = [n for n in arms.values() if n["arm"] == name]
         if not mine:
@@ -122,8 +125,8 @@ def comparison(exp, metrics: dict[str, list[dict]], evals: dict[str, dict[str, d
             got = [n["evals"][b] for n in mine if b in n["evals"]]
             if got:
                 s[b] = {"mean": _mean(g["mean"] for g in got), "best": _mean(g["best"] for g in got),
-                        "students_mean": _mean(g["students_mean"] for g in got),
-                        "start": _mean(g["start"] for g in got)}
+                        "students_mean": _mean(g["students_mean"] for g in got), "start": start[b],
+                        "per_seed_mean": [g["mean"] for g in got]}
         summary[name] = s
     return {"experiment_id": exp.experiment_id, "seeds": exp.seeds, "benchmarks": exp.benchmarks,
             "budget": {"tokens": exp.cfg.run.budget_tokens, "sandbox_jobs": exp.cfg.run.budget_sandbox_jobs},
@@ -272,7 +275,8 @@ def _cx(c: dict) -> str:
 def _table(exp, scores: dict) -> str:
     head = ["run", "steps", "tokens", "sandbox jobs", "wall s", "valid (1st/2nd half)", "solve (1st/2nd half)"]
     head += [f"{COMPLEXITY_TITLES[k]} (1st / 2nd half)" for k in COMPLEXITY_KEYS]
-    head += [f"{b} pass@1 mean / best / start" for b in exp.benchmarks]
+    head += [f"{b} pass@1 mean / best (warm start {_f(scores['summary']['warm_start'].get(b))})"
+             for b in exp.benchmarks]
     rows = []
     for run_id, n in scores["arms"].items():
         cells = [html.escape(run_id), str(n["steps"]), f"{n['tokens']:,}", f"{n['sandbox_jobs']:,}",
@@ -284,7 +288,7 @@ def _table(exp, scores: dict) -> str:
         for b in exp.benchmarks:
             e = n["evals"].get(b)
             cells.append("not evaluated" if not e else
-                         f"{_f(e['mean'])} / {_f(e['best'])} / {_f(e['start'])} (n={e['n_problems']})")
+                         f"{_f(e['mean'])} / {_f(e['best'])} (n={e['n_problems']})")
         rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     return ("<table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in head) + "</tr>" + "".join(rows)
             + "</table>")

@@ -84,7 +84,7 @@ def parse_seeds(text: str | None, default: int) -> list[int]:
 def default_id(cfg: Config, label: str, seeds: list[int]) -> str:
     """The same configuration, seeds and budget give the same id, so rerunning the same command continues it."""
     stem = re.sub(r"[^A-Za-z0-9_-]+", "-", label or cfg.model.name.split("/")[-1])[:32].strip("-") or "exp"
-    digest = hashlib.sha256((cfg.to_yaml() + json.dumps(seeds)).encode()).hexdigest()[:8]
+    digest = hashlib.sha256((_training_yaml(cfg) + json.dumps(seeds)).encode()).hexdigest()[:8]
     return f"{stem}-exp-{digest}"
 
 
@@ -124,6 +124,14 @@ def plan(cfg: Config, experiment_id: str, seeds: list[int], benchmarks: list[str
     return exp
 
 
+def _training_yaml(cfg: Config) -> str:
+    """The config as far as it decides what the arms train: without the `eval` section, which only says how they are
+    scored (an evaluation file records its own settings, and one made with others is redone)."""
+    tree = cfg.model_dump(mode="json")
+    tree.pop("eval", None)
+    return json.dumps(tree, sort_keys=True)
+
+
 def check_manifest(exp: Experiment) -> bool:
     """True if the experiment was started before (with the same config, seeds and budget); an experiment id that was
     used for something else is refused, and nothing is changed."""
@@ -132,8 +140,9 @@ def check_manifest(exp: Experiment) -> bool:
         return False
     stored = json.loads(path.read_text())
     # read through today's schema, so a field added since (with its default) is no difference
-    stored["config_yaml"] = config_from_yaml(stored["config_yaml"], f"the stored config of {path}").to_yaml()
+    stored["config_yaml"] = _training_yaml(config_from_yaml(stored["config_yaml"], f"the stored config of {path}"))
     mine = exp.manifest()
+    mine["config_yaml"] = _training_yaml(exp.cfg)
     differs = [k for k in ("config_yaml", "seeds", "budget_tokens", "budget_sandbox_jobs", "max_steps", "arms")
                if stored.get(k) != mine[k]]
     if differs:
@@ -190,31 +199,57 @@ def eval_path(exp: Experiment, run_id: str, benchmark: str) -> Path:
     return exp.out_dir / "evals" / f"{run_id}.{benchmark}.json"
 
 
-Evaluator = Callable[[Config, str, str, int | None, int], dict]
+def eval_settings(exp: Experiment) -> dict:
+    """What decides an evaluation's scores besides the arm and the benchmark; a file made with other settings is
+    redone."""
+    e = exp.cfg.eval
+    return {"limit": exp.limit, "samples": exp.samples, "temperature": e.temperature,
+            "max_new_tokens": e.max_new_tokens, "seed": exp.cfg.run.seed}
 
 
-def evaluate_run(cfg: Config, run_id: str, benchmark: str, limit: int | None, samples: int) -> dict:
-    """One arm's final population and its warm-start adapter on `benchmark`, in the layout `populora eval` writes."""
-    from coordinator.evaluate import evaluate_run as harness_evaluate_run
+def evaluate_arm(exp: Experiment, arm: Arm, benchmark: str, with_start: bool) -> dict:
+    """The arm's final population (every active member at its latest version) on `benchmark`, greedy unless
+    eval.temperature says otherwise, in one multi-LoRA batch (spec 15); with `with_start`, the warm-start adapter
+    every arm began from too (spec 13: identical in all arms, so it is scored once). The scores are also recorded in
+    the arm's league, as `populora eval --run` records them. Returns the layout `populora eval --out` writes."""
+    from coordinator.evaluate import open_eval_services, record, run_targets, scores_of
+    from populora.evals import EvalTarget, evaluate
+    from populora.store import ArtifactStore
 
-    return harness_evaluate_run(cfg, run_id, benchmark, limit=limit, samples=samples)
+    cfg, settings = arm.cfg, eval_settings(exp)
+    store = ArtifactStore(cfg.store_root)
+    services = open_eval_services(cfg, league=True)
+    try:
+        targets = run_targets(services.league, store, arm.run_id)
+        warm = f"{arm.run_id}.warm"
+        if with_start and store.versions(warm):
+            ref = store.latest(warm)
+            targets.insert(0, EvalTarget("warm start", warm, ref.version, str(store.path_of(ref))))
+        results = evaluate(services, targets, benchmark, limit=exp.limit, samples=exp.samples,
+                           temperature=settings["temperature"], seed=settings["seed"], data=cfg.eval.data or None,
+                           max_new_tokens=settings["max_new_tokens"], chat=cfg.model.chat_template,
+                           code_f_inputs=cfg.tasks.code_f_inputs, timeout_s=cfg.eval.timeout_s, run_id=arm.run_id)
+        record(services.league, arm.run_id, benchmark, scores_of(results), {})
+    finally:
+        services.close()
+    n_problems = max((r.n_problems for r in results), default=0)
+    return {"benchmark": benchmark, "limit": exp.limit if exp.limit is not None else n_problems,
+            "samples": exp.samples, "settings": settings, "results": [r.to_json() for r in results]}
 
 
-def evaluate_arms(exp: Experiment, evaluator: Evaluator = evaluate_run) -> list[Path]:
-    """Every arm on every benchmark; a scores file that exists (for the same limit and samples) is not redone.
-    Returns the files written by this call."""
+def evaluate_arms(exp: Experiment) -> list[Path]:
+    """Every arm on every benchmark (the first arm's evaluation also scores the warm start); a scores file made with
+    the same settings is not redone. Returns the files written by this call."""
     written = []
-    for arm in exp.arms:
+    for i, arm in enumerate(exp.arms):
         for benchmark in exp.benchmarks:
             path = eval_path(exp, arm.run_id, benchmark)
-            if path.exists():
-                done = json.loads(path.read_text())
-                if (done.get("limit"), done.get("samples")) == (exp.limit, exp.samples):
-                    log.info("evaluation of %s on %s done before, not redone", arm.run_id, benchmark)
-                    continue
+            if path.exists() and json.loads(path.read_text()).get("settings") == eval_settings(exp):
+                log.info("evaluation of %s on %s done before, not redone", arm.run_id, benchmark)
+                continue
             log.info("evaluating %s on %s", arm.run_id, benchmark)
             start = time.perf_counter()
-            scores = evaluator(arm.cfg, arm.run_id, benchmark, exp.limit, exp.samples)
+            scores = evaluate_arm(exp, arm, benchmark, i == 0)
             scores["seconds"] = time.perf_counter() - start
             _write_json(path, scores)
             written.append(path)
@@ -244,7 +279,7 @@ class Outcome:
     scores: dict
 
 
-def run_experiment(exp: Experiment, db: JournalDB, *, evaluator: Evaluator = evaluate_run, workers: int = 1,
+def run_experiment(exp: Experiment, db: JournalDB, *, workers: int = 1,
                    progress: bool = False, after_arm: Callable[[Arm], None] | None = None) -> Outcome:
     """Train every arm (skipping finished ones), evaluate them (skipping done evaluations), write the comparison.
     `after_arm` is called after each arm that is finished, whether it ran now or before."""
@@ -259,7 +294,7 @@ def run_experiment(exp: Experiment, db: JournalDB, *, evaluator: Evaluator = eva
             trained.append(arm.run_id)
         if after_arm is not None:
             after_arm(arm)
-    evaluated = evaluate_arms(exp, evaluator)
+    evaluated = evaluate_arms(exp)
     report, scores = write_comparison(exp)
     return Outcome(trained, evaluated, report, scores)
 

@@ -1,0 +1,116 @@
+"""`populora experiment` without a model: its arms, ids, refusals, and the comparison's arithmetic."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from statistics import mean, pstdev
+
+import pytest
+
+from coordinator.comparison import arm_numbers, eval_numbers, pooled
+from coordinator.experiment import check_manifest, default_id, parse_seeds, plan
+from coordinator.stepmetrics import complexity_spread
+from populora.config import ConfigError, load_config
+
+
+def _cfg(tmp_path, *extra: str):
+    return load_config(preset="cpu-tiny", env=False, overrides=[f"run.output_dir={tmp_path / 'runs'}",
+                                                                "run.budget_tokens=5000", *extra])
+
+
+def test_parse_seeds():
+    assert parse_seeds("1,2", 0) == [1, 2]
+    assert parse_seeds(" 3 ", 0) == [3]
+    assert parse_seeds(None, 7) == [7]
+    for bad, says in (("1,x", "'x' is not an integer"), ("1,1", "distinct"), (",", "one or more")):
+        with pytest.raises(ConfigError, match=says):
+            parse_seeds(bad, 0)
+
+
+def test_arms_share_warm_start_seeds_and_budget(tmp_path):
+    exp = plan(_cfg(tmp_path, "warmstart.enabled=true"), "e1", [1, 2], ["humaneval", "heldout"])
+    assert [(a.name, a.seed, a.run_id) for a in exp.arms] == [
+        ("population", 1, "e1-population-s1"), ("baseline", 1, "e1-baseline-s1"),
+        ("population", 2, "e1-population-s2"), ("baseline", 2, "e1-baseline-s2")]
+    assert exp.benchmarks == ["heldout", "humaneval"]  # heldout always, first, once
+    pop, base = exp.arms[0].cfg, exp.arms[1].cfg
+    assert (pop.run.mode, pop.population.n_teachers, pop.rewards.teacher_reward) == ("population", 2, "inverse_solve")
+    assert (base.run.mode, base.population.n_teachers, base.population.n_students,
+            base.rewards.teacher_reward) == ("baseline", 1, 1, "learnability")
+    for a in exp.arms:
+        assert a.cfg.warmstart == pop.warmstart and a.cfg.warmstart.enabled  # the same warm adapter (one digest)
+        assert a.cfg.run.budget_tokens == 5000 and a.cfg.run.seed == a.seed and a.cfg.run.run_id == a.run_id
+
+
+def test_bad_requests_are_refused(tmp_path):
+    with pytest.raises(ConfigError, match="give a budget"):
+        plan(load_config(preset="cpu-tiny", env=False), "e1", [1], [])
+    with pytest.raises(ConfigError, match="--id"):
+        plan(_cfg(tmp_path), "../x", [1], [])
+    with pytest.raises(ConfigError, match="--limit 0"):
+        plan(_cfg(tmp_path), "e1", [1], [], limit=0)
+    with pytest.raises(ConfigError, match="--samples 0"):
+        plan(_cfg(tmp_path), "e1", [1], [], samples=0)
+
+
+def test_default_id_is_the_same_for_the_same_request(tmp_path):
+    a, b = _cfg(tmp_path), _cfg(tmp_path)
+    assert default_id(a, "cpu-tiny", [1]) == default_id(b, "cpu-tiny", [1])
+    assert default_id(a, "cpu-tiny", [1]).startswith("cpu-tiny-exp-")
+    assert default_id(a, "cpu-tiny", [1, 2]) != default_id(a, "cpu-tiny", [1])
+    assert default_id(_cfg(tmp_path, "run.budget_tokens=6000"), "cpu-tiny", [1]) != default_id(a, "cpu-tiny", [1])
+
+
+def test_an_id_used_for_another_experiment_is_refused(tmp_path):
+    exp = plan(_cfg(tmp_path), "e1", [1], [])
+    assert not check_manifest(exp)
+    exp.out_dir.mkdir(parents=True)
+    (exp.out_dir / "experiment.json").write_text(json.dumps(exp.manifest()))
+    assert check_manifest(plan(_cfg(tmp_path), "e1", [1], ["humaneval"]))  # same arms; another benchmark is fine
+    before = (exp.out_dir / "experiment.json").read_text()
+    with pytest.raises(ConfigError, match="another config_yaml.*pass a new --id"):
+        check_manifest(plan(_cfg(tmp_path, "trainer.lr=0.5"), "e1", [1], []))
+    with pytest.raises(ConfigError, match="another seeds"):
+        check_manifest(plan(_cfg(tmp_path), "e1", [1, 2], []))
+    assert (exp.out_dir / "experiment.json").read_text() == before
+
+
+def test_pooled_spread_equals_the_spread_over_all_programs():
+    rng = random.Random(0)
+    steps = [[rng.randint(1, 9) for _ in range(rng.randint(1, 6))] for _ in range(5)]
+    spreads = [complexity_spread([{"ast_depth": x, "cyclomatic": 1, "lines_of_code": x} for x in xs])["ast_depth"]
+               for xs in steps]
+    flat = [x for xs in steps for x in xs]
+    got = pooled(spreads + [complexity_spread([])["ast_depth"]])  # a step without valid programs adds nothing
+    assert got["n"] == len(flat)
+    assert math.isclose(got["mean"], mean(flat)) and math.isclose(got["std"], pstdev(flat), abs_tol=1e-9)
+    assert pooled([]) == {"mean": None, "std": None, "n": 0}
+
+
+def test_arm_numbers_and_eval_numbers():
+    def row(step, tokens, solve, depth):
+        return {"step": step, "step_seconds": 10.0, "solve_rate": solve, "valid_rate": 0.5,
+                "compute_cumulative": {"tokens": tokens, "generated_tokens": tokens // 2,
+                                       "trained_tokens": tokens - tokens // 2, "sandbox_jobs": step},
+                "complexity": complexity_spread([{"ast_depth": d, "cyclomatic": 1, "lines_of_code": 2}
+                                                 for d in depth]),
+                "ratings": {"r.T0": {"mu": 26.0, "sigma": 7.0, "skill": 5.0, "role": "teacher"}},
+                "population": {"r.T0": {"role": "teacher", "version": step + 1},
+                               "r.S0": {"role": "student", "version": step + 1}}}
+
+    rows = [{"step": 0, "step_seconds": 5.0, "compute_cumulative": {"tokens": 100}},
+            row(1, 300, 0.2, [4, 6]), row(2, 500, 0.4, [8]), row(3, 700, None, [])]
+    n = arm_numbers(rows)
+    assert (n["steps"], n["tokens"], n["step0_tokens"], n["wall_seconds"]) == (3, 700, 100, 35.0)
+    assert n["solve_rate"]["first_half"] == pytest.approx(0.3) and n["solve_rate"]["second_half"] is None
+    assert n["complexity"]["ast_depth"]["all"]["mean"] == pytest.approx(6.0)
+    assert n["complexity"]["ast_depth"]["first_half"]["std"] == pytest.approx(pstdev([4, 6, 8]))
+    scores = {"samples": 1, "limit": 3, "results": [
+        {"adapter_id": "r.warm", "version": 1, "label": "warm", "pass_at_1": 0.1, "n_problems": 3},
+        {"adapter_id": "r.T0", "version": 4, "label": "T0", "pass_at_1": 0.0, "n_problems": 3},
+        {"adapter_id": "r.S0", "version": 4, "label": "S0", "pass_at_1": 2 / 3, "n_problems": 3}]}
+    e = eval_numbers(scores, "r", n["population"])
+    assert e["start"] == 0.1 and e["best"] == pytest.approx(2 / 3) and e["students_mean"] == pytest.approx(2 / 3)
+    assert e["mean"] == pytest.approx(1 / 3) and set(e["members"]) == {"r.T0", "r.S0"}
