@@ -114,3 +114,11 @@ def test_arm_numbers_and_eval_numbers():
     e = eval_numbers(scores, "r", n["population"])
     assert e["start"] == 0.1 and e["best"] == pytest.approx(2 / 3) and e["students_mean"] == pytest.approx(2 / 3)
     assert e["mean"] == pytest.approx(1 / 3) and set(e["members"]) == {"r.T0", "r.S0"}
+
+
+def test_cpu_experiment_preset_is_cpu_smol_with_a_step_cap():
+    """Its comment promises cpu-smol's settings (the same warm-start cache, the measurements of docs/warmstart.md)."""
+    smol = load_config(preset="cpu-smol", env=False).model_dump()
+    exp = load_config(preset="cpu-smol-experiment", env=False).model_dump()
+    assert exp["run"].pop("steps") > smol["run"].pop("steps")
+    assert exp == smol
