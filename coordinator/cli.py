@@ -108,6 +108,12 @@ def cmd_report(args: argparse.Namespace) -> int:
     return int(report_main(args) or 0)
 
 
+def cmd_eval(args: argparse.Namespace) -> int:
+    from coordinator.evaluate import main as eval_main
+
+    return int(eval_main(args, load_cli_config(args)) or 0)
+
+
 def cmd_evolve(args: argparse.Namespace) -> int:
     from services.evolver.cli import main as evolve_main
 
@@ -186,6 +192,13 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("run", help="run id or run directory")
     r.add_argument("--output-dir", default="runs", help="where runs live (default: runs)")
     r.set_defaults(func=cmd_report)
+
+    from coordinator.evaluate import add_parser as add_eval_parser
+
+    add_eval_parser(sub)
+    ev = sub.choices["eval"]
+    _config_args(ev, default_preset="cpu-smol")
+    ev.set_defaults(func=cmd_eval)
 
     e = sub.add_parser("evolve", help="make a child adapter by hand with one operator (M1-M4, X1-X4)")
     e.add_argument("--operator", required=True)
