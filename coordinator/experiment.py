@@ -26,6 +26,7 @@ from pathlib import Path
 from coordinator.journal import JournalDB
 from coordinator.train import _apply_limits, as_baseline, run_training
 from populora.config import Config, ConfigError, config_from_yaml
+from populora.evals import BENCHMARKS, EvalError
 
 log = logging.getLogger(__name__)
 
@@ -113,6 +114,12 @@ def plan(cfg: Config, experiment_id: str, seeds: list[int], benchmarks: list[str
         raise ConfigError(f"--limit {limit}: must be at least 1")
     if samples < 1:
         raise ConfigError(f"--samples {samples}: must be at least 1")
+    if samples > 1 and cfg.eval.temperature == 0:
+        raise ConfigError(f"--samples {samples} with eval.temperature 0 would score the same greedy answer "
+                          f"{samples} times: set --set eval.temperature=0.8 for pass@k")
+    for name in benchmarks:
+        if name not in BENCHMARKS:
+            raise ConfigError(f"--benchmark {name!r}: unknown; allowed: {', '.join(BENCHMARKS)}")
     base = Config.model_validate(cfg.model_dump())
     base.run.mode, base.run.run_id = "population", ""
     names = [HELDOUT] + [b for b in benchmarks if b != HELDOUT]
@@ -319,6 +326,9 @@ def main(args, cfg: Config) -> int:
     db = JournalDB(exp.cfg.league_db_url)
     try:
         outcome = run_experiment(exp, db, progress=sys.stderr.isatty())
+    except EvalError as e:
+        print(f"error: evaluation: {e}", file=sys.stderr)
+        return 2
     finally:
         db.close()
     print(f"trained now: {', '.join(outcome.trained) or 'none (all arms finished before)'}")

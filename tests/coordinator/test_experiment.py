@@ -53,6 +53,11 @@ def test_bad_requests_are_refused(tmp_path):
         plan(_cfg(tmp_path), "e1", [1], [], limit=0)
     with pytest.raises(ConfigError, match="--samples 0"):
         plan(_cfg(tmp_path), "e1", [1], [], samples=0)
+    with pytest.raises(ConfigError, match="eval.temperature"):
+        plan(_cfg(tmp_path), "e1", [1], [], samples=4)
+    assert plan(_cfg(tmp_path, "eval.temperature=0.8"), "e1", [1], [], samples=4).samples == 4
+    with pytest.raises(ConfigError, match="--benchmark 'nope': unknown"):
+        plan(_cfg(tmp_path), "e1", [1], ["nope"])
 
 
 def test_default_id_is_the_same_for_the_same_request(tmp_path):
@@ -121,4 +126,6 @@ def test_cpu_experiment_preset_is_cpu_smol_with_a_step_cap():
     smol = load_config(preset="cpu-smol", env=False).model_dump()
     exp = load_config(preset="cpu-smol-experiment", env=False).model_dump()
     assert exp["run"].pop("steps") > smol["run"].pop("steps")
+    assert exp["eval"].pop("max_new_tokens") == exp["generation"]["max_new_tokens"]  # as long as training answers
+    smol["eval"].pop("max_new_tokens")
     assert exp == smol
