@@ -151,6 +151,8 @@ def _lines(ax, exp, metrics, y, x: str = "tokens", band=None) -> None:
             lo_hi = [band(r) for r in rows]
             ax.fill_between(xs, [b[0] for b in lo_hi], [b[1] for b in lo_hi], color=color, alpha=0.12)
     ax.set_xlabel("thousand tokens spent" if x == "tokens" else "step")
+    if x == "tokens" and exp.cfg.run.budget_tokens:  # the budget every arm stops at (its first boundary past it)
+        ax.axvline(exp.cfg.run.budget_tokens / 1e3, color="grey", ls=":", lw=1)
 
 
 def _save(fig, path: Path) -> None:

@@ -24,9 +24,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from coordinator.journal import JournalDB
-from coordinator.train import _apply_limits, as_baseline, run_training
+from coordinator.stepmetrics import read_metrics
+from coordinator.train import _apply_limits, as_baseline, budget_spent, run_training
 from populora.config import Config, ConfigError, config_from_yaml
 from populora.evals import BENCHMARKS, EvalError
+from populora.records import Usage
 
 log = logging.getLogger(__name__)
 
@@ -131,30 +133,43 @@ def plan(cfg: Config, experiment_id: str, seeds: list[int], benchmarks: list[str
     return exp
 
 
-def _training_yaml(cfg: Config) -> str:
+LIMITS = ("budget_tokens", "budget_sandbox_jobs", "max_steps")
+
+
+def _training_yaml(cfg: Config, limits: bool = True) -> str:
     """The config as far as it decides what the arms train: without the `eval` section, which only says how they are
-    scored (an evaluation file records its own settings, and one made with others is redone)."""
+    scored (an evaluation file records its own settings, and one made with others is redone); `limits=False` also
+    without the step cap and the budgets."""
     tree = cfg.model_dump(mode="json")
     tree.pop("eval", None)
+    if not limits:
+        for key in ("steps", "budget_tokens", "budget_sandbox_jobs"):
+            tree["run"].pop(key)
     return json.dumps(tree, sort_keys=True)
 
 
+def _reach(limit: int) -> float:
+    return float("inf") if limit == 0 else limit  # 0: no budget
+
+
 def check_manifest(exp: Experiment) -> bool:
-    """True if the experiment was started before (with the same config, seeds and budget); an experiment id that was
-    used for something else is refused, and nothing is changed."""
+    """True if the experiment was started before. The same id is refused, and nothing is changed, for another config,
+    other seeds, or a smaller budget or step cap; a larger one continues the arms further (as `train --resume` does)."""
     path = exp.out_dir / "experiment.json"
     if not path.exists():
         return False
     stored = json.loads(path.read_text())
     # read through today's schema, so a field added since (with its default) is no difference
-    stored["config_yaml"] = _training_yaml(config_from_yaml(stored["config_yaml"], f"the stored config of {path}"))
+    stored["config_yaml"] = _training_yaml(config_from_yaml(stored["config_yaml"], f"the stored config of {path}"),
+                                           limits=False)
     mine = exp.manifest()
-    mine["config_yaml"] = _training_yaml(exp.cfg)
-    differs = [k for k in ("config_yaml", "seeds", "budget_tokens", "budget_sandbox_jobs", "max_steps", "arms")
-               if stored.get(k) != mine[k]]
-    if differs:
-        raise ConfigError(f"experiment '{exp.experiment_id}' was started with another {', '.join(differs)} "
-                          f"({path}); rerun the command it was started with, or pass a new --id")
+    mine["config_yaml"] = _training_yaml(exp.cfg, limits=False)
+    differs = [k for k in ("config_yaml", "seeds", "arms") if stored.get(k) != mine[k]]
+    shrinks = [k for k in LIMITS if _reach(mine[k]) < _reach(stored.get(k, 0))]
+    if differs or shrinks:
+        what = ", ".join(differs + [f"larger {k} ({stored.get(k)}, now {mine[k]})" for k in shrinks])
+        raise ConfigError(f"experiment '{exp.experiment_id}' was started with another {what} ({path}); rerun the "
+                          "command it was started with (a budget or step cap may only grow), or pass a new --id")
     return True
 
 
@@ -168,15 +183,17 @@ def _write_json(path: Path, data: dict) -> None:
 # ---------------------------------------------------------------- arms
 
 def arm_finished(db: JournalDB, arm: Arm) -> bool:
-    """The journal records the arm's run as finished with the limits it has now (a resumed run with a larger budget
-    is not finished), and its metrics are on disk."""
+    """The journal records the arm's run as finished and its metrics show it reached the arm's limits as they are now:
+    its budget (spec 14) or its step cap. After a budget or cap has grown, a finished run is not finished."""
     stored = db.get_run(arm.run_id)
     if stored is None or stored["status"] != "finished":
         return False
-    had = config_from_yaml(stored["config_yaml"], f"the stored config of run {arm.run_id}").run
-    metrics = Path(arm.cfg.run.output_dir) / arm.run_id / "metrics.jsonl"
-    return metrics.exists() and (had.steps, had.budget_tokens, had.budget_sandbox_jobs) == (
-        arm.cfg.run.steps, arm.cfg.run.budget_tokens, arm.cfg.run.budget_sandbox_jobs)
+    rows = read_metrics(Path(arm.cfg.run.output_dir) / arm.run_id)
+    if not rows:
+        return False
+    spent = rows[-1].get("compute_cumulative", {})
+    used = Usage(spent.get("generated_tokens", 0), spent.get("trained_tokens", 0), spent.get("sandbox_jobs", 0))
+    return bool(budget_spent(arm.cfg, used)) or rows[-1]["step"] >= arm.cfg.run.steps
 
 
 def run_arm(db: JournalDB, arm: Arm, workers: int = 1, progress: bool = False) -> bool:
@@ -293,8 +310,8 @@ def run_experiment(exp: Experiment, db: JournalDB, *, workers: int = 1,
     from coordinator.comparison import write_comparison
 
     exp.out_dir.mkdir(parents=True, exist_ok=True)
-    if not check_manifest(exp):
-        _write_json(exp.out_dir / "experiment.json", exp.manifest())
+    check_manifest(exp)
+    _write_json(exp.out_dir / "experiment.json", exp.manifest())  # new, or the same with a grown budget
     trained = []
     for arm in exp.arms:
         if run_arm(db, arm, workers, progress):

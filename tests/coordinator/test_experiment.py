@@ -79,7 +79,15 @@ def test_an_id_used_for_another_experiment_is_refused(tmp_path):
         check_manifest(plan(_cfg(tmp_path, "trainer.lr=0.5"), "e1", [1], []))
     with pytest.raises(ConfigError, match="another seeds"):
         check_manifest(plan(_cfg(tmp_path), "e1", [1, 2], []))
+    with pytest.raises(ConfigError, match=r"larger budget_tokens \(5000, now 4000\).*may only grow"):
+        check_manifest(plan(_cfg(tmp_path, "run.budget_tokens=4000"), "e1", [1], []))
+    with pytest.raises(ConfigError, match="larger budget_sandbox_jobs"):  # 0 was no budget: any is smaller
+        check_manifest(plan(_cfg(tmp_path, "run.budget_sandbox_jobs=9"), "e1", [1], []))
+    with pytest.raises(ConfigError, match="larger max_steps"):
+        check_manifest(plan(_cfg(tmp_path, "run.steps=1"), "e1", [1], []))
     assert (exp.out_dir / "experiment.json").read_text() == before
+    # a larger budget or step cap continues the same experiment
+    assert check_manifest(plan(_cfg(tmp_path, "run.budget_tokens=9000", "run.steps=9"), "e1", [1], []))
 
 
 def test_pooled_spread_equals_the_spread_over_all_programs():
@@ -129,3 +137,28 @@ def test_cpu_experiment_preset_is_cpu_smol_with_a_step_cap():
     assert exp["eval"].pop("max_new_tokens") == exp["generation"]["max_new_tokens"]  # as long as training answers
     smol["eval"].pop("max_new_tokens")
     assert exp == smol
+
+
+def test_an_arm_is_finished_when_its_metrics_reach_its_limits(tmp_path):
+    from coordinator.experiment import arm_finished
+    from coordinator.journal import JournalDB
+
+    exp = plan(_cfg(tmp_path, f"league.db_url=sqlite:///{tmp_path / 'j.sqlite'}"), "e1", [1], [])
+    arm = exp.arms[0]
+    db = JournalDB(arm.cfg.league_db_url)
+    assert not arm_finished(db, arm)  # never started
+    db.create_run(arm.run_id, "population", arm.cfg.to_yaml())
+    run_dir = tmp_path / "runs" / arm.run_id
+    run_dir.mkdir(parents=True)
+    spent = {"generated_tokens": 2000, "trained_tokens": 3100, "sandbox_jobs": 9, "tokens": 5100}
+    (run_dir / "metrics.jsonl").write_text(json.dumps({"step": 2, "compute_cumulative": spent}) + "\n")
+    assert not arm_finished(db, arm)  # still running (or stopped): not finished whatever its metrics say
+    db.set_status(arm.run_id, "finished")
+    assert arm_finished(db, arm)  # 5100 >= 5000
+    grown = plan(_cfg(tmp_path, f"league.db_url=sqlite:///{tmp_path / 'j.sqlite'}", "run.budget_tokens=8000"),
+                 "e1", [1], []).arms[0]
+    assert not arm_finished(db, grown)  # a larger budget: the arm goes on
+    capped = plan(_cfg(tmp_path, f"league.db_url=sqlite:///{tmp_path / 'j.sqlite'}", "run.budget_tokens=8000",
+                       "run.steps=2"), "e1", [1], []).arms[0]
+    assert arm_finished(db, capped)  # ... unless it is at its step cap
+    db.close()

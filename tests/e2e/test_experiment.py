@@ -1,5 +1,6 @@
-"""End-to-end `populora experiment` on cpu-tiny: both arms, the held-out evaluation and the report; a stop between
-the arms, then the same command again, continues without redoing the first arm or any finished evaluation."""
+"""End-to-end `populora experiment` on cpu-tiny: both arms, the held-out evaluation and the report. After a stop
+between the arms and one inside the second, the same command again continues: the first arm is not redone, the second
+goes on from its stored phases, and a finished evaluation is never redone."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 from coordinator.cli import main as cli_main
 from coordinator.experiment import plan, run_experiment
 from coordinator.journal import JournalDB
-from coordinator.train import parse_budget
+from coordinator.train import parse_budget, run_training
 from populora.config import load_config
 from tests.e2e.conftest import e2e_overrides
 
@@ -19,7 +20,7 @@ class Stopped(Exception):  # noqa: N818 - the stand-in for a stop (Ctrl-C, a kil
     pass
 
 
-def test_experiment_runs_both_arms_and_resumes_after_a_stop(tmp_path, echo_model):
+def test_experiment_runs_both_arms_and_resumes_after_stops(tmp_path, echo_model):
     sets = e2e_overrides(tmp_path, echo_model) + ["run.steps=3"]
     budget = "tokens=2500"
     argv = ["experiment", "--preset", "cpu-tiny", "--budget", budget, "--id", "exp", "--limit", "3"]
@@ -42,12 +43,22 @@ def test_experiment_runs_both_arms_and_resumes_after_a_stop(tmp_path, echo_model
     assert db.get_run(pop)["status"] == "finished" and db.get_run(base) is None
     first_arm = db.phase_rows(pop)
     assert first_arm and not (exp.out_dir / "evals").exists()
+    # ... and the second arm stopped inside: its step 0 stored, its run not finished
+    partial = exp.arms[1].cfg.model_copy(deep=True)
+    partial.run.steps = 0
+    db.create_run(base, partial.run.mode, exp.arms[1].cfg.to_yaml())
+    run_training(partial, base, db)
+    db.set_status(base, "stopped")
+    base_step0 = db.phase_rows(base)
+    assert {r["step"] for r in base_step0} == {0}
 
     # the same command again: the first arm is not redone, the second runs, both are scored, the report is written
     assert cli_main(argv) == 0
     assert db.phase_rows(pop) == first_arm  # no phase of arm one ran again (same rows, same finish times)
     assert db.get_run(base)["status"] == "finished"
     base_rows = db.phase_rows(base)
+    assert [r for r in base_rows if r["step"] == 0] == base_step0  # arm two went on from where it stopped
+    assert max(r["step"] for r in base_rows) >= 1
     assert {r["phase"] for r in base_rows} >= {"warmstart", "init", "seed", "account", "propose", "update"}
     assert all(r["attempts"] == 1 for r in base_rows)
 
