@@ -231,6 +231,14 @@ def eval_settings(exp: Experiment) -> dict:
             "max_new_tokens": e.max_new_tokens, "seed": exp.cfg.run.seed}
 
 
+def arm_state(arm: Arm) -> dict:
+    """How far the arm trained (its last step and the tokens spent): an evaluation of an arm trained further since
+    (a grown budget) is redone."""
+    rows = read_metrics(Path(arm.cfg.run.output_dir) / arm.run_id)
+    last = rows[-1] if rows else {"step": -1}
+    return {"step": last["step"], "tokens": last.get("compute_cumulative", {}).get("tokens", 0)}
+
+
 def evaluate_arm(exp: Experiment, arm: Arm, benchmark: str, with_start: bool) -> dict:
     """The arm's final population (every active member at its latest version) on `benchmark`, greedy unless
     eval.temperature says otherwise, in one multi-LoRA batch (spec 15); with `with_start`, the warm-start adapter
@@ -263,17 +271,22 @@ def evaluate_arm(exp: Experiment, arm: Arm, benchmark: str, with_start: bool) ->
 
 def evaluate_arms(exp: Experiment) -> list[Path]:
     """Every arm on every benchmark (the first arm's evaluation also scores the warm start); a scores file made with
-    the same settings is not redone. Returns the files written by this call."""
+    the same settings, of the arm trained as far as it is now, is not redone. Returns the files written by this
+    call."""
     written = []
     for i, arm in enumerate(exp.arms):
+        trained = arm_state(arm)
         for benchmark in exp.benchmarks:
             path = eval_path(exp, arm.run_id, benchmark)
-            if path.exists() and json.loads(path.read_text()).get("settings") == eval_settings(exp):
-                log.info("evaluation of %s on %s done before, not redone", arm.run_id, benchmark)
-                continue
+            if path.exists():
+                done = json.loads(path.read_text())
+                if (done.get("settings"), done.get("trained")) == (eval_settings(exp), trained):
+                    log.info("evaluation of %s on %s done before, not redone", arm.run_id, benchmark)
+                    continue
             log.info("evaluating %s on %s", arm.run_id, benchmark)
             start = time.perf_counter()
             scores = evaluate_arm(exp, arm, benchmark, i == 0)
+            scores["trained"] = trained
             scores["seconds"] = time.perf_counter() - start
             _write_json(path, scores)
             written.append(path)
