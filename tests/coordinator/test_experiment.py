@@ -162,3 +162,21 @@ def test_an_arm_is_finished_when_its_metrics_reach_its_limits(tmp_path):
                        "run.steps=2"), "e1", [1], []).arms[0]
     assert arm_finished(db, capped)  # ... unless it is at its step cap
     db.close()
+
+
+def test_a_done_evaluation_is_read_back_not_redone(tmp_path):
+    from coordinator.experiment import arm_state, eval_path, eval_settings, evaluate_arms
+
+    exp = plan(_cfg(tmp_path), "e1", [1], ["humaneval"], limit=2)
+    for arm in exp.arms:
+        run_dir = tmp_path / "runs" / arm.run_id
+        run_dir.mkdir(parents=True)
+        (run_dir / "metrics.jsonl").write_text(json.dumps({"step": 3, "compute_cumulative": {"tokens": 5100}}) + "\n")
+        assert arm_state(arm) == {"step": 3, "tokens": 5100}
+        for benchmark in exp.benchmarks:
+            path = eval_path(exp, arm.run_id, benchmark)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps({"benchmark": benchmark, "settings": eval_settings(exp),
+                                        "trained": arm_state(arm), "results": []}))
+    assert evaluate_arms(exp) == []  # nothing to do: no model is loaded, no file changes
+    assert eval_settings(exp)["limit"] == 2 and eval_settings(plan(_cfg(tmp_path), "e1", [1], []))["limit"] is None
