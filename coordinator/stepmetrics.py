@@ -11,7 +11,7 @@ from statistics import mean, pstdev
 
 from coordinator.step import Prepared, StepRecord
 from populora.config import Config
-from populora.records import Accounted, Usage, to_json
+from populora.records import Accounted, Evaluated, Usage, to_json
 from populora.tasks import student_reward, teacher_reward
 
 
@@ -43,6 +43,20 @@ def compute_metrics(spent: Accounted) -> dict:
     return {"compute": flat(spent.total), "compute_per_adapter": {a: flat(u) for a, u in spent.adapters.items()}}
 
 
+def eval_metrics(evaluated: Evaluated | None) -> dict:
+    """The eval phase's scores (docs/eval.md): pass@1 per adapter version (label), the population's mean."""
+    if evaluated is None:
+        return {}
+    members = [s for s in evaluated.scores if s.adapter_id]
+    return {"eval": {"benchmark": evaluated.benchmark, "n_problems": max((s.n_problems for s in evaluated.scores),
+                                                                         default=0),
+                     "pass_at_1": {s.label: s.pass_at_1 for s in evaluated.scores},
+                     "adapters": {s.label: s.adapter_id or None for s in evaluated.scores},
+                     "population_mean": _mean(s.pass_at_1 for s in members),
+                     "population_best": max((s.pass_at_1 for s in members), default=None),
+                     "seconds": evaluated.seconds, "generated_tokens": evaluated.generated_tokens}}
+
+
 def prepared_metrics(prepared: Prepared, seconds: dict[str, float]) -> dict:
     s, w = prepared.seeded, prepared.warmed
     out = {"step": 0, "seconds": seconds, "step_seconds": sum(seconds.values()), "seed_sizes": s.sizes,
@@ -51,6 +65,7 @@ def prepared_metrics(prepared: Prepared, seconds: dict[str, float]) -> dict:
         out["warm_start"] = {"adapter_id": w.adapter_id, "cached": w.cached, "examples": w.examples,
                              "tokens": w.tokens, "loss_first": w.losses[0] if w.losses else None,
                              "loss_last": w.losses[-1] if w.losses else None, "fit_seconds": w.fit_seconds}
+    out.update(eval_metrics(prepared.evaluated))
     return out
 
 
@@ -102,6 +117,7 @@ def step_metrics(cfg: Config, r: StepRecord, seconds: dict[str, float]) -> dict:
     if r.evolved is not None:
         out["evolution"] = to_json(r.evolved.events)
     out.update(compute_metrics(r.spent))
+    out.update(eval_metrics(r.evaluated))
     return out
 
 
@@ -157,6 +173,11 @@ class MetricsWriter:
             tb.add_scalar(f"rating_skill/{adapter}", r["skill"], step)
         for adapter, s in row.get("updates", {}).items():
             tb.add_scalar(f"loss/{adapter}", s["loss"], step)
+        ev = row.get("eval")
+        if ev:
+            for key in ("population_mean", "population_best"):
+                if ev.get(key) is not None:
+                    tb.add_scalar(f"eval/{ev['benchmark']}/{key}", ev[key], step)
         tb.flush()
 
     def close(self) -> None:

@@ -78,3 +78,15 @@ def test_bad_targets_and_settings_are_refused_before_generating(services, adapte
     assert services.inference.backend.decoder.steps == 0
     listed = services.inference.ListAdapters(inference_pb2.ListAdaptersRequest())
     assert listed.base_model == "tiny"
+
+
+def test_over_grpc_the_scores_and_answers_are_the_same(services, adapters, store):
+    from tests.conftest import served
+    from tests.evals.conftest import EvalServices
+
+    targets = [EvalTarget("base", None)] + _targets(adapters[:2], store)
+    local = evaluate(services, targets, "heldout", limit=3, max_new_tokens=8)
+    with served(services.inference) as inference, served(services.sandbox) as sandbox:
+        remote = evaluate(EvalServices(inference, sandbox), targets, "heldout", limit=3, max_new_tokens=8)
+    assert [r.to_json() for r in local] == [r.to_json() for r in remote]
+    assert [[p.answers for p in r.problems] for r in local] == [[p.answers for p in r.problems] for r in remote]
