@@ -261,7 +261,9 @@ def evaluate_arm(exp: Experiment, arm: Arm, benchmark: str, with_start: bool) ->
                            temperature=settings["temperature"], seed=settings["seed"], data=cfg.eval.data or None,
                            max_new_tokens=settings["max_new_tokens"], chat=cfg.model.chat_template,
                            code_f_inputs=cfg.tasks.code_f_inputs, timeout_s=cfg.eval.timeout_s, run_id=arm.run_id)
-        record(services.league, arm.run_id, benchmark, scores_of(results), {})
+        # the league knows the run's members, not the warm start (it is no member): its score stays in the file
+        members = [r for r in results if r.adapter_id != warm]
+        record(services.league, arm.run_id, benchmark, scores_of(members), {})
     finally:
         services.close()
     n_problems = max((r.n_problems for r in results), default=0)
