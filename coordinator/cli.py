@@ -86,6 +86,12 @@ def cmd_train(args: argparse.Namespace) -> int:
             dashboard.stop()
 
 
+def cmd_experiment(args: argparse.Namespace) -> int:
+    from coordinator.experiment import main as experiment_main
+
+    return int(experiment_main(args, load_cli_config(args)) or 0)
+
+
 def cmd_dashboard(args: argparse.Namespace) -> int:
     from services.league.rest import dashboard_server
 
@@ -100,6 +106,12 @@ def cmd_report(args: argparse.Namespace) -> int:
     from coordinator.report import main as report_main
 
     return int(report_main(args) or 0)
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from coordinator.evaluate import main as eval_main
+
+    return int(eval_main(args, load_cli_config(args)) or 0)
 
 
 def cmd_evolve(args: argparse.Namespace) -> int:
@@ -150,6 +162,25 @@ def build_parser() -> argparse.ArgumentParser:
                    help="serve the web dashboard on 127.0.0.1:PORT (8080) while the run trains")
     t.set_defaults(func=cmd_train)
 
+    x = sub.add_parser("experiment", help="the population against the baseline at equal compute, from the same "
+                       "warm start, scored on held-out problems, in one report")
+    _config_args(x, default_preset="cpu-smol")
+    x.add_argument("--budget", default=None, metavar="tokens=N[,sandbox_jobs=M]",
+                   help="the compute budget of every arm (spec 14), e.g. tokens=6e4; required unless the config "
+                        "sets run.budget_tokens")
+    x.add_argument("--seeds", default=None, metavar="S1,S2",
+                   help="run seeds; each gives one population and one baseline run (default: run.seed)")
+    x.add_argument("--steps", type=int, default=None, help="most steps per arm (default: run.steps); the budget "
+                   "should end the arms first")
+    x.add_argument("--id", dest="experiment_id", default=None,
+                   help="experiment id (default: from the preset and a digest of config, seeds and budget, so "
+                        "rerunning the same command continues the experiment)")
+    x.add_argument("--benchmark", action="append", default=[], metavar="NAME",
+                   help="a benchmark to score the arms on besides `heldout` (always scored); repeatable")
+    x.add_argument("--limit", type=int, default=None, help="score on the first N problems of each benchmark")
+    x.add_argument("--samples", type=int, default=1, help="samples per problem (1: greedy pass@1)")
+    x.set_defaults(func=cmd_experiment)
+
     d = sub.add_parser("dashboard", help="serve the web dashboard of the runs in a run database (read-only)")
     d.add_argument("--run", default=None, help="the run to open first (default: the latest)")
     d.add_argument("--port", type=int, default=8080)
@@ -161,6 +192,13 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("run", help="run id or run directory")
     r.add_argument("--output-dir", default="runs", help="where runs live (default: runs)")
     r.set_defaults(func=cmd_report)
+
+    from coordinator.evaluate import add_parser as add_eval_parser
+
+    add_eval_parser(sub)
+    ev = sub.choices["eval"]
+    _config_args(ev, default_preset="cpu-smol")
+    ev.set_defaults(func=cmd_eval)
 
     e = sub.add_parser("evolve", help="make a child adapter by hand with one operator (M1-M4, X1-X4)")
     e.add_argument("--operator", required=True)

@@ -83,6 +83,10 @@ class Run:
     def ref(self, adapter_id: str, version: int) -> common_pb2.AdapterRef:
         return ref_to_pb(self.store.ref(adapter_id, version))
 
+    def evaluates(self, step: int) -> bool:
+        """The population is scored on the held-out benchmark every eval.every steps, step 0 included (0 = never)."""
+        return self.cfg.eval.every > 0 and step % self.cfg.eval.every == 0
+
     def evolves(self, step: int) -> bool:
         """Evolution replaces members every k steps, in population mode only (spec 8)."""
         return self.cfg.run.mode == "population" and step % self.cfg.evolution.every_k == 0

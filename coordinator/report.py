@@ -1,4 +1,5 @@
-"""`populora report RUN`: an HTML page with PNG plots of a run, made from its metrics.jsonl alone."""
+"""`populora report RUN`: an HTML page with PNG plots of a run, made from its metrics.jsonl (and the scores
+`populora eval --run` appended to evals.jsonl beside it)."""
 
 from __future__ import annotations
 
@@ -167,6 +168,71 @@ def plot_lineage(rows, path: Path) -> None:
     plt.close(fig)
 
 
+def eval_points(rows: list[dict], run_dir: Path) -> list[dict]:
+    """Every held-out score of the run: the eval phases' (metrics.jsonl) and `populora eval --run`'s (evals.jsonl),
+    as {step, benchmark, label, adapter_id, pass_at_1, n_problems}; a later record of the same point wins."""
+    points: dict[tuple, dict] = {}
+    for r in rows:
+        ev = r.get("eval")
+        if not ev:
+            continue
+        for label, p1 in ev["pass_at_1"].items():
+            points[(r["step"], ev["benchmark"], label)] = {
+                "step": r["step"], "benchmark": ev["benchmark"], "label": label,
+                "adapter_id": ev.get("adapters", {}).get(label), "pass_at_1": p1, "n_problems": ev.get("n_problems")}
+    extra = run_dir / "evals.jsonl"
+    if extra.exists():
+        for line in extra.read_text().splitlines():
+            try:
+                e = json.loads(line)
+                points[(int(e.get("step", 0)), e["benchmark"], e["label"])] = {
+                    "step": int(e.get("step", 0)), "benchmark": e["benchmark"], "label": e["label"],
+                    "adapter_id": e.get("adapter_id"), "pass_at_1": float(e["pass_at_1"]),
+                    "n_problems": e.get("n_problems")}
+            except (ValueError, KeyError, TypeError):
+                continue  # a line cut short by a crash: the others still count
+    return sorted(points.values(), key=lambda p: (p["benchmark"], p["step"], p["adapter_id"] or "", p["label"]))
+
+
+def plot_evals(points: list[dict], path: Path) -> bool:
+    """pass@1 over the steps per benchmark: each adapter's versions (thin), the population's mean (bold), the bare
+    base model (dashed). Drawn only when some benchmark has scores at two or more steps."""
+    benchmarks = [b for b in dict.fromkeys(p["benchmark"] for p in points)
+                  if len({p["step"] for p in points if p["benchmark"] == b}) > 1]
+    if not benchmarks:
+        return False
+    fig, axes = plt.subplots(1, len(benchmarks), figsize=(5.5 * len(benchmarks), 3.6), squeeze=False)
+    for ax, bench in zip(axes[0], benchmarks):
+        mine = [p for p in points if p["benchmark"] == bench]
+        for adapter in dict.fromkeys(p["adapter_id"] for p in mine if p["adapter_id"]):
+            xs = [(p["step"], p["pass_at_1"]) for p in mine if p["adapter_id"] == adapter]
+            ax.plot([x for x, _ in xs], [y for _, y in xs], lw=0.8, alpha=0.5, marker=".")
+        steps = sorted({p["step"] for p in mine if p["adapter_id"]})
+        means = [sum(q["pass_at_1"] for q in mine if q["adapter_id"] and q["step"] == s)
+                 / max(1, sum(1 for q in mine if q["adapter_id"] and q["step"] == s)) for s in steps]
+        ax.plot(steps, means, lw=2.2, color="black", marker="o", label="population mean")
+        for p in (p for p in mine if not p["adapter_id"]):
+            ax.axhline(p["pass_at_1"], color="grey", ls="--", lw=1.2, label=f"base (step {p['step']})")
+        ax.set_title(f"{bench}: pass@1")
+        ax.set_xlabel("step")
+        ax.set_ylim(-0.05, 1.05)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return True
+
+
+def _eval_table(points: list[dict]) -> str:
+    if not points:
+        return "<p>No held-out evaluation yet (eval.every, or <code>populora eval --run</code>).</p>"
+    head = "<tr><th>benchmark</th><th>step</th><th>model</th><th>problems</th><th>pass@1</th></tr>"
+    body = "".join(f"<tr><td>{html.escape(p['benchmark'])}</td><td>{p['step']}</td><td>{html.escape(p['label'])}"
+                   f"</td><td>{p['n_problems'] if p['n_problems'] is not None else '-'}</td>"
+                   f"<td>{p['pass_at_1']:.3f}</td></tr>" for p in points)
+    return f"<table>{head}{body}</table>"
+
+
 def _warm(r: dict) -> str:
     w = r.get("warm_start")
     if not w:
@@ -224,6 +290,8 @@ def write_report(run_dir: Path, cfg=None) -> Path:
              "lineage.png": plot_lineage, "compute.png": plot_compute}
     for name, fn in plots.items():
         fn(rows, run_dir / name)
+    points = eval_points(rows, run_dir)
+    eval_plot = '<img src="evals.png">' if plot_evals(points, run_dir / "evals.png") else ""
     rejections: dict[str, int] = {}
     for r in rows:
         for m in r.get("task_types", {}).values():
@@ -241,6 +309,7 @@ Rejection reasons over the run: {html.escape(json.dumps(rejections, sort_keys=Tr
 <h2>Compute</h2><img src="compute.png">
 <h2>Ratings and evolution events</h2><img src="ratings.png">
 <h2>Lineage</h2><img src="lineage.png">
+<h2>Held-out evaluation</h2>{eval_plot}{_eval_table(points)}
 <h2>Steps</h2>{_table(rows)}
 <p>Raw data: <a href="metrics.jsonl">metrics.jsonl</a>; TensorBoard: <code>tensorboard --logdir {html.escape(str(run_dir / 'tb'))}</code></p>
 </body></html>"""

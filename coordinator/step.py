@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from coordinator.evaluate import eval_phase
 from coordinator.journal import Journal
 from coordinator.phases import (
     Run,
@@ -31,6 +32,7 @@ from coordinator.warmstart import warm_start
 from populora.records import (
     Accounted,
     Checked,
+    Evaluated,
     Evolved,
     Initialized,
     Matched,
@@ -54,6 +56,7 @@ class Prepared:
     initialized: Initialized
     seeded: Seeded
     spent: Accounted
+    evaluated: Evaluated | None = None
 
 
 @dataclass(frozen=True)
@@ -70,6 +73,7 @@ class StepRecord:
     updated: Updated
     evolved: Evolved | None
     spent: Accounted
+    evaluated: Evaluated | None = None
 
     @property
     def population(self) -> Population:
@@ -83,7 +87,10 @@ def prepare(j: Journal, run: Run) -> Prepared:
     initialized = j.once(0, "init", init, run, warmed)                                      # 1   the members
     seeded = j.once(0, "seed", seed, run, warmed)                                           # 10  fill the buffers
     spent = j.once(0, "account", account, run, 0, seed_usage(warmed, seeded))               # 14  compute spent
-    return Prepared(warmed, initialized, seeded, spent)
+    evaluated = None
+    if run.evaluates(0):
+        evaluated = j.once(0, "eval", eval_phase, run, 0, initialized.population)           #     held-out scores
+    return Prepared(warmed, initialized, seeded, spent, evaluated)
 
 
 def train_step(j: Journal, run: Run, t: int) -> StepRecord:
@@ -102,7 +109,10 @@ def train_step(j: Journal, run: Run, t: int) -> StepRecord:
         evolved = j.once(t, "evolve", evolve, run, t, updated.population)                   # 8,9 replace the worst
     spent = usage(proposed, validated, solved, checked, batch, updated)                     # 14  compute spent
     spent = j.once(t, "account", account, run, t, spent)
-    return StepRecord(t, matched, proposed, validated, solved, checked, rated, updated, evolved, spent)
+    evaluated = None
+    if run.evaluates(t):
+        evaluated = j.once(t, "eval", eval_phase, run, t, (evolved or updated).population)  #     held-out scores
+    return StepRecord(t, matched, proposed, validated, solved, checked, rated, updated, evolved, spent, evaluated)
 
 
 def state_before(j: Journal, t: int) -> tuple[Population, BufferSet]:

@@ -7,17 +7,31 @@ import json
 import math
 from collections import Counter, defaultdict
 from pathlib import Path
-from statistics import mean
+from statistics import mean, pstdev
 
 from coordinator.step import Prepared, StepRecord
 from populora.config import Config
-from populora.records import Accounted, Usage, to_json
+from populora.records import Accounted, Evaluated, Usage, to_json
 from populora.tasks import student_reward, teacher_reward
 
 
 def _mean(xs) -> float | None:
     xs = [x for x in xs if x is not None and not (isinstance(x, float) and math.isnan(x))]
     return mean(xs) if xs else None
+
+
+COMPLEXITY_KEYS = ("ast_depth", "cyclomatic", "lines_of_code")
+
+
+def complexity_spread(programs: list[dict]) -> dict[str, dict]:
+    """Mean, population standard deviation, min and max of each complexity metric (spec 11) over the valid programs
+    of a step: the spread says whether the teachers still propose varied problems or collapse onto one shape."""
+    out = {}
+    for key in COMPLEXITY_KEYS:
+        xs = [c[key] for c in programs if c.get(key) is not None]
+        out[key] = ({"mean": mean(xs), "std": pstdev(xs), "min": min(xs), "max": max(xs), "n": len(xs)} if xs
+                    else {"mean": None, "std": None, "min": None, "max": None, "n": 0})
+    return out
 
 
 def compute_metrics(spent: Accounted) -> dict:
@@ -29,6 +43,20 @@ def compute_metrics(spent: Accounted) -> dict:
     return {"compute": flat(spent.total), "compute_per_adapter": {a: flat(u) for a, u in spent.adapters.items()}}
 
 
+def eval_metrics(evaluated: Evaluated | None) -> dict:
+    """The eval phase's scores (docs/eval.md): pass@1 per adapter version (label), the population's mean."""
+    if evaluated is None:
+        return {}
+    members = [s for s in evaluated.scores if s.adapter_id]
+    return {"eval": {"benchmark": evaluated.benchmark, "n_problems": max((s.n_problems for s in evaluated.scores),
+                                                                         default=0),
+                     "pass_at_1": {s.label: s.pass_at_1 for s in evaluated.scores},
+                     "adapters": {s.label: s.adapter_id or None for s in evaluated.scores},
+                     "population_mean": _mean(s.pass_at_1 for s in members),
+                     "population_best": max((s.pass_at_1 for s in members), default=None),
+                     "seconds": evaluated.seconds, "generated_tokens": evaluated.generated_tokens}}
+
+
 def prepared_metrics(prepared: Prepared, seconds: dict[str, float]) -> dict:
     s, w = prepared.seeded, prepared.warmed
     out = {"step": 0, "seconds": seconds, "step_seconds": sum(seconds.values()), "seed_sizes": s.sizes,
@@ -37,6 +65,7 @@ def prepared_metrics(prepared: Prepared, seconds: dict[str, float]) -> dict:
         out["warm_start"] = {"adapter_id": w.adapter_id, "cached": w.cached, "examples": w.examples,
                              "tokens": w.tokens, "loss_first": w.losses[0] if w.losses else None,
                              "loss_last": w.losses[-1] if w.losses else None, "fit_seconds": w.fit_seconds}
+    out.update(eval_metrics(prepared.evaluated))
     return out
 
 
@@ -73,6 +102,9 @@ def step_metrics(cfg: Config, r: StepRecord, seconds: dict[str, float]) -> dict:
             solved_by[student_of[p.id]].append(rho[p.id])
     out["student_solve_rate"] = {s: _mean(v) for s, v in sorted(solved_by.items())}
     out["valid_rate"] = sum(verdicts[p.id].valid for p in proposals) / len(proposals) if proposals else None
+    valid_all = [p for p in proposals if verdicts[p.id].valid]
+    out["solve_rate"] = _mean(rho.get(p.id) for p in valid_all)  # mean rho over every valid task of the step
+    out["complexity"] = complexity_spread([verdicts[p.id].task.complexity or {} for p in valid_all])
     out["outcomes"] = dict(Counter(outcomes.values()))
     gen_tokens = {"propose": sum(len(p.response_token_ids) for p in proposals),
                   "solve": sum(len(a.response_token_ids) for a in attempts)}
@@ -85,6 +117,7 @@ def step_metrics(cfg: Config, r: StepRecord, seconds: dict[str, float]) -> dict:
     if r.evolved is not None:
         out["evolution"] = to_json(r.evolved.events)
     out.update(compute_metrics(r.spent))
+    out.update(eval_metrics(r.evaluated))
     return out
 
 
@@ -128,6 +161,9 @@ class MetricsWriter:
                     tb.add_scalar(f"{key}/{tt}", m[key], step)
             for reason, n in m.get("rejections", {}).items():
                 tb.add_scalar(f"rejections/{tt}/{reason}", n, step)
+        for key, spread in row.get("complexity", {}).items():
+            if spread.get("std") is not None:
+                tb.add_scalar(f"complexity_std/{key}", spread["std"], step)
         for kind, v in row.get("tokens_per_s", {}).items():
             tb.add_scalar(f"tokens_per_s/{kind}", v, step)
         for key, v in row.get("compute_cumulative", {}).items():
@@ -137,6 +173,11 @@ class MetricsWriter:
             tb.add_scalar(f"rating_skill/{adapter}", r["skill"], step)
         for adapter, s in row.get("updates", {}).items():
             tb.add_scalar(f"loss/{adapter}", s["loss"], step)
+        ev = row.get("eval")
+        if ev:
+            for key in ("population_mean", "population_best"):
+                if ev.get(key) is not None:
+                    tb.add_scalar(f"eval/{ev['benchmark']}/{key}", ev[key], step)
         tb.flush()
 
     def close(self) -> None:

@@ -112,13 +112,19 @@ def _apply_limits(args: argparse.Namespace, cfg: Config) -> None:
         setattr(cfg.run, f"budget_{key}", value)
 
 
+def as_baseline(cfg: Config) -> Config:
+    """The AZR baseline of `cfg` (spec 1): one adapter in both roles, AZR's learnability teacher reward (spec 4)."""
+    cfg.run.mode = "baseline"
+    cfg.rewards.teacher_reward = "learnability"
+    cfg.population.n_teachers = cfg.population.n_students = 1
+    return cfg
+
+
 def resolve(args: argparse.Namespace, cfg: Config) -> tuple[Config, str, bool]:
     """The run's config and id from the CLI: a resumed run keeps the config it started with (steps may grow)."""
     modes = set(args.mode or [])
     if "baseline" in modes:
-        cfg.run.mode = "baseline"
-        cfg.rewards.teacher_reward = "learnability"
-        cfg.population.n_teachers = cfg.population.n_students = 1
+        as_baseline(cfg)
     if "population" in modes:
         cfg.run.mode = "population"
     if "distributed" in modes:

@@ -208,6 +208,28 @@ class WarmStartConfig(Section):
     ~/.cache/populora, like the converted models)."""
 
 
+class EvalConfig(Section):
+    every: int = Field(0, ge=0)
+    """Evaluate the whole population on `eval.benchmark` every this many steps, as a phase of its own (`eval`,
+    persisted, resumable); 0 = off. Scores go to the league (docs/eval.md)."""
+    benchmark: str = "heldout"
+    """The benchmark of the in-training evaluation and the default of `populora eval` (populora.evals.BENCHMARKS)."""
+    limit: int = Field(30, ge=1)
+    """Problems per evaluation: the first N of the benchmark (the same N problems at every evaluation)."""
+    data: str = ""
+    """The benchmark's data file, for benchmarks read from one (humaneval-plus, mbpp-plus, cruxeval-*, jsonl)."""
+    samples: int = Field(1, ge=1)
+    """Answers per problem; 1 = greedy pass@1, more = pass@k with the unbiased estimator (needs temperature > 0)."""
+    temperature: float = Field(0.0, ge=0)
+    """Sampling temperature of evaluation answers; 0 = greedy."""
+    max_new_tokens: int = Field(256, ge=1)
+    """Tokens an answer may take."""
+    timeout_s: float = Field(10.0, gt=0, le=60)
+    """Time limit of one program run with its tests in the sandbox."""
+    base: bool = True
+    """The in-training evaluation also scores the bare base model once (at its first evaluation), for comparison."""
+
+
 class LeagueConfig(Section):
     mu: float = 25.0
     """TrueSkill initial mean mu0 (spec 6)."""
@@ -409,6 +431,8 @@ class Config(Section):
     """TRR++ updates (spec 5)."""
     warmstart: WarmStartConfig = WarmStartConfig()
     """The warm start before step 0: one adapter fitted on the answer formats, every member's start (spec 13)."""
+    eval: EvalConfig = EvalConfig()
+    """Held-out benchmarks: the in-training evaluation phase and `populora eval` defaults (docs/eval.md)."""
     league: LeagueConfig = LeagueConfig()
     """Ratings, matchmaking and the league database (spec 6-7)."""
     evolution: EvolutionConfig = EvolutionConfig()

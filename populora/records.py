@@ -175,6 +175,43 @@ class Evolved:
     events: list[EvolutionEvent]
 
 
+# ------------------------------------------------------------------------------------------------ evaluation
+@dataclass(frozen=True)
+class ProblemScore:
+    """One benchmark problem: samples that passed out of n, and the first failing sample's error line."""
+
+    id: str
+    passed: int
+    n: int
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class EvalScore:
+    """One adapter version's score on the phase's benchmark ("" = the bare base model): docs/eval.md."""
+
+    adapter_id: str
+    version: int
+    label: str
+    pass_at_1: float
+    pass_at_k: dict[str, float]  # k (as text: a JSON key) -> unbiased pass@k
+    n_problems: int
+    samples: int
+    problems: list[ProblemScore] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Evaluated:
+    """The `eval` phase (every eval.every steps): the population's scores on one held-out benchmark, and what the
+    evaluation spent (not counted in the run's training compute)."""
+
+    benchmark: str
+    scores: list[EvalScore]
+    generated_tokens: int = 0
+    sandbox_jobs: int = 0
+    seconds: float = 0.0
+
+
 # ------------------------------------------------------------------------------------------------ step 0
 @dataclass(frozen=True)
 class WarmStarted:
@@ -310,5 +347,5 @@ def _expect(data: Any, kind, path: str) -> Any:
 PHASE_RECORDS: dict[str, type] = {
     "warmstart": WarmStarted, "init": Initialized, "seed": Seeded,
     "match": Matched, "propose": Proposed, "validate": Validated, "solve": Solved, "check": Checked,
-    "rate": Rated, "update": Updated, "evolve": Evolved, "account": Accounted,
+    "rate": Rated, "update": Updated, "evolve": Evolved, "account": Accounted, "eval": Evaluated,
 }

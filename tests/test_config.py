@@ -4,7 +4,7 @@ from coordinator.cli import main as cli
 from populora.config import Config, ConfigError, config_from_yaml, field_docs, list_presets, load_config
 
 
-@pytest.mark.parametrize("preset", ["cpu-tiny", "cpu-smol", "gpu-7b-4t4s", "gpu-7b-baseline"])
+@pytest.mark.parametrize("preset", ["cpu-tiny", "cpu-smol", "cpu-smol-experiment", "gpu-7b-4t4s", "gpu-7b-baseline"])
 def test_presets_load(preset):
     cfg = load_config(preset=preset, env=False)
     assert isinstance(cfg, Config)

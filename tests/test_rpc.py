@@ -35,6 +35,7 @@ def test_every_service_implements_its_whole_contract(name):
 def test_read_only_methods_are_marked_in_the_contracts():
     marked = {m.full_name for c in rpc.CONTRACTS.values() for m in c.methods if rpc.is_read_only(m)}
     assert marked == {"populora.v1.League.GetRatings", "populora.v1.League.GetLineage", "populora.v1.League.GetCompute",
+                      "populora.v1.League.GetEvals",
                       "populora.v1.Inference.ListAdapters", "populora.v1.Evolver.ListOperators"}
 
 

@@ -479,23 +479,39 @@ def triplets_from_verdicts(programs: list[SeedProgram], task_type: str,
     return out
 
 
+def heldout_programs(n: int, seed: int, code_f_inputs: int = 10,
+                     task_types: tuple[str, ...] = TASK_TYPES) -> list[tuple[str, SeedProgram]]:
+    """`n` (task type, program) pairs from the held-out templates only (spec 13), task types in turn, each type from a
+    stream of its own, so the first k pairs are the same for any n >= k. code_f programs carry `code_f_inputs`
+    inputs. Deterministic in (n, seed, code_f_inputs, task_types)."""
+    for tt in task_types:
+        _check_type(tt)
+    if not task_types:
+        raise ValueError("heldout programs need at least one task type")
+    counts = {tt: len(range(i, n, len(task_types))) for i, tt in enumerate(task_types)}
+    by_type = {tt: generate_programs(count, seed, split="heldout", n_inputs=code_f_inputs if tt == "code_f" else 1,
+                                     stream=tt) for tt, count in counts.items()}
+    return [(task_types[i % len(task_types)], by_type[task_types[i % len(task_types)]][i // len(task_types)])
+            for i in range(n)]
+
+
 def heldout_tasks(n: int, seed: int, runner: Runner, settings: ValidationSettings,
                   task_types: tuple[str, ...] = TASK_TYPES) -> list[Triplet]:
     """`n` tasks from the held-out templates only (spec 13), task types in turn, outputs computed by the verifier.
 
     The warm start never uses these templates, so an evaluation on them (population vs baseline) measures what
     training taught. Deterministic in (n, seed, task_types, settings.code_f_inputs)."""
-    for tt in task_types:
-        _check_type(tt)
-    if not task_types:
-        raise ValueError("heldout_tasks needs at least one task type")
-    counts = {tt: len(range(i, n, len(task_types))) for i, tt in enumerate(task_types)}
+    pairs = heldout_programs(n, seed, settings.code_f_inputs, task_types)
     by_type: dict[str, list[Triplet]] = {}
-    for tt, count in counts.items():
-        n_inputs = settings.code_f_inputs if tt == "code_f" else 1
-        programs = generate_programs(count, seed, split="heldout", n_inputs=n_inputs, stream=tt)
+    for tt in dict.fromkeys(task_types):
+        programs = [p for t, p in pairs if t == tt]
         by_type[tt] = verify_programs(programs, tt, runner, settings) if programs else []
-    return [by_type[task_types[i % len(task_types)]][i // len(task_types)] for i in range(n)]
+    cursor = dict.fromkeys(by_type, 0)
+    out = []
+    for tt, _ in pairs:
+        out.append(by_type[tt][cursor[tt]])
+        cursor[tt] += 1
+    return out
 
 
 # ---------------------------------------------------------------- warm-start examples (spec 13)

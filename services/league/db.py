@@ -363,6 +363,50 @@ class LeagueDB:
             return [(r.step, engine.UsageRow(r.adapter_id, r.generated_tokens, r.trained_tokens, r.sandbox_jobs))
                     for r in conn.execute(q).all()]
 
+    # ---- held-out evaluations -------------------------------------------------------------------------------------
+    def record_evals(self, run_id: str, rows: Sequence[engine.EvalRow], now: float) -> int:
+        """Store benchmark scores; a score of the same (adapter, version, benchmark) is replaced (a re-run eval phase
+        or a second `populora eval` changes nothing twice)."""
+        with self.engine.begin() as conn:
+            self._require_run(conn, run_id)
+            known = self._adapters_by_id(conn, [r.adapter_id for r in rows if r.adapter_id])
+            engine.check_evals(run_id, rows, known)
+            c = t.evals.c
+            for r in rows:
+                conn.execute(t.evals.delete().where(c.run_id == run_id, c.adapter_id == r.adapter_id,
+                                                    c.version == r.version, c.benchmark == r.benchmark))
+            if rows:
+                conn.execute(t.evals.insert(), [dict(
+                    run_id=run_id, adapter_id=r.adapter_id, version=r.version, benchmark=r.benchmark, step=r.step,
+                    label=r.label, n_problems=r.n_problems, samples=r.samples, pass_at_1=r.pass_at_1,
+                    pass_at_k_json=json.dumps({str(k): v for k, v in sorted(r.pass_at_k.items())}),
+                    problems_json=json.dumps([[p.problem_id, p.passed, p.n, p.error] for p in r.problems]),
+                    recorded_at=now) for r in rows])
+        self._bump()
+        return len(rows)
+
+    def evals(self, run_id: str, adapter_id: str = "", benchmark: str = "",
+              include_problems: bool = False) -> list[engine.EvalRow]:
+        """A run's scores by step, adapter and benchmark; `adapter_id` must then be an adapter of the run."""
+        c = t.evals.c
+        q = sa.select(t.evals).where(c.run_id == run_id)
+        if adapter_id:
+            q = q.where(c.adapter_id == adapter_id)
+        if benchmark:
+            q = q.where(c.benchmark == benchmark)
+        with self.read_engine.connect() as conn:
+            self._require_run(conn, run_id)
+            if adapter_id:
+                a = conn.execute(sa.select(t.adapters.c.run_id).where(t.adapters.c.adapter_id == adapter_id)).first()
+                if a is None or a.run_id != run_id:
+                    raise UnknownEntity(f"adapter '{adapter_id}' does not exist in run '{run_id}'")
+            rows = conn.execute(q.order_by(c.step, c.benchmark, c.adapter_id, c.version)).all()
+        return [engine.EvalRow(
+            r.adapter_id, r.version, r.benchmark, r.step, r.label, r.n_problems, r.samples, r.pass_at_1,
+            {int(k): float(v) for k, v in json.loads(r.pass_at_k_json).items()},
+            tuple(engine.EvalProblemRow(*p) for p in json.loads(r.problems_json)) if include_problems else (),
+            r.recorded_at) for r in rows]
+
     # ---- children and lineage -----------------------------------------------------------------------------------
     def record_child(self, run_id: str, child: ChildSpec) -> AdapterRow:
         """Register a child with rating (mean of its parents' mu, sigma0), retire the member it replaces and record

@@ -126,6 +126,33 @@ class UsageRow:
     sandbox_jobs: int = 0
 
 
+@dataclass(frozen=True)
+class EvalProblemRow:
+    """One problem of a benchmark score: how many of its samples passed, and the first failure's error line."""
+
+    problem_id: str
+    passed: int
+    n: int
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class EvalRow:
+    """One adapter version's score on one held-out benchmark ("" = the bare base model): docs/eval.md."""
+
+    adapter_id: str
+    version: int
+    benchmark: str
+    step: int
+    label: str
+    n_problems: int
+    samples: int
+    pass_at_1: float
+    pass_at_k: dict[int, float]
+    problems: tuple[EvalProblemRow, ...] = ()
+    recorded_at: float = 0.0
+
+
 @dataclass
 class Played:
     """What a batch of new matches changed: the adapters touched, each one's rating after its last match of each
@@ -138,7 +165,8 @@ class Played:
 
 # ---------------------------------------------------------------------------------------------- checks
 # Longest ids the tables hold (services/league/tables.py): a longer one is refused, never truncated.
-MAX_LEN = {"run_id": 200, "adapter_id": 128, "match_id": 400, "operator": 16, "mode": 32}
+MAX_LEN = {"run_id": 200, "adapter_id": 128, "match_id": 400, "operator": 16, "mode": 32, "benchmark": 64,
+           "label": 200, "problem_id": 400, "error": 2000}
 
 
 def check_text(value: str, where: str, kind: str) -> None:
@@ -255,6 +283,59 @@ def check_usage(step: int, rows: Sequence[UsageRow]) -> None:
         for name in ("generated_tokens", "trained_tokens", "sandbox_jobs"):
             if getattr(r, name) < 0:
                 raise InvalidRequest(f"usage[{i}].{name}: {getattr(r, name)} is negative")
+
+
+def _fraction(value: float, where: str) -> None:
+    if not 0.0 <= value <= 1.0:  # also rejects NaN
+        raise InvalidRequest(f"{where}: {value} is outside [0, 1]")
+
+
+def check_evals(run_id: str, rows: Sequence[EvalRow], known: dict[str, AdapterRow]) -> None:
+    """Each score names the base ("") or an adapter of this run, a benchmark, a version and step in range, and
+    pass rates in [0, 1]; per-problem results, when given, are one per problem with 0 <= passed <= n = samples."""
+    seen: set[tuple[str, int, str]] = set()
+    for i, r in enumerate(rows):
+        where = f"scores[{i}]"
+        if r.adapter_id:
+            check_text(r.adapter_id, f"{where}.adapter_id", "adapter_id")
+            a = known.get(r.adapter_id)
+            if a is None or a.run_id != run_id:
+                raise InvalidRequest(f"{where}.adapter_id: unknown adapter '{r.adapter_id}' in run '{run_id}' (\"\" "
+                                     "is the bare base model)")
+        if not r.benchmark:
+            raise InvalidRequest(f"{where}.benchmark: must not be empty")
+        check_text(r.benchmark, f"{where}.benchmark", "benchmark")
+        check_text(r.label, f"{where}.label", "label")
+        check_step(r.version, f"{where}.version")
+        check_step(r.step, f"{where}.step")
+        if not 1 <= r.samples <= 100_000:
+            raise InvalidRequest(f"{where}.samples: {r.samples} is outside [1, 100000]")
+        if not 0 <= r.n_problems <= 1_000_000:
+            raise InvalidRequest(f"{where}.n_problems: {r.n_problems} is outside [0, 1000000]")
+        _fraction(r.pass_at_1, f"{where}.pass_at_1")
+        for k, v in r.pass_at_k.items():
+            if not 1 <= k <= r.samples:
+                raise InvalidRequest(f"{where}.pass_at_k: k={k} is outside [1, samples={r.samples}]")
+            _fraction(v, f"{where}.pass_at_k[{k}]")
+        if r.problems and len(r.problems) != r.n_problems:
+            raise InvalidRequest(f"{where}.problems: {len(r.problems)} results for n_problems={r.n_problems}")
+        ids: set[str] = set()
+        for j, p in enumerate(r.problems):
+            pw = f"{where}.problems[{j}]"
+            if not p.problem_id:
+                raise InvalidRequest(f"{pw}.problem_id: must not be empty")
+            check_text(p.problem_id, f"{pw}.problem_id", "problem_id")
+            check_text(p.error, f"{pw}.error", "error")
+            if p.problem_id in ids:
+                raise InvalidRequest(f"{pw}.problem_id: '{p.problem_id[:80]}' appears twice")
+            ids.add(p.problem_id)
+            if p.n != r.samples or not 0 <= p.passed <= p.n:
+                raise InvalidRequest(f"{pw}: needs n = samples ({r.samples}) and 0 <= passed <= n "
+                                     f"(got passed={p.passed}, n={p.n})")
+        key = (r.adapter_id, r.version, r.benchmark)
+        if key in seen:
+            raise InvalidRequest(f"{where}: adapter '{r.adapter_id}' v{r.version} on '{r.benchmark}' appears twice")
+        seen.add(key)
 
 
 # ---------------------------------------------------------------------------------------------- the rules

@@ -93,6 +93,8 @@ AdapterPath = Annotated[str, Path(min_length=1, max_length=128, pattern=NO_NUL, 
 AdapterQuery = Annotated[str, Query(max_length=128, pattern=NO_NUL, description="an adapter id (empty: any)"),
                          CleanText]
 StepQuery = Annotated[int | None, Query(ge=0, le=JSON_INT_MAX)]
+BenchmarkQuery = Annotated[str, Query(max_length=64, pattern=NO_NUL, description="a benchmark (empty: every one)"),
+                           CleanText]
 SeqQuery = Annotated[int | None, Query(ge=0, le=JSON_INT_MAX)]
 ParamName = Annotated[str, Field(min_length=1, max_length=64, pattern=NO_NUL), CleanText]
 ParamValue = Annotated[float, Field(allow_inf_nan=False), Number]
@@ -610,6 +612,33 @@ class ComputeSummary(BaseModel):
     steps: list[StepUsageOut]
 
 
+class EvalProblemOut(Model):
+    id: str
+    passed: int = Field(description="samples that passed")
+    n: int = Field(description="samples")
+    error: str = Field(description="the first failing sample's error line (empty when all passed)")
+
+
+class EvalOut(Model):
+    adapter_id: str | None = Field(description="null: the bare base model")
+    version: int
+    benchmark: str
+    step: int = Field(description="the training step after which this version was current")
+    label: str
+    n_problems: int
+    samples: int
+    pass_at_1: float
+    pass_at_k: dict[str, float] = Field(description="k -> the unbiased pass@k estimate (k as text)")
+    recorded_at: float
+    problems: list[EvalProblemOut] | None = Field(description="per problem, with include_problems (else null)")
+
+
+class Evals(Model):
+    run_id: str
+    adapter_id: str | None
+    evals: list[EvalOut]
+
+
 class _Static(StaticFiles):
     """The dashboard's files with the page's security headers."""
 
@@ -731,6 +760,22 @@ def create_app(service: LeagueService, read_only: bool = False) -> FastAPI:
         adapter ("base" is the bare base model) and per step with the running token total, as the coordinator
         records them after each step."""
         return _json(await cache.get(("compute", run_id), lambda: service.compute_summary(run_id)))
+
+    @app.get("/v1/runs/{run_id}/evals", response_model=Evals, tags=["read"], responses=not_found)
+    async def evals(run_id: RunPath, benchmark: BenchmarkQuery = "", include_problems: bool = False) -> Response:
+        """Held-out benchmark scores of the run's adapter versions and the bare base model (adapter_id null), by
+        step: pass@1, pass@k, and with `include_problems` each problem's result (docs/eval.md)."""
+        return _json(await cache.get(("evals", run_id, benchmark, include_problems),
+                                     lambda: service.eval_scores(run_id, "", benchmark, include_problems)))
+
+    @app.get("/v1/runs/{run_id}/adapters/{adapter_id}/evals", response_model=Evals, tags=["read"],
+             responses=not_found)
+    async def adapter_evals(run_id: RunPath, adapter_id: AdapterPath, benchmark: BenchmarkQuery = "",
+                            include_problems: bool = True) -> Response:
+        """One adapter's benchmark scores, every version it was evaluated at, with each problem's result unless
+        `include_problems=false`."""
+        return _json(await cache.get(("adapter-evals", run_id, adapter_id, benchmark, include_problems),
+                                     lambda: service.eval_scores(run_id, adapter_id, benchmark, include_problems)))
 
     @app.get("/v1/runs/{run_id}/payoff", response_model=Payoff, tags=["read"], responses=not_found)
     async def payoff(run_id: RunPath) -> Response:

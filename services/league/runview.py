@@ -49,8 +49,8 @@ import yaml
 
 RUNS_TABLE = "coord_runs"
 PHASES_TABLE = "coord_phases"
-INIT_PHASES = ("warmstart", "init", "seed", "account")
-STEP_PHASES = ("match", "propose", "validate", "solve", "check", "rate", "update", "evolve", "account")
+INIT_PHASES = ("warmstart", "init", "seed", "account", "eval")
+STEP_PHASES = ("match", "propose", "validate", "solve", "check", "rate", "update", "evolve", "account", "eval")
 COMPUTE_KEYS = ("generated_tokens", "trained_tokens", "sandbox_jobs")
 FAILED_PREFIX = "failed:"
 PRIVATE_KEYS = ("population", "versions")  # per-adapter maps: kept for `versions`, not served per step
@@ -127,6 +127,18 @@ class RunRecord:
         every = _int(self.setting("evolution", "every_k"))
         mode = self.setting("run", "mode") or self.mode
         return mode == "population" and bool(every) and every > 0 and step % every == 0
+
+    def evaluates_at(self, step: int) -> bool:
+        every = _int(self.setting("eval", "every"))
+        return bool(every) and every > 0 and step % every == 0
+
+    def expects(self, phase: str, step: int) -> bool:
+        """Whether step `step` of this run has phase `phase` (evolve and eval run only every so many steps)."""
+        if phase == "evolve":
+            return self.evolves_at(step)
+        if phase == "eval":
+            return self.evaluates_at(step)
+        return True
 
     def store_root(self) -> str:
         return store_root(self.config)
@@ -478,10 +490,8 @@ def _progress(run: RunRecord | None, rows: list[PhaseRow]) -> dict:
         return {"done": None, "in_progress": first}
     last = max(done, key=lambda r: (r.step, r.finished_at))
     present = {r.phase for r in done if r.step == last.step}
-    if last.step == 0:
-        expected = list(INIT_PHASES)
-    else:
-        expected = [p for p in STEP_PHASES if p != "evolve" or (run is not None and run.evolves_at(last.step))]
+    phases = INIT_PHASES if last.step == 0 else STEP_PHASES
+    expected = [p for p in phases if (run.expects(p, last.step) if run is not None else p not in ("evolve", "eval"))]
     pending = [p for p in expected if p not in present]
     planned = _int(run.setting("run", "steps")) if run else None
     if pending:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import random
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,6 +22,8 @@ from services.league.engine import (
     AdapterRow,
     AdapterSpecIn,
     ChildSpec,
+    EvalProblemRow,
+    EvalRow,
     InvalidRequest,
     MatchReport,
     RatingRules,
@@ -250,6 +253,35 @@ class LeagueService:
             total=usage("", summary["total"]), adapters=[usage(a, u) for a, u in summary["adapters"].items()],
             steps=[league_pb2.StepCompute(step=s["step"], total=usage("", {k: s[k] for k in USAGE_FIELDS}))
                    for s in summary["steps"]])
+
+    @_status_codes
+    def RecordEvals(self, request: league_pb2.RecordEvalsRequest) -> league_pb2.RecordEvalsResponse:
+        rows = [EvalRow(e.adapter_id, e.version, e.benchmark, e.step, e.label, e.n_problems, e.samples, e.pass_at_1,
+                        dict(e.pass_at_k), tuple(EvalProblemRow(p.problem_id, p.passed, p.n, p.error)
+                                                 for p in e.problems)) for e in request.scores]
+        return league_pb2.RecordEvalsResponse(recorded=self.db.record_evals(request.run_id, rows, time.time()))
+
+    @_status_codes
+    def GetEvals(self, request: league_pb2.GetEvalsRequest) -> league_pb2.GetEvalsResponse:
+        rows = self.db.evals(request.run_id, request.adapter_id, request.benchmark, request.include_problems)
+        return league_pb2.GetEvalsResponse(scores=[league_pb2.EvalScore(
+            adapter_id=r.adapter_id, version=r.version, benchmark=r.benchmark, step=r.step, label=r.label,
+            n_problems=r.n_problems, samples=r.samples, pass_at_1=r.pass_at_1, pass_at_k=r.pass_at_k,
+            recorded_at=r.recorded_at, problems=[league_pb2.EvalProblem(problem_id=p.problem_id, passed=p.passed,
+                                                                        n=p.n, error=p.error) for p in r.problems])
+            for r in rows])
+
+    @_status_codes
+    def eval_scores(self, run_id: str, adapter_id: str = "", benchmark: str = "", include_problems: bool = False
+                    ) -> dict:
+        """A run's benchmark scores as JSON for the REST API: the bare base model's adapter_id is null."""
+        rows = self.db.evals(run_id, adapter_id, benchmark, include_problems)
+        return {"run_id": run_id, "adapter_id": adapter_id or None, "evals": [{
+            "adapter_id": r.adapter_id or None, "version": r.version, "benchmark": r.benchmark, "step": r.step,
+            "label": r.label, "n_problems": r.n_problems, "samples": r.samples, "pass_at_1": r.pass_at_1,
+            "pass_at_k": {str(k): v for k, v in sorted(r.pass_at_k.items())}, "recorded_at": r.recorded_at,
+            "problems": [{"id": p.problem_id, "passed": p.passed, "n": p.n, "error": p.error} for p in r.problems]
+            if include_problems else None} for r in rows]}
 
     # ---- reads for the REST API (the others are in reads.py) ------------------------------------------------------
     @_status_codes

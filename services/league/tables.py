@@ -1,4 +1,5 @@
-"""SQLAlchemy table definitions of the league database (runs, adapters, ratings, matches, lineage, payoff).
+"""SQLAlchemy table definitions of the league database (runs, adapters, ratings, matches, lineage, payoff, compute,
+held-out evaluations).
 
 The schema itself is created by the Alembic migrations in `migrations/`; these definitions mirror them for queries.
 """
@@ -98,4 +99,21 @@ compute = sa.Table(
     sa.Column("generated_tokens", sa.BigInteger, nullable=False, server_default="0"),
     sa.Column("trained_tokens", sa.BigInteger, nullable=False, server_default="0"),
     sa.Column("sandbox_jobs", sa.BigInteger, nullable=False, server_default="0"),
+)
+
+evals = sa.Table(
+    "league_evals", metadata,
+    sa.Column("run_id", sa.String(200), sa.ForeignKey("league_runs.run_id"), primary_key=True),
+    sa.Column("adapter_id", sa.String(128), primary_key=True),  # "": the bare base model
+    sa.Column("version", sa.BigInteger, primary_key=True),
+    sa.Column("benchmark", sa.String(64), primary_key=True),
+    sa.Column("step", sa.BigInteger, nullable=False),
+    sa.Column("label", sa.String(200), nullable=False, server_default=""),
+    sa.Column("n_problems", sa.Integer, nullable=False),
+    sa.Column("samples", sa.Integer, nullable=False),
+    sa.Column("pass_at_1", sa.Float, nullable=False),
+    sa.Column("pass_at_k_json", sa.Text, nullable=False, server_default="{}"),
+    sa.Column("problems_json", sa.Text, nullable=False, server_default="[]"),
+    sa.Column("recorded_at", sa.Float, nullable=False),
+    sa.Index("ix_league_evals_run_step", "run_id", "step"),
 )

@@ -171,3 +171,45 @@ def test_compute_is_counted_and_a_budget_stops_the_run(tmp_path, echo_model):
     assert [r["step"] for r in rows_b] == [0, 1] and rows_b[-1]["stopped"].startswith("budget: tokens")
     assert rows_b[-1]["compute_cumulative"]["tokens"] == _tokens_in_records(Journal(state_b, "full"), budget_cfg, 1)
     assert not [r for r in state_b.phase_rows("full") if r["step"] > 1]
+
+
+def test_eval_phase_scores_the_population_every_step_and_resumes(tmp_path, echo_model):
+    """eval.every=1: the `eval` phase runs at step 0 (the bare base model too) and after every step, is persisted
+    like any phase (a resumed run does not redo it), records the scores in the league, and reaches the metrics and
+    the report as a table and a plot."""
+    over = e2e_overrides(tmp_path, echo_model) + [
+        "run.mode=baseline", "rewards.teacher_reward=learnability", "population.n_teachers=1",
+        "population.n_students=1", "eval.every=1", "eval.limit=3", "eval.max_new_tokens=16"]
+    cfg = load_config(preset="cpu-tiny", overrides=over, env=False)
+    _, state, run_dir = _run(cfg, "ev", 1)
+    assert [s for s, p in _done(state, "ev") if p == "eval"] == [0, 1]
+    first = {(r["step"], r["phase"]): r["finished_at"] for r in state.phase_rows("ev")}
+    cfg.run.steps = 2
+    run_training(cfg, "ev", state)
+    rows = state.phase_rows("ev")
+    assert [r["step"] for r in rows if r["phase"] == "eval"] == [0, 1, 2]
+    assert all(first[(r["step"], r["phase"])] == r["finished_at"] for r in rows if r["step"] <= 1)
+
+    j = Journal(state, "ev")
+    zero = j.get(0, "eval")
+    assert zero.benchmark == "heldout" and [s.label for s in zero.scores] == ["base", "ev.B0@v1"]
+    assert all(s.n_problems == 3 and len(s.problems) == 3 for s in zero.scores)
+    assert [s.adapter_id for s in j.get(2, "eval").scores] == ["ev.B0"]  # the base model only once
+
+    from populora.pb import league_pb2
+    from services.league.service import LeagueService
+
+    league = LeagueService.from_config(cfg)
+    got = league.GetEvals(league_pb2.GetEvalsRequest(run_id="ev")).scores
+    league.close()
+    stored = {(s.adapter_id, s.version) for s in got}
+    assert ("", 0) in stored and ("ev.B0", 1) in stored
+    assert all(s.benchmark == "heldout" and s.n_problems == 3 for s in got)
+
+    metrics = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [m["eval"]["benchmark"] for m in metrics] == ["heldout"] * 3
+    assert set(metrics[0]["eval"]["pass_at_1"]) == {"base", "ev.B0@v1"}
+    from coordinator.report import write_report
+
+    page = write_report(run_dir).read_text()
+    assert "Held-out evaluation" in page and "evals.png" in page and (run_dir / "evals.png").stat().st_size > 1000

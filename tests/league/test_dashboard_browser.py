@@ -137,6 +137,31 @@ def test_leaderboard_rows_equal_the_rest_leaderboard(page, site):
     Select(page.driver.find_element("id", "filter-status")).select_by_value("")
 
 
+def test_leaderboard_shows_the_latest_held_out_scores(page, site, short_run):
+    """Scores recorded in the league (as the eval phase records them) appear as a pass@1 column per benchmark, the
+    latest version's score per adapter, and the bare base model's beside the table."""
+    from populora.pb import league_pb2 as pb
+
+    rest = get(site, f"/v1/runs/{RUN}/leaderboard")["rows"]
+    db = LeagueDB(short_run.url)
+    league = LeagueService(db)
+    scores = [pb.EvalScore(adapter_id="", version=0, benchmark="heldout", step=0, label="base", n_problems=4,
+                           samples=1, pass_at_1=0.25, pass_at_k={1: 0.25})]
+    for i, r in enumerate(rest):
+        for version, p1 in ((1, 0.0), (2, (i + 1) / 8)):  # the later version is the one shown
+            scores.append(pb.EvalScore(adapter_id=r["adapter_id"], version=version, benchmark="heldout",
+                                       step=version, label=f"{r['adapter_id']}@v{version}", n_problems=8, samples=1,
+                                       pass_at_1=p1, pass_at_k={1: p1}))
+    league.RecordEvals(pb.RecordEvalsRequest(run_id=RUN, scores=scores))
+    league.close()
+    view(page, site, f"leaderboard/{RUN}")
+    page.wait(lambda: len(_rows(page)) == len(rest) and "heldout pass@1" in page.js(
+        "return document.querySelector('#leaderboard thead').textContent"), what="the eval column")
+    shown = {c[1]: c[-1] for c in _rows(page)}
+    assert shown == {r["adapter_id"]: f"{(i + 1) / 8:.3f}" for i, r in enumerate(rest)}
+    assert page.js("return document.getElementById('eval-base').textContent") == "bare base model: heldout pass@1 0.250"
+
+
 def test_rating_chart_has_a_line_per_adapter(page, site):
     rest = get(site, f"/v1/runs/{RUN}/ratings")
     view(page, site, f"ratings/{RUN}")

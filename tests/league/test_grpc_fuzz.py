@@ -42,6 +42,13 @@ requests = st.one_of(
     st.builds(lambda r, s, a, g, j: ("RecordCompute", pb.RecordComputeRequest(run_id=r, step=s, usage=[
         pb.Usage(adapter_id=a, generated_tokens=g, sandbox_jobs=j)])), text, int64, text, int64, int64),
     st.builds(lambda r: ("GetCompute", pb.GetComputeRequest(run_id=r)), text),
+    st.builds(lambda r, a, v, b, s, n, p1, k, pid, passed, err: ("RecordEvals", pb.RecordEvalsRequest(
+        run_id=r, scores=[pb.EvalScore(adapter_id=a, version=v, benchmark=b, step=s, samples=n, n_problems=1,
+                                       pass_at_1=p1, pass_at_k={k: p1},
+                                       problems=[pb.EvalProblem(problem_id=pid, passed=passed, n=n, error=err)])])),
+        text, text, int64, text, int64, int32, rho, int32, text, int32, text),
+    st.builds(lambda r, a, b, p: ("GetEvals", pb.GetEvalsRequest(run_id=r, adapter_id=a, benchmark=b,
+                                                                 include_problems=p)), text, text, text, st.booleans()),
 )
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from populora.pb import league_pb2 as pb
 from services.league.rest import LeagueRestServer
 from tests.conftest import free_port
 from tests.league.conftest import make_service
@@ -24,6 +25,11 @@ CONFIG = Path(__file__).with_name("schemathesis.toml")
 def test_schema_fuzzing_finds_no_server_error_and_no_undocumented_status(pg_url, tmp_path):
     service = make_service(pg_url, token=TOKEN)
     _season(service)  # ids for the stateful phase to find and follow
+    service.RecordEvals(pb.RecordEvalsRequest(run_id="r1", scores=[  # scores for the eval reads to serialise
+        pb.EvalScore(adapter_id=a, version=1, benchmark="heldout", step=1, label=a or "base", n_problems=1, samples=1,
+                     pass_at_1=0.5 if a else 0.0, pass_at_k={1: 0.5 if a else 0.0},
+                     problems=[pb.EvalProblem(problem_id="p0", passed=1 if a else 0, n=1, error="" if a else "x")])
+        for a in ("", "T0", "S0")]))
     server = LeagueRestServer(service, port=free_port(), read_only=False).start()
     operations = sum(len(methods) for methods in server.server.config.app.openapi()["paths"].values())
     try:

@@ -374,7 +374,7 @@
     const head = LB_COLUMNS.map(([k, label, cls]) => h("th", {
       class: `sortable ${cls} ${state.sort.key === k ? (state.sort.dir > 0 ? "asc" : "desc") : ""}`,
       "data-key": k, on: { click: () => { state.sort = { key: k, dir: state.sort.key === k ? -state.sort.dir : (cls ? -1 : 1) }; render(); } },
-    }, label)).concat(benchmarks.map((b) => h("th", { class: "num", text: b })));
+    }, label)).concat(benchmarks.map((b) => h("th", { class: "num", title: `latest pass@1 on ${b}`, text: `${b} pass@1` })));
     const evalOf = (id, b) => {
       const hits = (evals || []).filter((e) => e.adapter_id === id && e.benchmark === b);
       return hits.length ? hits[hits.length - 1].score : null;
@@ -395,7 +395,9 @@
       h("div", { class: "toolbar" },
         select("role", "role", [["", "all"], ["teacher", "teachers"], ["student", "students"], ["both", "both"]]),
         select("status", "status", [["", "all"], ["active", "active"], ["retired", "retired"]]),
-        h("span", { class: "note", text: "click a header to sort; click an adapter for its page" })),
+        h("span", { class: "note", text: "click a header to sort; click an adapter for its page" }),
+        benchmarks.length ? h("span", { id: "eval-base", class: "note", text: "bare base model: " + benchmarks.map((b) =>
+          `${b} pass@1 ${fmt(evalOf(null, b), 3)}`).join(" · ") }) : null),
       h("div", { class: "scroll" }, table(head, body, { id: "leaderboard", class: "data" }))));
   }
   async function loadEvals() {
@@ -410,7 +412,8 @@
     try {
       const got = await api(runPath("evals"));
       const rows = Array.isArray(got) ? got : Array.isArray(got.evals) ? got.evals : Array.isArray(got.rows) ? got.rows : [];
-      return rows.filter((e) => e && typeof e.adapter_id === "string").map((e) => ({
+      // adapter_id null is the bare base model: shown beside the table, not as a row
+      return rows.filter((e) => e && (typeof e.adapter_id === "string" || e.adapter_id === null)).map((e) => ({
         adapter_id: e.adapter_id, benchmark: String(e.benchmark || "eval"),
         score: [e.pass_at_1, e["pass@1"], e.score].find(isNum) ?? null,
       }));

@@ -1,0 +1,131 @@
+"""Evaluation throughput: 8 adapters on the first HumanEval problems, all in one multi-LoRA batch vs one adapter at a
+time, everything counted (generation, extraction, sandbox scoring). Prints one JSON object.
+
+    python -m bench.eval --json [--limit 16] [--max-new-tokens 128] [--adapters 8]
+
+SmolLM2-135M-Instruct (the cpu-smol preset: chat prompts, generation.threads), 8 random rank-16 adapters, greedy.
+Both sides run in this process with the same threads after the same warm-up (one problem for all adapters), and the
+same services: the in-process inference and sandbox services `populora eval` uses. Keys:
+  problems_per_s_batched     adapters x problems / seconds, all adapters in one evaluate() call (one batch)
+  problems_per_s_one_by_one  the same work, one evaluate() call per adapter
+  batch_gain                 their ratio
+  sandbox_jobs_per_s         the 164 canonical HumanEval solutions with their tests, jobs / seconds
+  canonical_pass_rate        the share of them that pass (must be 1.0)
+and identical_scores (the batched and one-by-one scores agree), seconds, tokens and pass@1 of each side.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+RANK = 16
+
+
+def _services(cfg, root: Path, n_adapters: int):
+    from populora.config import ALL_TARGET_MODULES
+    from populora.lora import random_lora_weights
+    from populora.models import load_from_config
+    from populora.store import ArtifactStore, lora_config_dict
+    from services.inference.hf import HfBackend
+    from services.inference.service import InferenceService
+    from services.sandbox.backends import make_executor
+    from services.sandbox.service import SandboxService
+
+    base = load_from_config(cfg)
+    store = ArtifactStore(root)
+    config = lora_config_dict(RANK, 2.0 * RANK, ALL_TARGET_MODULES, cfg.model.name)
+    refs = [store.save(f"bench.A{i}", random_lora_weights(base.model, ALL_TARGET_MODULES, RANK, seed=i, std=0.01),
+                       config, meta={"base_model": cfg.model.name}) for i in range(n_adapters)]
+    g = cfg.generation
+    backend = HfBackend(base, store, ALL_TARGET_MODULES, max_rank=RANK, max_batch=g.max_batch,
+                        max_resident=max(n_adapters, g.max_resident_adapters), chat_template=cfg.model.chat_template,
+                        threads=g.threads)
+    services = argparse.Namespace(inference=InferenceService(backend, g.max_new_tokens),
+                                  sandbox=SandboxService(make_executor(cfg.sandbox), cfg.tasks, cfg.sandbox))
+    return services, store, refs
+
+
+def _timed(services, targets, problems, max_new_tokens: int, chat: bool) -> tuple[float, list, dict]:
+    from populora.evals import evaluate
+
+    seen = {"tokens": 0, "jobs": 0, "score_s": 0.0}
+
+    def progress(event: str, info: dict) -> None:
+        if event == "generated":
+            seen["tokens"] += info["tokens"]
+        elif event == "scored":
+            seen["jobs"] += info["jobs"]
+            seen["score_s"] += info["seconds"]
+
+    start = time.perf_counter()
+    results = evaluate(services, targets, "humaneval", problems=problems, max_new_tokens=max_new_tokens, chat=chat,
+                       progress=progress)
+    return time.perf_counter() - start, results, seen
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--json", action="store_true", help="print the result as JSON (the default output too)")
+    p.add_argument("--limit", type=int, default=16, help="the first N HumanEval problems")
+    p.add_argument("--adapters", type=int, default=8)
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--preset", default="cpu-smol")
+    args = p.parse_args(argv)
+
+    from populora.config import load_config
+    from populora.evals import EvalTarget, load_problems
+    from populora.evals.scoring import canonical_program, run_programs
+
+    cfg = load_config(preset=args.preset, env=False)
+    chat = cfg.model.chat_template
+    with tempfile.TemporaryDirectory(prefix="bench-eval-") as tmp:
+        services, store, refs = _services(cfg, Path(tmp), args.adapters)
+        try:
+            targets = [EvalTarget(f"{r.adapter_id}@v{r.version}", r.adapter_id, r.version, str(store.path_of(r)))
+                       for r in refs]
+            every = load_problems("humaneval")
+            problems = every[:args.limit]
+
+            start = time.perf_counter()
+            canon = run_programs(services.sandbox, [(q.id, q, canonical_program(q)) for q in every], 10.0)
+            canon_s = time.perf_counter() - start
+
+            _timed(services, targets, problems[:1], 8, chat)  # warm-up: every adapter loaded, both sides alike
+            batched_s, batched, b_seen = _timed(services, targets, problems, args.max_new_tokens, chat)
+            print(f"bench.eval: batched {batched_s:.1f} s", file=sys.stderr, flush=True)
+            one_s, one, o_seen = 0.0, [], {"tokens": 0, "jobs": 0, "score_s": 0.0}
+            for t in targets:
+                s, res, seen = _timed(services, [t], problems, args.max_new_tokens, chat)
+                one_s += s
+                one += res
+                for k in o_seen:
+                    o_seen[k] += seen[k]
+            print(f"bench.eval: one by one {one_s:.1f} s", file=sys.stderr, flush=True)
+        finally:
+            services.sandbox.close()
+    work = len(targets) * len(problems)
+    out = {
+        "model": cfg.model.name, "adapters": len(targets), "problems": len(problems), "chat": chat,
+        "max_new_tokens": args.max_new_tokens, "threads": cfg.generation.threads,
+        "problems_per_s_batched": round(work / batched_s, 3),
+        "problems_per_s_one_by_one": round(work / one_s, 3),
+        "batch_gain": round(one_s / batched_s, 2),
+        "sandbox_jobs_per_s": round(len(canon) / canon_s, 1),
+        "canonical_pass_rate": sum(o.passed for o in canon) / len(canon),
+        "identical_scores": [r.to_json() for r in batched] == [r.to_json() for r in one],
+        "seconds_batched": round(batched_s, 1), "seconds_one_by_one": round(one_s, 1),
+        "tokens_batched": b_seen["tokens"], "tokens_one_by_one": o_seen["tokens"],
+        "scoring_seconds_batched": round(b_seen["score_s"], 2), "scoring_jobs_batched": b_seen["jobs"],
+        "mean_pass_at_1": round(sum(r.pass_at_1 for r in batched) / len(batched), 4),
+    }
+    print(json.dumps(out, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,332 @@
+"""The population-vs-baseline comparison of an experiment: its numbers (scores.json) and a report with figures, each
+against compute (spec 14) and steps. Made from the arms' metrics.jsonl and the evaluation files alone."""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+from pathlib import Path
+from statistics import mean
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from coordinator.stepmetrics import COMPLEXITY_KEYS, read_metrics  # noqa: E402
+
+ARM_COLORS = {"population": "#1f77b4", "baseline": "#d62728"}
+SEED_STYLES = ("-", "--", ":", "-.")
+COMPLEXITY_TITLES = {"ast_depth": "AST depth", "cyclomatic": "McCabe complexity", "lines_of_code": "lines of code"}
+DPI = 72
+
+
+# ---------------------------------------------------------------- numbers
+
+def _ktokens(row: dict) -> float:
+    return row.get("compute_cumulative", {}).get("tokens", 0) / 1e3
+
+
+def _mean(xs) -> float | None:
+    xs = [x for x in xs if x is not None]
+    return mean(xs) if xs else None
+
+
+def pooled(spreads: list[dict]) -> dict:
+    """Mean and standard deviation over every program of several steps, from each step's (mean, std, n):
+    var = sum n_i (std_i^2 + mean_i^2) / N - mean^2, exact for population deviations."""
+    parts = [s for s in spreads if s and s.get("n")]
+    n = sum(s["n"] for s in parts)
+    if not n:
+        return {"mean": None, "std": None, "n": 0}
+    m = sum(s["n"] * s["mean"] for s in parts) / n
+    second = sum(s["n"] * (s["std"] ** 2 + s["mean"] ** 2) for s in parts) / n
+    return {"mean": m, "std": math.sqrt(max(0.0, second - m * m)), "n": n}
+
+
+def _halves(rows: list[dict]) -> tuple[list[dict], list[dict]]:
+    steps = [r for r in rows if r["step"] > 0]
+    half = (len(steps) + 1) // 2
+    return steps[:half], steps[half:]
+
+
+def arm_numbers(rows: list[dict]) -> dict:
+    """One arm's training numbers: compute spent, steps, wall time, rates and complexity (first and second half of
+    its steps, so a drift shows), final ratings."""
+    last = rows[-1]
+    spent = last.get("compute_cumulative", {})
+    steps = [r for r in rows if r["step"] > 0]
+    first, second = _halves(rows)
+    out = {"steps": len(steps), "tokens": spent.get("tokens", 0), "generated_tokens": spent.get("generated_tokens", 0),
+           "trained_tokens": spent.get("trained_tokens", 0), "sandbox_jobs": spent.get("sandbox_jobs", 0),
+           "step0_tokens": rows[0].get("compute_cumulative", {}).get("tokens", 0),
+           "wall_seconds": sum(r.get("step_seconds", 0) for r in rows), "stopped": last.get("stopped", "")}
+    for key in ("valid_rate", "solve_rate"):
+        out[key] = {"mean": _mean(r.get(key) for r in steps), "first_half": _mean(r.get(key) for r in first),
+                    "second_half": _mean(r.get(key) for r in second), "last": steps[-1].get(key) if steps else None}
+    out["complexity"] = {
+        key: {"all": pooled([r.get("complexity", {}).get(key) for r in steps]),
+              "first_half": pooled([r.get("complexity", {}).get(key) for r in first]),
+              "second_half": pooled([r.get("complexity", {}).get(key) for r in second])}
+        for key in COMPLEXITY_KEYS}
+    out["ratings"] = {a: {"skill": r["skill"], "mu": r["mu"], "sigma": r["sigma"], "role": r.get("role", "")}
+                      for a, r in (steps[-1].get("ratings", {}) if steps else {}).items()}
+    out["population"] = steps[-1].get("population", {}) if steps else {}
+    return out
+
+
+def eval_numbers(scores: dict, run_id: str, population: dict) -> dict:
+    """One arm on one benchmark: pass@1 of each member, the members' mean (spec 15: report the population mean and
+    each member), the students' mean, the best member, and the warm-start adapter every arm began from."""
+    members, start = {}, None
+    for r in scores.get("results", []):
+        if r["adapter_id"] in population:
+            members[r["adapter_id"]] = {"pass_at_1": r["pass_at_1"], "version": r["version"],
+                                        "role": population[r["adapter_id"]].get("role", ""), "label": r.get("label")}
+        elif (r.get("adapter_id") or "").endswith(".warm"):
+            start = r["pass_at_1"]
+    students = [m["pass_at_1"] for m in members.values() if m["role"] in ("student", "both")]
+    n_problems = max((r.get("n_problems", 0) for r in scores.get("results", [])), default=0)
+    return {"members": members, "mean": _mean(m["pass_at_1"] for m in members.values()),
+            "students_mean": _mean(students), "best": max((m["pass_at_1"] for m in members.values()), default=None),
+            "start": start, "n_problems": n_problems, "samples": scores.get("samples"), "limit": scores.get("limit")}
+
+
+def comparison(exp, metrics: dict[str, list[dict]], evals: dict[str, dict[str, dict]]) -> dict:
+    """scores.json: per arm run its numbers; per benchmark and arm the mean over seeds; the budget and seeds."""
+    arms = {}
+    for arm in exp.arms:
+        rows = metrics.get(arm.run_id)
+        if not rows:
+            continue
+        numbers = arm_numbers(rows)
+        numbers.update({"arm": arm.name, "seed": arm.seed})
+        numbers["evals"] = {b: eval_numbers(s, arm.run_id, numbers["population"])
+                            for b, s in evals.get(arm.run_id, {}).items()}
+        arms[arm.run_id] = numbers
+    # the warm start every arm began from, scored once (with the first arm)
+    start = {b: next((n["evals"][b]["start"] for n in arms.values()
+                      if b in n["evals"] and n["evals"][b]["start"] is not None), None) for b in exp.benchmarks}
+    summary: dict = {"warm_start": start}
+    for name in ("population", "baseline"):
+        mine = [n for n in arms.values() if n["arm"] == name]
+        if not mine:
+            continue
+        s = {"runs": len(mine), "tokens": _mean(n["tokens"] for n in mine), "steps": _mean(n["steps"] for n in mine),
+             "wall_seconds": _mean(n["wall_seconds"] for n in mine),
+             "solve_rate": _mean(n["solve_rate"]["mean"] for n in mine),
+             "valid_rate": _mean(n["valid_rate"]["mean"] for n in mine)}
+        for key in COMPLEXITY_KEYS:
+            s[key] = {part: {"mean": _mean(n["complexity"][key][part]["mean"] for n in mine),
+                             "std": _mean(n["complexity"][key][part]["std"] for n in mine)}
+                      for part in ("first_half", "second_half")}
+        for b in exp.benchmarks:
+            got = [n["evals"][b] for n in mine if b in n["evals"]]
+            if got:
+                s[b] = {"mean": _mean(g["mean"] for g in got), "best": _mean(g["best"] for g in got),
+                        "students_mean": _mean(g["students_mean"] for g in got), "start": start[b],
+                        "per_seed_mean": [g["mean"] for g in got]}
+        summary[name] = s
+    return {"experiment_id": exp.experiment_id, "seeds": exp.seeds, "benchmarks": exp.benchmarks,
+            "budget": {"tokens": exp.cfg.run.budget_tokens, "sandbox_jobs": exp.cfg.run.budget_sandbox_jobs},
+            "max_steps": exp.cfg.run.steps, "eval": {"limit": exp.limit, "samples": exp.samples},
+            "summary": summary, "arms": arms}
+
+
+# ---------------------------------------------------------------- figures
+
+def _lines(ax, exp, metrics, y, x: str = "tokens", band=None) -> None:
+    """One line per arm run: colour by arm, line style by seed; `band(row)` -> (lo, hi) shades a spread."""
+    seeds = sorted({a.seed for a in exp.arms})
+    for arm in exp.arms:
+        rows = [r for r in metrics.get(arm.run_id, []) if r["step"] > 0 and y(r) is not None]
+        if not rows:
+            continue
+        xs = [_ktokens(r) if x == "tokens" else r["step"] for r in rows]
+        color, ls = ARM_COLORS[arm.name], SEED_STYLES[seeds.index(arm.seed) % len(SEED_STYLES)]
+        ax.plot(xs, [y(r) for r in rows], color=color, ls=ls, marker="o", ms=3,
+                label=f"{arm.name} s{arm.seed}")
+        if band is not None:
+            lo_hi = [band(r) for r in rows]
+            ax.fill_between(xs, [b[0] for b in lo_hi], [b[1] for b in lo_hi], color=color, alpha=0.12)
+    ax.set_xlabel("thousand tokens spent" if x == "tokens" else "step")
+    if x == "tokens" and exp.cfg.run.budget_tokens:  # the budget every arm stops at (its first boundary past it)
+        ax.axvline(exp.cfg.run.budget_tokens / 1e3, color="grey", ls=":", lw=1)
+
+
+def _save(fig, path: Path) -> None:
+    fig.tight_layout()
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+
+
+def plot_rates(exp, metrics, path: Path) -> None:
+    fig, axes = plt.subplots(2, 2, figsize=(10, 6))
+    for i, (key, title) in enumerate((("solve_rate", "solve rate (mean rho over valid tasks)"),
+                                      ("valid_rate", "valid-proposal rate"))):
+        for j, x in enumerate(("tokens", "step")):
+            ax = axes[i][j]
+            _lines(ax, exp, metrics, lambda r, k=key: r.get(k), x)
+            ax.set_title(f"{title} vs {'compute' if x == 'tokens' else 'step'}", fontsize=9)
+            ax.set_ylim(-0.05, 1.05)
+            ax.legend(fontsize=7)
+    _save(fig, path)
+
+
+def plot_complexity(exp, metrics, path: Path) -> None:
+    fig, axes = plt.subplots(2, 3, figsize=(13, 6))
+    for j, key in enumerate(COMPLEXITY_KEYS):
+        def y(r, k=key):
+            return r.get("complexity", {}).get(k, {}).get("mean")
+
+        def band(r, k=key):
+            c = r["complexity"][k]
+            return c["mean"] - c["std"], c["mean"] + c["std"]
+
+        for i, x in enumerate(("tokens", "step")):
+            _lines(axes[i][j], exp, metrics, y, x, band)
+            axes[i][j].set_title(f"{COMPLEXITY_TITLES[key]} of valid programs, mean +- std", fontsize=9)
+            axes[i][j].legend(fontsize=7)
+    _save(fig, path)
+
+
+def plot_ratings(exp, metrics, path: Path) -> None:
+    """Conservative skill of every member (teachers solid, students dashed, the baseline's one adapter red)."""
+    fig, axes = plt.subplots(1, 2, figsize=(12, 3.8))
+    for arm in exp.arms:
+        traj: dict[str, list[tuple[float, int, float, str]]] = {}
+        for r in metrics.get(arm.run_id, []):
+            for adapter, rating in r.get("ratings", {}).items():
+                traj.setdefault(adapter, []).append((_ktokens(r), r["step"], rating["skill"], rating.get("role", "")))
+        for adapter, pts in sorted(traj.items()):
+            role = pts[-1][3]
+            color = ARM_COLORS[arm.name] if arm.name == "baseline" else ("#1f77b4" if role == "teacher" else "#2ca02c")
+            for ax, idx in ((axes[0], 0), (axes[1], 1)):
+                ax.plot([p[idx] for p in pts], [p[2] for p in pts], color=color, marker=".", lw=1,
+                        ls="--" if role == "student" else "-", alpha=0.8,
+                        label=f"{adapter.rsplit('.', 1)[-1]} s{arm.seed} ({arm.name[:4]})")
+    axes[0].set_xlabel("thousand tokens spent")
+    axes[1].set_xlabel("step")
+    for ax in axes:
+        ax.set_title("conservative skill mu - 3 sigma (teachers blue, students green dashed, baseline red)",
+                     fontsize=8)
+        ax.legend(fontsize=6, ncol=3)
+    _save(fig, path)
+
+
+def plot_compute(exp, metrics, path: Path) -> None:
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.4))
+    _lines(axes[0], exp, metrics, _ktokens, "step")
+    axes[0].set_title("thousand tokens spent (generated + trained) by step", fontsize=9)
+    seeds = sorted({a.seed for a in exp.arms})
+    for arm in exp.arms:
+        rows = metrics.get(arm.run_id, [])
+        wall, acc = [], 0.0
+        for r in rows:
+            acc += r.get("step_seconds", 0)
+            wall.append(acc / 60)
+        axes[1].plot([_ktokens(r) for r in rows], wall, color=ARM_COLORS[arm.name], marker="o", ms=3,
+                     ls=SEED_STYLES[seeds.index(arm.seed) % len(SEED_STYLES)], label=f"{arm.name} s{arm.seed}")
+    axes[1].set_title("wall-clock minutes by compute", fontsize=9)
+    axes[1].set_xlabel("thousand tokens spent")
+    if exp.cfg.run.budget_tokens:
+        axes[1].axvline(exp.cfg.run.budget_tokens / 1e3, color="grey", ls=":", lw=1)
+    for ax in axes:
+        ax.legend(fontsize=7)
+    _save(fig, path)
+
+
+def plot_evals(exp, scores: dict, path: Path) -> None:
+    """Held-out pass@1 against the compute each arm spent: the warm start both began from (at step 0's compute),
+    each population member (small dots), the population's mean and the baseline (large markers)."""
+    benchmarks = [b for b in exp.benchmarks if any(b in n["evals"] for n in scores["arms"].values())]
+    if not benchmarks:
+        return
+    fig, axes = plt.subplots(1, len(benchmarks), figsize=(5 * len(benchmarks), 3.6), squeeze=False)
+    for ax, b in zip(axes[0], benchmarks):
+        for n in scores["arms"].values():
+            e = n["evals"].get(b)
+            if not e:
+                continue
+            color, x = ARM_COLORS[n["arm"]], n["tokens"] / 1e3
+            if e["start"] is not None:
+                ax.scatter([n["step0_tokens"] / 1e3], [e["start"]], color="grey", marker="s", s=30)
+            ax.scatter([x] * len(e["members"]), [m["pass_at_1"] for m in e["members"].values()], color=color, s=10,
+                       alpha=0.6)
+            if e["mean"] is not None:
+                ax.scatter([x], [e["mean"]], color=color, s=70, marker="D" if n["arm"] == "population" else "o",
+                           label=f"{n['arm']} s{n['seed']} {'mean' if n['arm'] == 'population' else ''}")
+        ax.set_title(f"{b}: pass@1 vs compute (grey: warm start)", fontsize=9)
+        ax.set_xlabel("thousand tokens spent")
+        ax.set_ylim(-0.05, 1.05)
+        ax.legend(fontsize=7)
+    _save(fig, path)
+
+
+# ---------------------------------------------------------------- the page
+
+def _f(v, digits: int = 2) -> str:
+    return "-" if v is None else f"{v:.{digits}f}"
+
+
+def _cx(c: dict) -> str:
+    return "-" if c.get("mean") is None else f"{c['mean']:.2f} +- {c['std']:.2f}"
+
+
+def _table(exp, scores: dict) -> str:
+    head = ["run", "steps", "tokens", "sandbox jobs", "wall s", "valid (1st/2nd half)", "solve (1st/2nd half)"]
+    head += [f"{COMPLEXITY_TITLES[k]} (1st / 2nd half)" for k in COMPLEXITY_KEYS]
+    head += [f"{b} pass@1 mean / best (warm start {_f(scores['summary']['warm_start'].get(b))})"
+             for b in exp.benchmarks]
+    rows = []
+    for run_id, n in scores["arms"].items():
+        cells = [html.escape(run_id), str(n["steps"]), f"{n['tokens']:,}", f"{n['sandbox_jobs']:,}",
+                 f"{n['wall_seconds']:.0f}",
+                 f"{_f(n['valid_rate']['first_half'])} / {_f(n['valid_rate']['second_half'])}",
+                 f"{_f(n['solve_rate']['first_half'])} / {_f(n['solve_rate']['second_half'])}"]
+        cells += [f"{_cx(n['complexity'][k]['first_half'])} / {_cx(n['complexity'][k]['second_half'])}"
+                  for k in COMPLEXITY_KEYS]
+        for b in exp.benchmarks:
+            e = n["evals"].get(b)
+            cells.append("not evaluated" if not e else
+                         f"{_f(e['mean'])} / {_f(e['best'])} (n={e['n_problems']})")
+        rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+    return ("<table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in head) + "</tr>" + "".join(rows)
+            + "</table>")
+
+
+def write_comparison(exp) -> tuple[Path, dict]:
+    """scores.json, the figures and report.html under the experiment's directory; returns (report, scores)."""
+    from coordinator.experiment import load_evals
+
+    out = exp.out_dir
+    metrics = {a.run_id: read_metrics(Path(a.cfg.run.output_dir) / a.run_id) for a in exp.arms}
+    scores = comparison(exp, metrics, load_evals(exp))
+    (out / "scores.json").write_text(json.dumps(scores, indent=1, sort_keys=True) + "\n")
+    figures = {"rates.png": plot_rates, "complexity.png": plot_complexity, "ratings.png": plot_ratings,
+               "compute.png": plot_compute}
+    for name, fn in figures.items():
+        fn(exp, metrics, out / name)
+    plot_evals(exp, scores, out / "evals.png")
+    budget = ", ".join(f"{k} {v:,}" for k, v in scores["budget"].items() if v)
+    evals_img = '<img src="evals.png">' if (out / "evals.png").exists() else "<p>No evaluation yet.</p>"
+    page = f"""<!doctype html><html><head><meta charset="utf-8"><title>PopuLoRA experiment {html.escape(exp.experiment_id)}</title>
+<style>body{{font-family:sans-serif;margin:2em;max-width:1300px}}table{{border-collapse:collapse;font-size:12px}}
+td,th{{border:1px solid #ccc;padding:3px 6px;text-align:right}}img{{max-width:100%}}</style></head><body>
+<h1>Population vs baseline: experiment {html.escape(exp.experiment_id)}</h1>
+<p>Model {html.escape(exp.cfg.model.name)}; population {exp.cfg.population.n_teachers}T+{exp.cfg.population.n_students}S
+against the AZR baseline (one adapter in both roles); the same warm start, seeds {exp.seeds} and budget ({budget},
+at most {exp.cfg.run.steps} steps per arm). Held-out scores: greedy pass@1 of every member of each arm's final
+population{'' if exp.samples == 1 else f', {exp.samples} samples'}.</p>
+<h2>Summary</h2>{_table(exp, scores)}
+<h2>Held-out scores against compute</h2>{evals_img}
+<h2>Solve and valid rates</h2><img src="rates.png">
+<h2>Problem complexity and its spread</h2><img src="complexity.png">
+<h2>Rating dynamics</h2><img src="ratings.png">
+<h2>Compute</h2><img src="compute.png">
+<p>Numbers: <a href="scores.json">scores.json</a>; each arm's own report: <code>populora report RUN</code>.</p>
+</body></html>"""
+    path = out / "report.html"
+    path.write_text(page)
+    return path, scores

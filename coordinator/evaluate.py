@@ -1,0 +1,257 @@
+"""`populora eval` and the in-training `eval` phase: which adapter versions to evaluate, the services to do it with,
+and where the scores go (the league, a JSON file, the run directory). The harness itself is populora.evals."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import re
+import sys
+import time
+from pathlib import Path
+
+from coordinator.services import Services, build, remote
+from populora.config import Config, config_from_yaml, parse_override
+from populora.evals import EvalError, EvalResult, EvalTarget, evaluate, load_problems
+from populora.evals.benchmarks import BenchmarkError
+from populora.pb import league_pb2
+from populora.records import EvalScore, Evaluated, Population, ProblemScore
+from populora.rpc import ServiceError
+from populora.store import ArtifactStore, StoreError
+
+log = logging.getLogger(__name__)
+EVALS_FILE = "evals.jsonl"  # in the run directory: every score `populora eval --run` recorded, for the report
+
+
+# ------------------------------------------------------------------------------------------------ targets
+def _version_step(path: Path) -> int:
+    """The training step after which a stored version was current (its meta.json), 0 when it does not say."""
+    try:
+        return int(json.loads((path / "meta.json").read_text()).get("step") or 0)
+    except (OSError, ValueError, TypeError, AttributeError):
+        return 0
+
+
+def adapter_dir_target(text: str) -> tuple[Path, EvalTarget]:
+    """An adapter from a directory: a version (`<store>/adapters/<id>/v<N>`) or an adapter (its latest version).
+    Returns the store root it lives in and the target."""
+    path = Path(text).expanduser().resolve()
+    if not path.is_dir():
+        raise EvalError(f"adapter directory {text} does not exist")
+    if not (path / "adapter_config.json").is_file():
+        versions = sorted(int(p.name[1:]) for p in path.iterdir()
+                           if p.is_dir() and re.fullmatch(r"v\d+", p.name) and (p / "adapter_config.json").is_file())
+        if not versions:
+            raise EvalError(f"{text} is not an adapter: it holds neither adapter_config.json nor v<N>/ versions")
+        path = path / f"v{versions[-1]}"
+    if not re.fullmatch(r"v\d+", path.name) or path.parent.parent.name != "adapters":
+        raise EvalError(f"{text}: an adapter version lives at <store>/adapters/<adapter id>/v<N>; this one does not")
+    adapter_id, version = path.parent.name, int(path.name[1:])
+    return path.parent.parent.parent, EvalTarget(f"{adapter_id}@v{version}", adapter_id, version, str(path))
+
+
+def run_targets(league, store: ArtifactStore, run_id: str) -> list[EvalTarget]:
+    """The active members of a run, each at its latest stored version."""
+    try:
+        ratings = league.GetRatings(league_pb2.GetRatingsRequest(run_id=run_id)).ratings
+    except ServiceError as e:
+        raise EvalError(f"run {run_id!r}: {e.message}") from None
+    out = []
+    for r in sorted(ratings, key=lambda r: r.adapter_id):
+        try:
+            ref = store.latest(r.adapter_id)
+        except StoreError as e:
+            raise EvalError(f"run {run_id!r}, adapter {r.adapter_id}: {e}") from None
+        out.append(EvalTarget(f"{r.adapter_id}@v{ref.version}", r.adapter_id, ref.version,
+                              str(store.path_of(ref))))
+    if not out:
+        raise EvalError(f"run {run_id!r} has no active adapters")
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ results
+def scores_of(results: list[EvalResult]) -> list[EvalScore]:
+    return [EvalScore(r.adapter_id or "", r.version, r.label, r.pass_at_1, {str(k): v for k, v in r.pass_at_k.items()},
+                      r.n_problems, r.samples, [ProblemScore(p.id, p.passed, p.n, p.error) for p in r.problems])
+            for r in results]
+
+
+def record(league, run_id: str, benchmark: str, scores: list[EvalScore], steps: dict[str, int]) -> int:
+    """Store scores in the league (replacing an earlier record of the same version and benchmark)."""
+    pb = [league_pb2.EvalScore(
+        adapter_id=s.adapter_id, version=s.version, benchmark=benchmark, step=steps.get(s.adapter_id, 0),
+        label=s.label, n_problems=s.n_problems, samples=s.samples, pass_at_1=s.pass_at_1,
+        pass_at_k={int(k): v for k, v in s.pass_at_k.items()},
+        problems=[league_pb2.EvalProblem(problem_id=p.id, passed=p.passed, n=p.n, error=p.error) for p in s.problems])
+        for s in scores]
+    return league.RecordEvals(league_pb2.RecordEvalsRequest(run_id=run_id, scores=pb)).recorded
+
+
+def table(results: list[EvalResult]) -> str:
+    """The scores as a plain-text table."""
+    ks = sorted({k for r in results for k in r.pass_at_k if k > 1})
+    head = ["target", "benchmark", "problems", "samples", "pass@1"] + [f"pass@{k}" for k in ks]
+    rows = [[r.label, r.benchmark, str(r.n_problems), str(r.samples), f"{r.pass_at_1:.3f}"]
+            + [f"{r.pass_at_k[k]:.3f}" if k in r.pass_at_k else "-" for k in ks] for r in results]
+    widths = [max(len(x) for x in col) for col in zip(head, *rows)]
+    return "\n".join("  ".join(x.ljust(w) for x, w in zip(line, widths)) for line in [head, *rows])
+
+
+# ------------------------------------------------------------------------------------------------ the phase
+def eval_phase(run, step: int, population: Population) -> Evaluated:
+    """The `eval` phase (every `eval.every` steps): the whole population, at the versions that play the next step,
+    on `eval.benchmark`'s first `eval.limit` problems, in one multi-LoRA batch; the bare base model too at the
+    first evaluation (`eval.base`). Scores go to the league, keyed by version, so a re-run phase replaces them."""
+    cfg = run.cfg
+    e = cfg.eval
+    targets = [EvalTarget(f"{a}@v{m.version}", a, m.version, str(run.store.version_dir(a, m.version)))
+               for a, m in sorted(population.items())]
+    if e.base and step == 0:
+        targets.insert(0, EvalTarget("base", None, 0, None))
+    seen: dict[str, float] = {}
+    start = time.perf_counter()
+    results = evaluate(run.services, targets, e.benchmark, limit=e.limit, samples=e.samples,
+                       temperature=e.temperature, seed=run.seed("eval", step), data=e.data or None,
+                       max_new_tokens=e.max_new_tokens, chat=cfg.model.chat_template,
+                       code_f_inputs=cfg.tasks.code_f_inputs, timeout_s=e.timeout_s, run_id=run.run_id,
+                       progress=lambda event, info: seen.update({f"{event}_{k}": v for k, v in info.items()}))
+    scores = scores_of(results)
+    record(run.services.league, run.run_id, e.benchmark, scores, {s.adapter_id: step for s in scores})
+    return Evaluated(e.benchmark, scores, int(seen.get("generated_tokens", 0)), int(seen.get("scored_jobs", 0)),
+                     time.perf_counter() - start)
+
+
+# ------------------------------------------------------------------------------------------------ the command
+def _run_config(cfg: Config, run_id: str, overrides: list[str]) -> Config:
+    """The config run `run_id` stored in the journal (its model, store and database), with this command's --set
+    applied again; the given config when the database holds no journal of that run."""
+    from coordinator.journal import JournalDB
+
+    url = cfg.resolve(cfg.league.db_url)
+    if url.startswith("sqlite:///") and not Path(url[len("sqlite:///"):]).exists():
+        raise EvalError(f"run {run_id!r}: no run database at {url[len('sqlite:///'):]}; point --set "
+                        "run.output_dir=DIR at the directory `populora train` wrote to")
+    db = JournalDB(url)
+    try:
+        stored = db.get_run(run_id)
+    finally:
+        db.close()
+    if stored is None:
+        return cfg
+    tree = config_from_yaml(stored["config_yaml"], f"the stored config of run {run_id}").model_dump()
+    for key, value in (parse_override(o) for o in overrides):
+        node = tree
+        *parents, last = key.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[last] = value
+    tree["services"]["token"] = cfg.services.token
+    return Config.model_validate(tree)
+
+
+def open_eval_services(cfg: Config, league: bool) -> Services:
+    """Inference and sandbox (and the league when scores are recorded): in process, or over gRPC when the config
+    says distributed. The trainer and evolver are not needed."""
+    make = build if cfg.run.deployment == "embedded" else remote
+    return Services(inference=make("inference", cfg), sandbox=make("sandbox", cfg),
+                    league=make("league", cfg) if league else None, trainer=None, evolver=None)
+
+
+def main(args: argparse.Namespace, cfg: Config) -> int:
+    """`populora eval`: everything is checked before the model is loaded; on any error nothing is written."""
+    benchmark = args.benchmark or cfg.eval.benchmark
+    limit = args.limit if args.limit is not None else None
+    samples = args.samples if args.samples is not None else cfg.eval.samples
+    temperature = args.temperature if args.temperature is not None else cfg.eval.temperature
+    try:
+        if bool(args.run) == bool(args.adapters) and not (args.base and not args.run and not args.adapters):
+            raise EvalError("name what to evaluate: --run RUN or --adapters DIR... (and/or --base)")
+        if args.run:
+            cfg = _run_config(cfg, args.run, args.overrides)
+        if args.adapters:
+            roots_targets = [adapter_dir_target(d) for d in args.adapters]
+            roots = {root for root, _ in roots_targets}
+            if len(roots) > 1:
+                raise EvalError(f"--adapters come from {len(roots)} stores ({', '.join(map(str, sorted(roots)))}); "
+                                "give adapters of one store per command")
+            root = roots.pop()
+            if cfg.run.deployment == "embedded":
+                cfg.store.root = str(root)
+            elif root != cfg.store_root.resolve():
+                raise EvalError(f"--adapters are in {root}, but the inference service reads {cfg.store_root}")
+        if args.out and Path(args.out).parent and not Path(args.out).parent.exists():
+            raise EvalError(f"--out {args.out}: directory {Path(args.out).parent} does not exist")
+        data = args.data or cfg.eval.data or None
+        problems = load_problems(benchmark, data, limit, code_f_inputs=cfg.tasks.code_f_inputs)
+        if samples > 1 and temperature == 0:
+            raise EvalError(f"--samples {samples} with --temperature 0 would draw the same greedy answer {samples} "
+                            "times: give --temperature > 0 for pass@k")
+        store = ArtifactStore(cfg.store_root) if args.run else None
+    except (EvalError, BenchmarkError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+    services = open_eval_services(cfg, league=bool(args.run))
+    try:
+        targets = [t for _, t in roots_targets] if args.adapters else []
+        if args.run:
+            targets = run_targets(services.league, store, args.run)
+        if args.base:
+            targets.insert(0, EvalTarget("base", None, 0, None))
+        results = evaluate(services, targets, benchmark, limit=limit, samples=samples, temperature=temperature,
+                           seed=args.seed, data=data, max_new_tokens=args.max_new_tokens or cfg.eval.max_new_tokens,
+                           chat=cfg.model.chat_template, code_f_inputs=cfg.tasks.code_f_inputs,
+                           timeout_s=cfg.eval.timeout_s, run_id=args.run or "", problems=problems,
+                           progress=_printer(args))
+        if args.run:
+            steps = {t.adapter_id or "": _version_step(Path(t.path)) if t.path else 0 for t in targets}
+            record(services.league, args.run, benchmark, scores_of(results), steps)
+            run_dir = Path(cfg.run.output_dir) / args.run
+            if run_dir.is_dir():
+                with open(run_dir / EVALS_FILE, "a") as fh:
+                    for r in results:
+                        fh.write(json.dumps({**r.to_json(), "step": steps.get(r.adapter_id or "", 0)}) + "\n")
+    except EvalError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    finally:
+        services.close()
+    print(table(results))
+    if args.out:
+        body = {"benchmark": benchmark, "limit": limit if limit is not None else len(problems), "samples": samples,
+                "results": [r.to_json() for r in results]}
+        Path(args.out).write_text(json.dumps(body, indent=1) + "\n")
+        print(f"wrote {args.out}")
+    return 0
+
+
+def _printer(args: argparse.Namespace):
+    def progress(event: str, info: dict) -> None:
+        if event == "generated":
+            print(f"generated {info['rows']} answers ({info['tokens']} tokens) in {info['seconds']:.1f} s",
+                  file=sys.stderr, flush=True)
+        elif event == "scored":
+            print(f"scored them with {info['jobs']} sandbox jobs in {info['seconds']:.1f} s", file=sys.stderr,
+                  flush=True)
+    return progress
+
+
+def add_parser(sub) -> None:
+    """The `eval` subcommand's arguments (coordinator.cli adds the configuration group)."""
+    e = sub.add_parser("eval", help="score adapters (and the base model) on a held-out benchmark")
+    what = e.add_argument_group("what to evaluate")
+    what.add_argument("--run", default=None, help="every active adapter of this run, at its latest version; the "
+                                                  "scores are recorded in the run's league")
+    what.add_argument("--adapters", nargs="+", default=None, metavar="DIR",
+                      help="adapter version directories (<store>/adapters/<id>/v<N>) or adapter directories")
+    what.add_argument("--base", action="store_true", help="the bare base model too")
+    e.add_argument("--benchmark", default=None, help="heldout, humaneval, humaneval-plus, mbpp-plus, cruxeval-o, "
+                                                     "cruxeval-i, jsonl (default: eval.benchmark)")
+    e.add_argument("--data", default=None, help="the benchmark's data file (JSONL) where it needs one")
+    e.add_argument("--limit", type=int, default=None, help="the first N problems (default: all; heldout 60)")
+    e.add_argument("--samples", type=int, default=None, help="answers per problem (pass@k when > 1)")
+    e.add_argument("--temperature", type=float, default=None, help="sampling temperature (0 = greedy)")
+    e.add_argument("--max-new-tokens", type=int, default=None, help="tokens per answer (default: eval.max_new_tokens)")
+    e.add_argument("--seed", type=int, default=0, help="sampling seed")
+    e.add_argument("--out", default=None, metavar="FILE.json", help="write the scores as JSON")

@@ -1,0 +1,370 @@
+"""`populora experiment`: the population and the AZR baseline from the same warm start, seeds and compute budget,
+scored on held-out problems, compared in one report (spec 1, 11, 13, 14, 15).
+
+An experiment has an id; each arm is a run of its own whose id is derived from it (`<id>-population-s<seed>`,
+`<id>-baseline-s<seed>`), trained by the same `run_training` as `populora train`. What is done is never redone:
+an arm whose run the journal records as finished is skipped, an arm that stopped part way continues from its last
+stored phase, and an evaluation whose scores file exists is read back. Rerunning the same command after a stop
+therefore continues where it stopped.
+
+Layout under <run.output_dir>/<id>/: experiment.json (what was asked: config, seeds, budget, benchmarks, arms),
+evals/<run>.<benchmark>.json (one arm's scores on one benchmark, as `populora eval` writes them),
+scores.json (the comparison's numbers), report.html and its PNG figures.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from coordinator.journal import JournalDB
+from coordinator.stepmetrics import read_metrics
+from coordinator.train import _apply_limits, as_baseline, budget_spent, run_training
+from populora.config import Config, ConfigError, config_from_yaml
+from populora.evals import BENCHMARKS, EvalError
+from populora.records import Usage
+
+log = logging.getLogger(__name__)
+
+ARMS = ("population", "baseline")
+HELDOUT = "heldout"
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One run of the experiment: the population or the baseline, with one run seed."""
+
+    name: str
+    seed: int
+    run_id: str
+    cfg: Config
+
+
+@dataclass
+class Experiment:
+    """What `populora experiment` was asked for; `arms` in the order they run (per seed: population, baseline)."""
+
+    experiment_id: str
+    cfg: Config
+    seeds: list[int]
+    benchmarks: list[str]
+    limit: int | None = None
+    samples: int = 1
+    arms: list[Arm] = field(default_factory=list)
+
+    @property
+    def out_dir(self) -> Path:
+        return Path(self.cfg.run.output_dir) / self.experiment_id
+
+    def manifest(self) -> dict:
+        return {"experiment_id": self.experiment_id, "config_yaml": self.cfg.to_yaml(), "seeds": self.seeds,
+                "budget_tokens": self.cfg.run.budget_tokens, "budget_sandbox_jobs": self.cfg.run.budget_sandbox_jobs,
+                "max_steps": self.cfg.run.steps, "arms": [{"arm": a.name, "seed": a.seed, "run_id": a.run_id}
+                                                          for a in self.arms]}
+
+
+def parse_seeds(text: str | None, default: int) -> list[int]:
+    """`1,2` -> [1, 2]; none given -> [run.seed]."""
+    if not text:
+        return [default]
+    seeds = []
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        try:
+            seeds.append(int(part))
+        except ValueError:
+            raise ConfigError(f"--seeds {text!r}: '{part}' is not an integer (e.g. --seeds 1,2)") from None
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise ConfigError(f"--seeds {text!r}: give one or more distinct integers (e.g. --seeds 1,2)")
+    return seeds
+
+
+def default_id(cfg: Config, label: str, seeds: list[int]) -> str:
+    """The same configuration, seeds and budget give the same id, so rerunning the same command continues it."""
+    stem = re.sub(r"[^A-Za-z0-9_-]+", "-", label or cfg.model.name.split("/")[-1])[:32].strip("-") or "exp"
+    digest = hashlib.sha256((_training_yaml(cfg) + json.dumps(seeds)).encode()).hexdigest()[:8]
+    return f"{stem}-exp-{digest}"
+
+
+def arm_config(cfg: Config, arm: str, seed: int, run_id: str) -> Config:
+    """One arm's run config: the experiment's, with its run seed and id; the baseline as `train --mode baseline`
+    makes it (spec 1: one adapter in both roles, AZR's learnability reward). The warm start is the same section in
+    both, so both start from the identical cached adapter (spec 13)."""
+    out = Config.model_validate(cfg.model_dump())
+    out.run.seed, out.run.run_id = seed, run_id
+    if arm == "baseline":
+        as_baseline(out)
+    else:
+        out.run.mode = "population"
+    return Config.model_validate(out.model_dump())
+
+
+def plan(cfg: Config, experiment_id: str, seeds: list[int], benchmarks: list[str], limit: int | None = None,
+         samples: int = 1) -> Experiment:
+    """The experiment's arms. Compute-matched (spec 14) means a budget: without one the arms would run equal steps."""
+    if not (cfg.run.budget_tokens or cfg.run.budget_sandbox_jobs):
+        raise ConfigError("an experiment compares the arms at equal compute (spec 14): give a budget, e.g. "
+                          "--budget tokens=60000 (or set run.budget_tokens)")
+    if not re.fullmatch(r"[A-Za-z0-9_-]{1,90}", experiment_id):
+        raise ConfigError(f"--id {experiment_id!r}: use 1-90 letters, digits, '-' or '_'")
+    if limit is not None and limit < 1:
+        raise ConfigError(f"--limit {limit}: must be at least 1")
+    if samples < 1:
+        raise ConfigError(f"--samples {samples}: must be at least 1")
+    if samples > 1 and cfg.eval.temperature == 0:
+        raise ConfigError(f"--samples {samples} with eval.temperature 0 would score the same greedy answer "
+                          f"{samples} times: set --set eval.temperature=0.8 for pass@k")
+    for name in benchmarks:
+        if name not in BENCHMARKS:
+            raise ConfigError(f"--benchmark {name!r}: unknown; allowed: {', '.join(BENCHMARKS)}")
+    base = Config.model_validate(cfg.model_dump())
+    base.run.mode, base.run.run_id = "population", ""
+    names = [HELDOUT] + [b for b in benchmarks if b != HELDOUT]
+    exp = Experiment(experiment_id, base, seeds, list(dict.fromkeys(names)), limit, samples)
+    for seed in seeds:
+        for arm in ARMS:
+            run_id = f"{experiment_id}-{arm}-s{seed}"
+            exp.arms.append(Arm(arm, seed, run_id, arm_config(base, arm, seed, run_id)))
+    return exp
+
+
+LIMITS = ("budget_tokens", "budget_sandbox_jobs", "max_steps")
+
+
+def _training_yaml(cfg: Config, limits: bool = True) -> str:
+    """The config as far as it decides what the arms train: without the `eval` section, which only says how they are
+    scored (an evaluation file records its own settings, and one made with others is redone); `limits=False` also
+    without the step cap and the budgets."""
+    tree = cfg.model_dump(mode="json")
+    tree.pop("eval", None)
+    if not limits:
+        for key in ("steps", "budget_tokens", "budget_sandbox_jobs"):
+            tree["run"].pop(key)
+    return json.dumps(tree, sort_keys=True)
+
+
+def _reach(limit: int) -> float:
+    return float("inf") if limit == 0 else limit  # 0: no budget
+
+
+def check_manifest(exp: Experiment) -> bool:
+    """True if the experiment was started before. The same id is refused, and nothing is changed, for another config,
+    other seeds, or a smaller budget or step cap; a larger one continues the arms further (as `train --resume` does)."""
+    path = exp.out_dir / "experiment.json"
+    if not path.exists():
+        return False
+    stored = json.loads(path.read_text())
+    # read through today's schema, so a field added since (with its default) is no difference
+    stored["config_yaml"] = _training_yaml(config_from_yaml(stored["config_yaml"], f"the stored config of {path}"),
+                                           limits=False)
+    mine = exp.manifest()
+    mine["config_yaml"] = _training_yaml(exp.cfg, limits=False)
+    differs = [k for k in ("config_yaml", "seeds", "arms") if stored.get(k) != mine[k]]
+    shrinks = [k for k in LIMITS if _reach(mine[k]) < _reach(stored.get(k, 0))]
+    if differs or shrinks:
+        what = ", ".join(differs + [f"larger {k} ({stored.get(k)}, now {mine[k]})" for k in shrinks])
+        raise ConfigError(f"experiment '{exp.experiment_id}' was started with another {what} ({path}); rerun the "
+                          "command it was started with (a budget or step cap may only grow), or pass a new --id")
+    return True
+
+
+def _write_json(path: Path, data: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    tmp.replace(path)
+
+
+# ---------------------------------------------------------------- arms
+
+def arm_finished(db: JournalDB, arm: Arm) -> bool:
+    """The journal records the arm's run as finished and its metrics show it reached the arm's limits as they are now:
+    its budget (spec 14) or its step cap. After a budget or cap has grown, a finished run is not finished."""
+    stored = db.get_run(arm.run_id)
+    if stored is None or stored["status"] != "finished":
+        return False
+    rows = read_metrics(Path(arm.cfg.run.output_dir) / arm.run_id)
+    if not rows:
+        return False
+    spent = rows[-1].get("compute_cumulative", {})
+    used = Usage(spent.get("generated_tokens", 0), spent.get("trained_tokens", 0), spent.get("sandbox_jobs", 0))
+    return bool(budget_spent(arm.cfg, used)) or rows[-1]["step"] >= arm.cfg.run.steps
+
+
+def run_arm(db: JournalDB, arm: Arm, workers: int = 1, progress: bool = False) -> bool:
+    """Train the arm to its budget; False if it was finished already (nothing runs). A run started before continues
+    from its stored phases under the config it was started with (as `populora train --resume` does)."""
+    if arm_finished(db, arm):
+        log.info("arm %s (seed %d): run %s finished before, not redone", arm.name, arm.seed, arm.run_id)
+        return False
+    cfg = arm.cfg
+    stored = db.get_run(arm.run_id)
+    if stored is None:
+        db.create_run(arm.run_id, cfg.run.mode, cfg.to_yaml())
+    else:
+        cfg = config_from_yaml(stored["config_yaml"], f"the stored config of run {arm.run_id}")
+        cfg.run.steps = arm.cfg.run.steps
+        cfg.run.budget_tokens, cfg.run.budget_sandbox_jobs = arm.cfg.run.budget_tokens, arm.cfg.run.budget_sandbox_jobs
+        log.info("arm %s (seed %d): continuing run %s", arm.name, arm.seed, arm.run_id)
+    start = time.perf_counter()
+    run_training(cfg, arm.run_id, db, workers, progress=progress)
+    log.info("arm %s (seed %d): run %s done in %.0f s", arm.name, arm.seed, arm.run_id, time.perf_counter() - start)
+    return True
+
+
+# ---------------------------------------------------------------- evaluation
+
+def eval_path(exp: Experiment, run_id: str, benchmark: str) -> Path:
+    return exp.out_dir / "evals" / f"{run_id}.{benchmark}.json"
+
+
+def eval_settings(exp: Experiment) -> dict:
+    """What decides an evaluation's scores besides the arm and the benchmark; a file made with other settings is
+    redone."""
+    e = exp.cfg.eval
+    return {"limit": exp.limit, "samples": exp.samples, "temperature": e.temperature,
+            "max_new_tokens": e.max_new_tokens, "seed": exp.cfg.run.seed}
+
+
+def arm_state(arm: Arm) -> dict:
+    """How far the arm trained (its last step and the tokens spent): an evaluation of an arm trained further since
+    (a grown budget) is redone."""
+    rows = read_metrics(Path(arm.cfg.run.output_dir) / arm.run_id)
+    last = rows[-1] if rows else {"step": -1}
+    return {"step": last["step"], "tokens": last.get("compute_cumulative", {}).get("tokens", 0)}
+
+
+def evaluate_arm(exp: Experiment, arm: Arm, benchmark: str, with_start: bool) -> dict:
+    """The arm's final population (every active member at its latest version) on `benchmark`, greedy unless
+    eval.temperature says otherwise, in one multi-LoRA batch (spec 15); with `with_start`, the warm-start adapter
+    every arm began from too (spec 13: identical in all arms, so it is scored once). The scores are also recorded in
+    the arm's league, as `populora eval --run` records them. Returns the layout `populora eval --out` writes."""
+    from coordinator.evaluate import open_eval_services, record, run_targets, scores_of
+    from populora.evals import EvalTarget, evaluate
+    from populora.store import ArtifactStore
+
+    cfg, settings = arm.cfg, eval_settings(exp)
+    store = ArtifactStore(cfg.store_root)
+    services = open_eval_services(cfg, league=True)
+    try:
+        targets = run_targets(services.league, store, arm.run_id)
+        warm = f"{arm.run_id}.warm"
+        if with_start and store.versions(warm):
+            ref = store.latest(warm)
+            targets.insert(0, EvalTarget("warm start", warm, ref.version, str(store.path_of(ref))))
+        results = evaluate(services, targets, benchmark, limit=exp.limit, samples=exp.samples,
+                           temperature=settings["temperature"], seed=settings["seed"], data=cfg.eval.data or None,
+                           max_new_tokens=settings["max_new_tokens"], chat=cfg.model.chat_template,
+                           code_f_inputs=cfg.tasks.code_f_inputs, timeout_s=cfg.eval.timeout_s, run_id=arm.run_id)
+        # the league knows the run's members, not the warm start (it is no member): its score stays in the file
+        members = [r for r in results if r.adapter_id != warm]
+        record(services.league, arm.run_id, benchmark, scores_of(members), {})
+    finally:
+        services.close()
+    n_problems = max((r.n_problems for r in results), default=0)
+    return {"benchmark": benchmark, "limit": exp.limit if exp.limit is not None else n_problems,
+            "samples": exp.samples, "settings": settings, "results": [r.to_json() for r in results]}
+
+
+def evaluate_arms(exp: Experiment) -> list[Path]:
+    """Every arm on every benchmark (the first arm's evaluation also scores the warm start); a scores file made with
+    the same settings, of the arm trained as far as it is now, is not redone. Returns the files written by this
+    call."""
+    written = []
+    for i, arm in enumerate(exp.arms):
+        trained = arm_state(arm)
+        for benchmark in exp.benchmarks:
+            path = eval_path(exp, arm.run_id, benchmark)
+            if path.exists():
+                done = json.loads(path.read_text())
+                if (done.get("settings"), done.get("trained")) == (eval_settings(exp), trained):
+                    log.info("evaluation of %s on %s done before, not redone", arm.run_id, benchmark)
+                    continue
+            log.info("evaluating %s on %s", arm.run_id, benchmark)
+            start = time.perf_counter()
+            scores = evaluate_arm(exp, arm, benchmark, i == 0)
+            scores["trained"] = trained
+            scores["seconds"] = time.perf_counter() - start
+            _write_json(path, scores)
+            written.append(path)
+    return written
+
+
+def load_evals(exp: Experiment) -> dict[str, dict[str, dict]]:
+    """{run_id: {benchmark: scores}} of every evaluation on disk."""
+    out: dict[str, dict[str, dict]] = {}
+    for arm in exp.arms:
+        for benchmark in exp.benchmarks:
+            path = eval_path(exp, arm.run_id, benchmark)
+            if path.exists():
+                out.setdefault(arm.run_id, {})[benchmark] = json.loads(path.read_text())
+    return out
+
+
+# ---------------------------------------------------------------- the whole experiment
+
+@dataclass
+class Outcome:
+    """What one call of `run_experiment` did: the arms it trained, the evaluations it ran, the report it wrote."""
+
+    trained: list[str]
+    evaluated: list[Path]
+    report: Path
+    scores: dict
+
+
+def run_experiment(exp: Experiment, db: JournalDB, *, workers: int = 1,
+                   progress: bool = False, after_arm: Callable[[Arm], None] | None = None) -> Outcome:
+    """Train every arm (skipping finished ones), evaluate them (skipping done evaluations), write the comparison.
+    `after_arm` is called after each arm that is finished, whether it ran now or before."""
+    from coordinator.comparison import write_comparison
+
+    exp.out_dir.mkdir(parents=True, exist_ok=True)
+    check_manifest(exp)
+    _write_json(exp.out_dir / "experiment.json", exp.manifest())  # new, or the same with a grown budget
+    trained = []
+    for arm in exp.arms:
+        if run_arm(db, arm, workers, progress):
+            trained.append(arm.run_id)
+        if after_arm is not None:
+            after_arm(arm)
+    evaluated = evaluate_arms(exp)
+    report, scores = write_comparison(exp)
+    return Outcome(trained, evaluated, report, scores)
+
+
+def main(args, cfg: Config) -> int:
+    """`populora experiment`: see the module docstring."""
+    import sys
+
+    from populora.logs import setup_logging
+
+    setup_logging()
+    _apply_limits(args, cfg)
+    seeds = parse_seeds(args.seeds, cfg.run.seed)
+    label = args.preset if not args.config_file else Path(args.config_file).stem
+    cfg.run.run_id = ""
+    experiment_id = args.experiment_id or default_id(cfg, label or "", seeds)
+    exp = plan(cfg, experiment_id, seeds, args.benchmark, args.limit, args.samples)
+    print(f"experiment {experiment_id}: {len(exp.arms)} arms "
+          f"({', '.join(a.run_id for a in exp.arms)}), budget tokens={exp.cfg.run.budget_tokens} "
+          f"sandbox_jobs={exp.cfg.run.budget_sandbox_jobs}, at most {exp.cfg.run.steps} steps each; "
+          f"benchmarks {', '.join(exp.benchmarks)}", flush=True)
+    db = JournalDB(exp.cfg.league_db_url)
+    try:
+        outcome = run_experiment(exp, db, progress=sys.stderr.isatty())
+    except EvalError as e:
+        print(f"error: evaluation: {e}", file=sys.stderr)
+        return 2
+    finally:
+        db.close()
+    print(f"trained now: {', '.join(outcome.trained) or 'none (all arms finished before)'}")
+    print(f"evaluations run now: {len(outcome.evaluated)}")
+    print(f"scores: {exp.out_dir / 'scores.json'}")
+    print(f"report: {outcome.report}")
+    return 0

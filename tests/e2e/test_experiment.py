@@ -1,0 +1,89 @@
+"""End-to-end `populora experiment` on cpu-tiny: both arms, the held-out evaluation and the report. After a stop
+between the arms and one inside the second, the same command again continues: the first arm is not redone, the second
+goes on from its stored phases, and a finished evaluation is never redone."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from coordinator.cli import main as cli_main
+from coordinator.experiment import plan, run_experiment
+from coordinator.journal import JournalDB
+from coordinator.train import parse_budget, run_training
+from populora.config import load_config
+from tests.e2e.conftest import e2e_overrides
+
+
+class Stopped(Exception):  # noqa: N818 - the stand-in for a stop (Ctrl-C, a killed process) between two arms
+    pass
+
+
+def test_experiment_runs_both_arms_and_resumes_after_stops(tmp_path, echo_model):
+    sets = e2e_overrides(tmp_path, echo_model) + ["run.steps=3"]
+    budget = "tokens=2500"
+    argv = ["experiment", "--preset", "cpu-tiny", "--budget", budget, "--id", "exp", "--limit", "3"]
+    for s in sets:
+        argv += ["--set", s]
+
+    # the first call: the same config the command builds; stopped right after the first arm
+    cfg = load_config(preset="cpu-tiny", overrides=sets)
+    cfg.run.budget_tokens = parse_budget(budget)["tokens"]
+    exp = plan(cfg, "exp", [cfg.run.seed], [], limit=3)
+    db = JournalDB(cfg.league_db_url)
+    pop, base = (a.run_id for a in exp.arms)
+
+    def stop(arm):
+        if arm.run_id == pop:
+            raise Stopped
+
+    with pytest.raises(Stopped):
+        run_experiment(exp, db, after_arm=stop)
+    assert db.get_run(pop)["status"] == "finished" and db.get_run(base) is None
+    first_arm = db.phase_rows(pop)
+    assert first_arm and not (exp.out_dir / "evals").exists()
+    # ... and the second arm stopped inside: its step 0 stored, its run not finished
+    partial = exp.arms[1].cfg.model_copy(deep=True)
+    partial.run.steps = 0
+    db.create_run(base, partial.run.mode, exp.arms[1].cfg.to_yaml())
+    run_training(partial, base, db)
+    db.set_status(base, "stopped")
+    base_step0 = db.phase_rows(base)
+    assert {r["step"] for r in base_step0} == {0}
+
+    # the same command again: the first arm is not redone, the second runs, both are scored, the report is written
+    assert cli_main(argv) == 0
+    assert db.phase_rows(pop) == first_arm  # no phase of arm one ran again (same rows, same finish times)
+    assert db.get_run(base)["status"] == "finished"
+    base_rows = db.phase_rows(base)
+    assert [r for r in base_rows if r["step"] == 0] == base_step0  # arm two went on from where it stopped
+    assert max(r["step"] for r in base_rows) >= 1
+    assert {r["phase"] for r in base_rows} >= {"warmstart", "init", "seed", "account", "propose", "update"}
+    assert all(r["attempts"] == 1 for r in base_rows)
+
+    scores = json.loads((exp.out_dir / "scores.json").read_text())
+    assert set(scores["arms"]) == {pop, base} and scores["budget"]["tokens"] == 2500
+    for run_id, n in scores["arms"].items():
+        metrics = [json.loads(x) for x in (tmp_path / "runs" / run_id / "metrics.jsonl").read_text().splitlines()]
+        assert n["tokens"] == metrics[-1]["compute_cumulative"]["tokens"] >= 2500  # stopped by the budget
+        assert metrics[-1]["stopped"].startswith("budget: tokens") and n["steps"] == len(metrics) - 1
+        held = n["evals"]["heldout"]
+        assert held["n_problems"] == 3 and set(held["members"]) == set(n["population"])
+        assert all(0.0 <= m["pass_at_1"] <= 1.0 for m in held["members"].values())
+    raw = json.loads((exp.out_dir / "evals" / f"{base}.heldout.json").read_text())
+    assert raw["benchmark"] == "heldout" and raw["limit"] == 3
+    assert {r["adapter_id"] for r in raw["results"]} >= {f"{base}.B0"}
+    assert scores["summary"]["population"]["runs"] == scores["summary"]["baseline"]["runs"] == 1
+    for png in ("rates.png", "complexity.png", "ratings.png", "compute.png", "evals.png"):
+        assert (exp.out_dir / png).stat().st_size > 1000, png
+    page = (exp.out_dir / "report.html").read_text()
+    assert pop in page and base in page and "heldout pass@1" in page
+
+    # once more: nothing is trained or evaluated again
+    evals_before = {p.name: p.read_text() for p in (exp.out_dir / "evals").iterdir()}
+    again = run_experiment(plan(cfg, "exp", [cfg.run.seed], [], limit=3), db)
+    assert again.trained == [] and again.evaluated == []
+    assert {p.name: p.read_text() for p in (exp.out_dir / "evals").iterdir()} == evals_before
+    assert db.phase_rows(base) == base_rows
+    db.close()

@@ -1,0 +1,43 @@
+"""Real answers of SmolLM2-135M-Instruct (the `cpu-smol` model) to benchmark prompts, kept as test data so the
+program extraction is tested on what the model really writes. Regenerate (about a minute on 2 cores):
+
+    PYTHONPATH=$PWD python -m tests.evals.smollm2_outputs
+
+Writes tests/evals/data/smollm2_outputs.json: for the first HumanEval problems, the chat answer (chat template)
+and the raw completion (completion mode, HumanEval's stop sequences), greedy, 160 new tokens at most.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+OUT = Path(__file__).with_name("data") / "smollm2_outputs.json"
+PROBLEMS = 6
+MAX_NEW_TOKENS = 160
+
+
+def main() -> None:
+    from populora.config import load_config
+    from populora.evals.benchmarks import load_problems
+    from populora.evals.harness import EvalTarget, _request
+    from populora.pb import inference_pb2
+    from services.inference.service import InferenceService
+
+    cfg = load_config(preset="cpu-smol", env=False)
+    inference = InferenceService.from_config(cfg)
+    problems = load_problems("humaneval", limit=PROBLEMS)
+    base = EvalTarget("base", None)
+    requests = [_request(p, base, f"{mode}/{p.id}", mode == "chat", 1, 0.0, MAX_NEW_TOKENS, 0)
+                for mode in ("chat", "completion") for p in problems]
+    texts = {r.request_id: r.completions[0].text
+             for r in inference.Generate(inference_pb2.GenerateRequest(requests=requests))}
+    rows = [{"problem": p.id, "mode": mode, "text": texts[f"{mode}/{p.id}"]}
+            for mode in ("chat", "completion") for p in problems]
+    OUT.write_text(json.dumps({"model": cfg.model.name, "max_new_tokens": MAX_NEW_TOKENS, "answers": rows},
+                              indent=1) + "\n")
+    print(f"wrote {OUT}")
+
+
+if __name__ == "__main__":
+    main()
