@@ -11,6 +11,8 @@ same services: the in-process inference and sandbox services `populora eval` use
   batch_gain                 their ratio
   sandbox_jobs_per_s         the 164 canonical HumanEval solutions with their tests, jobs / seconds
   canonical_pass_rate        the share of them that pass (must be 1.0)
+  batch_gain_cpu             the ratio of this process's CPU seconds (one by one / batched): the gain without the
+                             noise other processes on a shared machine add to wall-clock time
 and identical_scores (the batched and one-by-one scores agree), seconds, tokens and pass@1 of each side.
 """
 
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 import time
@@ -62,9 +65,10 @@ def _timed(services, targets, problems, max_new_tokens: int, chat: bool) -> tupl
             seen["jobs"] += info["jobs"]
             seen["score_s"] += info["seconds"]
 
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     results = evaluate(services, targets, "humaneval", problems=problems, max_new_tokens=max_new_tokens, chat=chat,
                        progress=progress)
+    seen["cpu_s"] = time.process_time() - cpu
     return time.perf_counter() - start, results, seen
 
 
@@ -98,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
             _timed(services, targets, problems[:1], 8, chat)  # warm-up: every adapter loaded, both sides alike
             batched_s, batched, b_seen = _timed(services, targets, problems, args.max_new_tokens, chat)
             print(f"bench.eval: batched {batched_s:.1f} s", file=sys.stderr, flush=True)
-            one_s, one, o_seen = 0.0, [], {"tokens": 0, "jobs": 0, "score_s": 0.0}
+            one_s, one, o_seen = 0.0, [], {"tokens": 0, "jobs": 0, "score_s": 0.0, "cpu_s": 0.0}
             for t in targets:
                 s, res, seen = _timed(services, [t], problems, args.max_new_tokens, chat)
                 one_s += s
@@ -115,10 +119,13 @@ def main(argv: list[str] | None = None) -> int:
         "problems_per_s_batched": round(work / batched_s, 3),
         "problems_per_s_one_by_one": round(work / one_s, 3),
         "batch_gain": round(one_s / batched_s, 2),
+        "batch_gain_cpu": round(o_seen["cpu_s"] / b_seen["cpu_s"], 2),
         "sandbox_jobs_per_s": round(len(canon) / canon_s, 1),
         "canonical_pass_rate": sum(o.passed for o in canon) / len(canon),
         "identical_scores": [r.to_json() for r in batched] == [r.to_json() for r in one],
         "seconds_batched": round(batched_s, 1), "seconds_one_by_one": round(one_s, 1),
+        "cpu_seconds_batched": round(b_seen["cpu_s"], 1), "cpu_seconds_one_by_one": round(o_seen["cpu_s"], 1),
+        "load_average_1m": round(os.getloadavg()[0], 2),
         "tokens_batched": b_seen["tokens"], "tokens_one_by_one": o_seen["tokens"],
         "scoring_seconds_batched": round(b_seen["score_s"], 2), "scoring_jobs_batched": b_seen["jobs"],
         "mean_pass_at_1": round(sum(r.pass_at_1 for r in batched) / len(batched), 4),

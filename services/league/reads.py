@@ -209,15 +209,19 @@ def run_config_yaml(db: LeagueDB, run_id: str) -> str:
     return row[0] if row else ""
 
 
-def league_counts(db: LeagueDB, run_id: str) -> dict[str, int]:
-    """The run's last applied match (its `seq`) and its adapter counts, which change whenever its league state does
-    (a report moves the first, a child adds an adapter). Two index lookups."""
-    m, a = t.matches.c, t.adapters.c
+def league_counts(db: LeagueDB, run_id: str) -> dict[str, int | float]:
+    """The run's last applied match (its `seq`), its adapter counts and its held-out scores (how many, the latest
+    recording time), which change whenever its league state does (a report moves the first, a child adds an adapter,
+    an evaluation records or replaces scores). Three index lookups."""
+    m, a, e = t.matches.c, t.adapters.c, t.evals.c
     active = sa.func.sum(sa.case((a.status == "active", 1), else_=0))
     with db.read_engine.connect() as conn:
         last = conn.execute(sa.select(sa.func.max(m.id)).where(m.run_id == run_id)).scalar()
         count, n_active = conn.execute(sa.select(sa.func.count(), active).where(a.run_id == run_id)).one()
-    return {"adapters": int(count or 0), "active": int(n_active or 0), "last_match_seq": int(last or 0)}
+        evals, evals_at = conn.execute(sa.select(sa.func.count(), sa.func.max(e.recorded_at))
+                                       .where(e.run_id == run_id)).one()
+    return {"adapters": int(count or 0), "active": int(n_active or 0), "last_match_seq": int(last or 0),
+            "evals": int(evals or 0), "evals_recorded_at": float(evals_at or 0.0)}
 
 
 # One adapter's ancestors and descendants in one statement: a recursive walk each way, each edge at the depth of its

@@ -338,6 +338,8 @@ class LeagueCounts(Model):
     adapters: int
     active: int
     last_match_seq: int
+    evals: int = Field(description="held-out scores recorded for the run")
+    evals_recorded_at: float = Field(description="when the latest of them was recorded (unix seconds; 0: none)")
 
 
 class Overview(Model):
@@ -792,7 +794,7 @@ def create_app(service: LeagueService, read_only: bool = False) -> FastAPI:
         exists = db.run_exists(run_id)
         if view is None and not exists:
             raise ServiceError(grpc.StatusCode.NOT_FOUND, f"run '{run_id}' does not exist")
-        counts = {"adapters": 0, "active": 0, "last_match_seq": 0}
+        counts = {"adapters": 0, "active": 0, "last_match_seq": 0, "evals": 0, "evals_recorded_at": 0.0}
         epsilon: dict[str, float | None] = {}
         if exists:
             counts = reads.league_counts(db, run_id)
@@ -804,7 +806,8 @@ def create_app(service: LeagueService, read_only: bool = False) -> FastAPI:
         for event in view["evolution"]:
             event["epsilon"] = epsilon.get(event["child"])
         return {"run_id": run_id, "server_time": time.time(), "journal": view["journal_rows"] > 0,
-                "revision": f"{view['journal_rows']}.{counts['last_match_seq']}.{counts['adapters']}",
+                "revision": f"{view['journal_rows']}.{counts['last_match_seq']}.{counts['adapters']}."
+                            f"{counts['evals']}.{counts['evals_recorded_at']:.3f}",
                 "league": counts, **view}
 
     @app.get("/v1/runs/{run_id}/overview", response_model=Overview, tags=["run"], responses=not_found)

@@ -53,7 +53,8 @@ def test_adapter_page_and_overview_without_a_journal(rest, league):
     assert page["versions"] == [] and page["journal"] is False and page["k"] == 3.0
     assert rest.get("/v1/adapters/S2/samples").json() == {"adapter_id": "S2", "proposals": [], "answers": []}
     ov = rest.get("/v1/runs/r1/overview").json()
-    assert ov["journal"] is False and ov["league"] == {"adapters": 5, "active": 4, "last_match_seq": 12}
+    assert ov["journal"] is False and ov["league"] == {"adapters": 5, "active": 4, "last_match_seq": 12, "evals": 0,
+                                                     "evals_recorded_at": 0.0}
     assert rest.get("/v1/runs/r1/steps").json() == {"run_id": "r1", "steps": []}
     assert rest.get("/v1/runs/r1/tasks").json()["tasks"] == []
     # the revision moves with the league: one more match
@@ -61,6 +62,11 @@ def test_adapter_page_and_overview_without_a_journal(rest, league):
         match_id="r1/3/T0/code_o", teacher_id="T0", student_id="S0", task_type="code_o", step=3, rhos=[0.5])]))
     after = rest.get("/v1/runs/r1/overview").json()
     assert after["revision"] != ov["revision"] and after["league"]["last_match_seq"] == 13
+    # and with held-out scores: the leaderboard shows them, so a page open on it must refresh
+    league.RecordEvals(pb.RecordEvalsRequest(run_id="r1", scores=[pb.EvalScore(
+        adapter_id="", version=0, benchmark="heldout", label="base", n_problems=0, samples=1)]))
+    scored = rest.get("/v1/runs/r1/overview").json()
+    assert scored["revision"] != after["revision"] and scored["league"]["evals"] == 1
     for path in ("overview", "steps", "tasks", "ratings", "lineage"):
         assert rest.get(f"/v1/runs/nope/{path}").status_code == 404
     assert rest.get("/v1/adapters/nope").status_code == 404
