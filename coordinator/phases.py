@@ -167,12 +167,19 @@ def _teacher_request(run: Run, buffers: BufferSet, slot: Slot, step: int
         sampling=_sampling(run, 1, cfg.teacher_max_new_tokens, run.seed("gen", step, slot.id))), given
 
 
-def _proposals(run: Run, buffers: BufferSet, slots: list[Slot], step: int, desc: str) -> list[Proposal]:
-    """Every slot's proposal, written in one generation batch."""
+def teacher_requests(run: Run, buffers: BufferSet, slots: list[Slot], step: int
+                     ) -> tuple[list[inference_pb2.GenerationRequest], dict[str, str]]:
+    """The generation requests of every slot, and the program each code_f slot was given (by slot id)."""
     requests, given = [], {}
     for slot in slots:
         request, given[slot.id] = _teacher_request(run, buffers, slot, step)
         requests.append(request)
+    return requests, given
+
+
+def _proposals(run: Run, buffers: BufferSet, slots: list[Slot], step: int, desc: str) -> list[Proposal]:
+    """Every slot's proposal, written in one generation batch."""
+    requests, given = teacher_requests(run, buffers, slots, step)
     gen = generate(run, requests, desc)
     out = []
     for s in slots:
@@ -268,11 +275,15 @@ def match(run: Run, step: int) -> Matched:
                     for p in resp.pairings])
 
 
+def propose_slots(run: Run, matched: Matched, population: Population) -> list[Slot]:
+    """The proposals a step asks for: proposals_per_teacher per match, each by the match's teacher."""
+    return [Slot(f"{m.match_id}/p{k}", m.task_type, m.teacher, population[m.teacher].version, m.match_id)
+            for m in matched.pairings for k in range(run.cfg.tasks.proposals_per_teacher)]
+
+
 def propose(run: Run, step: int, matched: Matched, population: Population, buffers: BufferSet) -> Proposed:
     """Every teacher's proposals for every match, in one multi-LoRA batch (spec 2, 10)."""
-    slots = [Slot(f"{m.match_id}/p{k}", m.task_type, m.teacher, population[m.teacher].version, m.match_id)
-             for m in matched.pairings for k in range(run.cfg.tasks.proposals_per_teacher)]
-    return Proposed(_proposals(run, buffers, slots, step, "propose"))
+    return Proposed(_proposals(run, buffers, propose_slots(run, matched, population), step, "propose"))
 
 
 def validate(run: Run, proposed: Proposed, buffers: BufferSet) -> Validated:
@@ -290,6 +301,23 @@ def validate(run: Run, proposed: Proposed, buffers: BufferSet) -> Validated:
 def solve(run: Run, step: int, matched: Matched, proposed: Proposed, validated: Validated,
           population: Population) -> Solved:
     """Every matched student x valid task x n samples, in one multi-LoRA batch (spec 2)."""
+    requests, tasks = student_requests(run, step, matched, proposed, validated, population)
+    gen = generate(run, requests, "solve")
+    attempts = []
+    for p, rid, student in tasks:
+        g = gen[rid]
+        for k, c in enumerate(g.completions):
+            attempts.append(Attempt(id=f"{p.id}/a{k}", task_id=p.id, student=student, match_id=p.match_id,
+                                    text=c.text, prompt_token_ids=g.prompt_token_ids,
+                                    response_token_ids=list(c.token_ids), finish_reason=c.finish_reason))
+    return Solved(attempts)
+
+
+def student_requests(run: Run, step: int, matched: Matched, proposed: Proposed, validated: Validated,
+                     population: Population
+                     ) -> tuple[list[inference_pb2.GenerationRequest], list[tuple[Proposal, str, str]]]:
+    """The generation request of every valid task for its match's student (n samples each), and per request the
+    proposal, the request id and the student."""
     student_of = {m.match_id: m.student for m in matched.pairings}
     n = run.cfg.tasks.n_samples
     requests, tasks = [], []
@@ -304,15 +332,7 @@ def solve(run: Run, step: int, matched: Matched, proposed: Proposed, validated: 
             messages=_messages(student_messages(v.task)),
             sampling=_sampling(run, n, run.cfg.generation.max_new_tokens, run.seed("gen", step, rid))))
         tasks.append((p, rid, student))
-    gen = generate(run, requests, "solve")
-    attempts = []
-    for p, rid, student in tasks:
-        g = gen[rid]
-        for k, c in enumerate(g.completions):
-            attempts.append(Attempt(id=f"{p.id}/a{k}", task_id=p.id, student=student, match_id=p.match_id,
-                                    text=c.text, prompt_token_ids=g.prompt_token_ids,
-                                    response_token_ids=list(c.token_ids), finish_reason=c.finish_reason))
-    return Solved(attempts)
+    return requests, tasks
 
 
 def check(run: Run, solved: Solved, validated: Validated) -> Checked:

@@ -1,0 +1,93 @@
+"""bench.inference: its workload is what the phases send (uneven rows per adapter, real prompts), and the bench run
+end to end on the tiny model gives every key, each figure computed from that run."""
+
+import json
+import math
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from bench import inference
+
+ROOT = Path(__file__).resolve().parents[1]
+RATES = ["mixed_tokens_per_s", "base_tokens_per_s", "sequential_tokens_per_s", "mixed_gather_tokens_per_s",
+         "peft_mixed_tokens_per_s", "loop_tokens_per_s"]
+
+
+def finite_number(value) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+
+
+@pytest.fixture(scope="module")
+def planned():
+    """The workloads of the bench with the tiny model's tokenizer-free parts: config, sandbox, seed tasks."""
+    from populora.store import ArtifactStore
+
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = inference.bench_config("tiny", Path(tmp), 0)
+        run, services = inference.open_run(cfg, ArtifactStore(Path(tmp) / "store"), None)
+        try:
+            tasks = inference.seed_tasks(run)
+            ids = [f"bench-{i}" for i in range(inference.N_ADAPTERS)]
+            plans = {n: inference.make_workload(run, n, inference.SHAPES[n], ids, tasks) for n in inference.SHAPES}
+            yield run, ids, plans, {n: inference.phase_batches(run, w) for n, w in plans.items()}
+        finally:
+            services.close()
+
+
+def test_batches_are_the_phases_own_with_uneven_rows_per_adapter(planned):
+    from coordinator import phases
+
+    run, ids, plans, batches = planned
+    large = plans["large"]
+    propose, solve = batches["large"]
+    slots = phases.propose_slots(run, large.matched, large.population)
+    assert [r.request_id for r in propose] == [s.id for s in slots]
+    expected, _ = phases.teacher_requests(run, large.buffers, slots, inference.STEP)
+    assert [r.messages for r in propose] == [[{"role": m.role, "content": m.content} for m in e.messages]
+                                             for e in expected]
+    # only the proposals drawn valid are solved, n samples each, by their match's student
+    assert sorted(r.request_id for r in solve) == sorted(f"{pid}/solve" for pid in large.valid)
+    assert 0 < len(solve) < len(propose)
+    assert all(r.sampling.n == run.cfg.tasks.n_samples and r.sampling.temperature > 0 for r in solve)
+    rows: dict[str, int] = {}
+    for r in propose + solve:
+        rows[r.adapter.adapter_id] = rows.get(r.adapter.adapter_id, 0) + r.sampling.n
+    assert len(set(rows.values())) > 1, rows  # uneven
+    assert set(rows) == set(ids)
+    # prompts of different lengths: code_f teacher prompts are longer than the others
+    lengths = {len(r.messages[-1]["content"]) for r in propose}
+    assert len(lengths) > 1
+    # the small workload is one cpu-smol step: 2 teachers x 3 task types x 2 proposals
+    assert len(batches["small"][0]) == 2 * len(run.cfg.tasks.task_types) * 2
+
+
+def test_the_bench_runs_on_the_tiny_model_and_counts_every_figure():
+    proc = subprocess.run([sys.executable, "-m", "bench.inference", "--json", "--model", "tiny", "--new-tokens", "2",
+                           "--workloads", "small", "--skip-vllm"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    missing = [k for k in (f"{r}_small" for r in RATES) if not finite_number(out.get(k))]
+    assert not missing, f"missing or not numeric: {missing}"
+    assert "mixed_tokens_per_s" not in out  # the large workload was not asked for, and nothing stands in for it
+    assert out["new_tokens"] == {"propose": 2, "solve": 2}
+    assert out["rows_small"] == sum(out["rows_per_adapter_small"]) > 0
+    assert 0 < out["tokens_small"] <= 2 * out["rows_small"]
+    assert 0 < out["loop_tokens_small"] <= 2 * out["rows_small"]
+    assert out["loop_threads"] == 1  # the cpu-smol preset's generation.threads, as the embedded run uses it
+    for key, num, den in [("lora_overhead_small", "base_tokens_per_s_small", "mixed_tokens_per_s_small"),
+                          ("mixed_vs_peft_small", "mixed_tokens_per_s_small", "peft_mixed_tokens_per_s_small"),
+                          ("loop_vs_bench_small", "loop_tokens_per_s_small", "mixed_tokens_per_s_small")]:
+        assert out[key] == pytest.approx(out[num] / out[den], rel=1e-2)
+    assert set(out["targets_met"]) == {"lora_overhead_small<=1.6", "mixed_vs_peft_small>=1.2",
+                                       "rss_mb_per_extra_adapter<=1.2x_adapter_mb", "loop_vs_bench_small>=0.8"}
+
+
+def test_an_unknown_workload_is_refused(capsys):
+    with pytest.raises(SystemExit):
+        inference.main(["--workloads", "huge"])
+    assert "unknown ['huge']" in capsys.readouterr().err
