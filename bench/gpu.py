@@ -245,7 +245,7 @@ def bench_generation(base, shape: Shape, args, report: Reporter, device) -> None
         try:
             wall, produced = _generate_sides(backend, refs, k, new_tokens, args, device)
         finally:
-            backend.path.lora.restore()  # the plain model again, for the trainer
+            backend.host.multi.restore()  # the plain model again, for the trainer
     report("gpu_generation_rows_per_adapter", k)
     report("gpu_generation_new_tokens", new_tokens)
     for name in wall:

@@ -250,12 +250,12 @@ def bench_hf(base, store, refs, workloads: dict, out: dict) -> None:
             measure(out, f"base_tokens_per_s{sfx}", run_backend(backend, without_adapters(batches)).tokens_per_s)
             run_backend(backend, [warm])
             measure(out, f"sequential_tokens_per_s{sfx}", run_backend(backend, by_adapter(batches)).tokens_per_s)
-            backend.path.lora.mode = "gather"
+            backend.host.multi.mode = "gather"
             run_backend(backend, [warm])
             measure(out, f"mixed_gather_tokens_per_s{sfx}", run_backend(backend, batches).tokens_per_s)
-            backend.path.lora.mode = "segments"
+            backend.host.multi.mode = "segments"
     finally:
-        backend.path.lora.restore()
+        backend.host.multi.restore()
 
 
 def bench_loop(run_of, refs, workloads: dict, plans: dict, out: dict) -> None:
@@ -286,7 +286,7 @@ def bench_loop(run_of, refs, workloads: dict, plans: dict, out: dict) -> None:
             measure(out, f"loop_tokens_per_s{SUFFIX[name]}", tokens / seconds)
             out[f"loop_tokens_{name}"] = tokens
     finally:
-        service.backend.path.lora.restore()
+        service.backend.host.multi.restore()
 
 
 def peft_generate(model, tok, eos: list[int], batch: list) -> int:
@@ -356,7 +356,7 @@ def bench_memory(base, store, refs, out: dict) -> None:
     weights = store.read(refs[0]).weights
     out["adapter_mb"] = sum(t.numel() * t.element_size() for t in weights.values()) / 2**20
     out["rss_mb_per_extra_adapter"] = (out["rss_mb_8_adapters"] - out["rss_mb_1_adapter"]) / (N_ADAPTERS - 1)
-    backend.path.lora.restore()
+    backend.host.multi.restore()
 
 
 def bench_vllm(name: str, new_tokens: int) -> dict:

@@ -145,10 +145,25 @@ def bwrap_args(tmp_mb: int) -> list[str]:
     return args
 
 
+STAGE_CANDIDATES = ("/tmp", "/mnt", "/srv", "/media", "/opt", "/var/tmp")
+
+
+def stage_dir(sources: list[str], candidates: tuple[str, ...] = STAGE_CANDIDATES) -> str:
+    """An existing directory to cover with the new root's tmpfs that holds none of the bind sources (a checkout
+    under /tmp would otherwise vanish under the tmpfs before its files are bound)."""
+    real = [os.path.realpath(s) for s in sources]
+    for cand in candidates:
+        top = os.path.realpath(cand)
+        if os.path.isdir(top) and not any(r == top or r.startswith(top.rstrip("/") + "/") for r in real):
+            return top
+    raise RuntimeError(f"no directory among {list(candidates)} exists outside the jail's sources ({real[:3]}...) "
+                       "to build the unshare jail's root on; create /mnt")
+
+
 def unshare_spec(tmp_mb: int) -> dict:
     """What `jail_runtime.py build-root` needs to build the same tree in new namespaces."""
     binds, links = system_tree()
-    return {"stage": "/tmp", "binds": binds, "links": links, "tmp_mb": tmp_mb,
+    return {"stage": stage_dir([src for src, _ in binds]), "binds": binds, "links": links, "tmp_mb": tmp_mb,
             "ld_cache": os.path.exists("/etc/ld.so.cache"), "argv": Interpreter.current().jail_argv("zygote"),
             "env": jail_env()}
 

@@ -96,3 +96,15 @@ def test_blank_environ_block_hides_the_environment_and_keeps_it():
                          cwd=str(Path(RUNTIME).parents[2]))
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["0", "s3", "True"]
+
+
+def test_the_unshare_root_is_staged_outside_every_bind_source(tmp_path):
+    from services.sandbox.jail import stage_dir
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    assert stage_dir(["/usr/lib"], (str(a), str(b))) == str(a)
+    assert stage_dir([str(a / "checkout" / "jail_runtime.py")], (str(a), str(b))) == str(b)  # a checkout under a
+    with pytest.raises(RuntimeError, match="outside the jail's sources"):
+        stage_dir([str(a / "x"), str(b / "y")], (str(a), str(b), str(tmp_path / "missing")))

@@ -89,7 +89,9 @@ def test_chroot_needs_no_capability_beyond_the_containers(tmp_path):
 @pytest.mark.slow
 def test_the_hostile_corpus_is_contained_in_the_runtime_root():
     """The container profile's expectations on the plain host: every program contained, /etc/passwd and the
-    process list included (fill_tmp runs against the host's disk here, not a tmpfs, so its time limit decides)."""
+    process list included. fill_tmp is the exception: here it writes to the host's disk, not the container's
+    size-capped tmpfs, so whether it ends by its time limit or finishes its 1,000 MB depends on the disk's speed
+    (make test-compose checks it in the container, where the tmpfs stops it)."""
     _root_or_skip()
     from services.sandbox.zygote import ZygoteExecutor
 
@@ -97,7 +99,8 @@ def test_the_hostile_corpus_is_contained_in_the_runtime_root():
     root = ex.runtime_root
     try:
         total, wrong = run_corpus(ex.run, profile="container", check_repeats=2)
-        wrong = [w for w in wrong if not w.startswith("fill_tmp: expected error, got timeout")]
+        wrong = [w for w in wrong if not w.startswith(("fill_tmp: expected error, got timeout",
+                                                        "fill_tmp: expected error, got ok"))]
         assert total >= 60 and not wrong, "\n".join(wrong)
         normal = ex.run([Job(f"n{i}", "import json, decimal\ndef f(a):\n    return json.loads(json.dumps([a]))",
                              calls=[f"f({i})"]) for i in range(10)])
