@@ -171,7 +171,7 @@ class TrainerService:
     def _check_length(self, where: str, n_tokens: int, what: str) -> None:
         """A sequence longer than trainer.micro_batch_tokens runs alone in its micro-batch (trr.pack); one longer
         than the base model's context cannot run at all."""
-        context = getattr(self.base.model.config, "max_position_embeddings", None)
+        context = getattr(self.pool.host.causal_lm.config, "max_position_embeddings", None)
         if context and n_tokens > context:
             raise invalid(f"{where}: {n_tokens} tokens exceed the base model's context of {context}; shorten the "
                           f"{what}")
