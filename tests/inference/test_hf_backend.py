@@ -138,3 +138,66 @@ def test_bad_requests(make_backend, adapters):
     with pytest.raises(BadRequest, match="role"):
         backend.generate([Request("x", messages=[{"role": "robot", "content": "hi"}])])
     assert _tokens(backend.generate([_req("ok", adapters[0])]))["ok"]  # still serving
+
+
+def test_prefill_groups_sort_by_length_within_the_budget():
+    from services.inference.hf import prefill_groups
+
+    lengths = [30, 5, 12, 31, 6, 100, 11]
+    groups = prefill_groups(lengths, budget=40)
+    assert sorted(i for g in groups for i in g) == list(range(len(lengths)))
+    assert all(g == sorted(g) for g in groups)
+    for g in groups:  # within the budget, or one over-long prompt alone
+        assert len(g) * max(lengths[i] for i in g) <= 40 or len(g) == 1
+    assert [5] in groups  # longer than the budget: alone
+    assert {1, 4} <= set(next(g for g in groups if 1 in g))  # the two shortest share a pass
+    assert prefill_groups([7], budget=1) == [[0]]
+
+
+@pytest.mark.parametrize("merge", [True, False])
+def test_grouped_prompt_pass_and_growing_cache_change_no_token(make_backend, adapters, monkeypatch, merge):
+    """Prompts of very different lengths in many small prompt groups (merged into one slab cache that grows in
+    place past its first allocation, finished rows leaving the batch late), or in one pass when the model's cache
+    cannot be merged: greedy rows token for token what one pass over the whole batch, and each request alone, give.
+    (A row's logits move by float rounding, about 1e-6 here, with its padding, so a sampled row is only checked to
+    repeat itself: a uniform draw landing within that of a token's edge picks its neighbour.)"""
+    import services.inference.hf as hf
+
+    backend = make_backend()
+    requests = []
+    for i in range(9):
+        adapter = None if i == 4 else adapters[i % len(adapters)]
+        requests.append(_req(f"g{i}", adapter, text="def f(x):" + " return x + 1" * (3 * i),
+                             max_new_tokens=5 + 9 * i, ignore_eos=True))
+    requests.append(_req("s", adapters[1], text="x" * 40, temperature=0.7, top_p=0.5, seed=3, n=3,
+                         max_new_tokens=45, ignore_eos=True))
+    backend.decoder.prefill_tokens = 10**9
+    one_pass = _tokens(backend.generate(requests))
+    if not merge:
+        monkeypatch.setattr(hf, "mergeable", lambda cache: False)
+    backend.decoder.prefill_tokens = 64
+    grouped = _tokens(backend.generate(requests))
+    sampled = grouped.pop("s")
+    assert grouped == {k: v for k, v in one_pass.items() if k != "s"}
+    assert _tokens(backend.generate(requests))["s"] == sampled
+    for req in (requests[0], requests[8]):
+        assert _tokens(backend.generate([req]))[req.request_id] == grouped[req.request_id]
+    assert [len(t) for t in sampled] == [45, 45, 45] and len({tuple(t) for t in sampled}) == 3
+    assert len(grouped["g8"][0]) == 5 + 9 * 8 > hf.CACHE_GROWTH
+
+
+def test_slab_layer_grows_in_place_and_selects_rows():
+    import torch
+
+    from services.inference.hf import CACHE_GROWTH, SlabLayer
+
+    k = torch.zeros(3, 2, 4 + CACHE_GROWTH, 5)
+    layer = SlabLayer(k.clone(), k.clone(), filled=4, limit=4 + 3 * CACHE_GROWTH)
+    for step in range(CACHE_GROWTH + 3):
+        new = torch.full((3, 2, 1, 5), float(step + 1))
+        keys, values = layer.update(new, new + 0.5)
+        assert keys.shape == (3, 2, 5 + step, 5) and float(keys[0, 0, -1, 0]) == step + 1
+    assert layer.get_seq_length() == 4 + CACHE_GROWTH + 3 and layer.k_slab.shape[2] == 4 + 2 * CACHE_GROWTH
+    assert layer.get_mask_sizes(1) == (4 + CACHE_GROWTH + 4, 0)
+    layer.batch_select_indices(torch.tensor([2, 0, 0]))
+    assert layer.keys.shape[0] == 3 and torch.equal(layer.keys[1], layer.keys[2])
