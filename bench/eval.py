@@ -1,9 +1,10 @@
 """Evaluation throughput: 8 adapters on the first HumanEval problems, all in one multi-LoRA batch vs one adapter at a
 time, everything counted (generation, extraction, sandbox scoring). Prints one JSON object.
 
-    python -m bench.eval --json [--limit 16] [--max-new-tokens 128] [--adapters 8]
+    python -m bench.eval --json [--limit 16] [--max-new-tokens 128] [--adapters 8] [--threads 0]
 
-SmolLM2-135M-Instruct (the cpu-smol preset: chat prompts, generation.threads), 8 random rank-16 adapters, greedy.
+SmolLM2-135M-Instruct (the cpu-smol preset: chat prompts), 8 random rank-16 adapters, greedy, on torch's default
+threads (every core, as `populora eval --set generation.threads=0` runs) unless --threads says otherwise.
 Both sides run in this process with the same threads after the same warm-up (one problem for all adapters), and the
 same services: the in-process inference and sandbox services `populora eval` uses. Keys:
   problems_per_s_batched     adapters x problems / seconds, all adapters in one evaluate() call (one batch)
@@ -53,6 +54,12 @@ def _services(cfg, root: Path, n_adapters: int):
     return services, store, refs
 
 
+def torch_default_threads() -> int:
+    import torch
+
+    return torch.get_num_threads()
+
+
 def _timed(services, targets, problems, max_new_tokens: int, chat: bool) -> tuple[float, list, dict]:
     from populora.evals import evaluate
 
@@ -79,6 +86,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--adapters", type=int, default=8)
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--preset", default="cpu-smol")
+    p.add_argument("--threads", type=int, default=0,
+                   help="torch threads for generation, both sides (0 = torch's default: every core; the preset's "
+                        "generation.threads is for a machine shared with the rest of a training run)")
     args = p.parse_args(argv)
 
     from populora.config import load_config
@@ -86,6 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     from populora.evals.scoring import canonical_program, run_programs
 
     cfg = load_config(preset=args.preset, env=False)
+    cfg.generation.threads = args.threads or torch_default_threads()
     chat = cfg.model.chat_template
     with tempfile.TemporaryDirectory(prefix="bench-eval-") as tmp:
         services, store, refs = _services(cfg, Path(tmp), args.adapters)
