@@ -260,6 +260,10 @@ class LeagueConfig(Section):
     read_cache_s: float = Field(1.0, ge=0)
     """REST read cache lifetime in seconds (leaderboard, payoff); writes through the same service invalidate it at
     once, so this only bounds how stale writes made by another league replica can look. 0 = no cache."""
+    read_queries: int = Field(0, ge=0, le=1024)
+    """REST reads that query the database at once (the leaderboard, curves, lineage...); the others wait their turn
+    in arrival order. A few queries in flight keep the cores busy; dozens only share them out unevenly, which is
+    what a slow tail is made of. 0 = twice the CPU cores."""
 
 
 class EvolutionConfig(Section):

@@ -14,18 +14,16 @@ from services.league.db import LeagueDB
 
 # The leaderboard on Postgres: ranks, conservative skill and the JSON rows are computed by the server in one
 # statement, so the service only concatenates text. Ties are broken by adapter id in code point order (COLLATE
-# "C"), as the Python path does, and `mu - k*sigma` is the same IEEE double arithmetic on both sides. The rows are
-# written by concatenation (strings through to_json, floats in Postgres' shortest exact form, `parents_json` as the
-# JSON text the league stored): half the server time of json_build_object on 500 rows. Numbers read back equal.
+# "C"), as the Python path does, and `mu - k*sigma` is the same IEEE double arithmetic on both sides. Each row's JSON
+# but for rank and conservative skill is kept in `board_json`, rebuilt by a trigger when the row is written
+# (migration 0005: strings through to_json, floats in Postgres' shortest exact form, `parents_json` as stored), so a
+# read sorts and concatenates: 0.4 ms for 500 rows against 1.3 ms serialising them in the query. Numbers read back
+# equal to the Python path's.
 _PG_LEADERBOARD = """
 SELECT EXISTS (SELECT 1 FROM league_runs WHERE run_id = %(run)s),
-       (SELECT '[' || coalesce(string_agg(concat(
-            '{"rank":', r.pos, ',"adapter_id":', to_json(r.adapter_id), ',"role":', to_json(r.role),
-            ',"status":', to_json(r.status), ',"mu":', r.mu, ',"sigma":', r.sigma, ',"conservative_skill":', r.skill,
-            ',"matches":', r.matches, ',"wins":', r.wins, ',"losses":', r.losses, ',"draws":', r.draws,
-            ',"parents":', r.parents_json, ',"operator":', to_json(r.operator), ',"created_step":', r.created_step,
-            ',"retired_step":', coalesce(r.retired_step::text, 'null'), '}'), ',' ORDER BY r.pos), '') || ']'
-        FROM (SELECT a.*, a.mu - %(k)s * a.sigma AS skill,
+       (SELECT '[' || coalesce(string_agg(concat('{"rank":', r.pos, ',"conservative_skill":', r.skill, ',',
+                                                 r.board_json), ',' ORDER BY r.pos), '') || ']'
+        FROM (SELECT a.board_json, a.mu - %(k)s * a.sigma AS skill,
                      row_number() OVER (ORDER BY a.mu - %(k)s * a.sigma DESC, a.adapter_id COLLATE "C") AS pos
               FROM league_adapters a
               WHERE a.run_id = %(run)s AND a.role = ANY(%(roles)s) AND a.status = ANY(%(statuses)s)) r)

@@ -517,17 +517,28 @@ class _ReadCache:
     """Serialised read responses. An entry is valid while no write went through this service (its generation);
     past `ttl` seconds it is still served while one background query refreshes it, so the TTL only bounds how stale
     writes made by another league process can look (ttl + one query). One query per key at a time: concurrent
-    misses wait for the same one instead of all querying the database."""
+    misses wait for the same one instead of all querying the database; and at most `queries` builds at a time
+    (`league.read_queries`), the others queued in arrival order."""
 
-    def __init__(self, ttl: float, generation: Callable[[], int]):
+    def __init__(self, ttl: float, generation: Callable[[], int], queries: int = 4):
         self.ttl = ttl
         self.generation = generation
         self._entries: dict[tuple, tuple[int, float, bytes]] = {}
         self._inflight: dict[tuple, tuple[int, asyncio.Future]] = {}
+        self.queries = queries
+        self._slots: tuple[asyncio.AbstractEventLoop, asyncio.Semaphore] | None = None
+
+    async def _query(self, key: tuple, build: Callable[[], object], gen: int) -> bytes:
+        """Run one build in the thread pool once one of the `queries` slots is free (waiters in arrival order)."""
+        loop = asyncio.get_running_loop()
+        if self._slots is None or self._slots[0] is not loop:  # one semaphore per event loop serving the app
+            self._slots = (loop, asyncio.Semaphore(self.queries))
+        async with self._slots[1]:
+            return await run_in_threadpool(self._build, key, build, gen)
 
     async def get(self, key: tuple, build: Callable[[], object]) -> bytes:
         if self.ttl <= 0:
-            return await run_in_threadpool(self._build, key, build, self.generation())
+            return await self._query(key, build, self.generation())
         entry = self._entries.get(key)
         if entry is not None and entry[0] == self.generation():
             if time.monotonic() - entry[1] >= self.ttl:
@@ -541,7 +552,7 @@ class _ReadCache:
         running = self._inflight.get(key)
         if running is not None and running[0] == gen:
             return running[1]
-        task = asyncio.ensure_future(run_in_threadpool(self._build, key, build, gen))
+        task = asyncio.ensure_future(self._query(key, build, gen))
         self._inflight[key] = (gen, task)
         task.add_done_callback(lambda done: self._done(key, done))
         return task
@@ -658,7 +669,7 @@ def create_app(service: LeagueService, read_only: bool = False) -> FastAPI:
                               "PopuLoRA runs, and the web dashboard at `/`.", max_body_size=MAX_BODY_BYTES,
                   responses=_responses(503))
     db = service.db
-    cache = _ReadCache(service.read_cache_s, lambda: db.generation)
+    cache = _ReadCache(service.read_cache_s, lambda: db.generation, getattr(service, "read_queries", 4))
     journal = Journal(db.read_engine)
     not_found = _responses(404)
 

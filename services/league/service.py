@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 import random
 import time
 from dataclasses import dataclass
@@ -80,13 +81,14 @@ class LeagueService:
     CONTRACT = CONTRACTS["league"]
 
     def __init__(self, db: LeagueDB, pfsp: PfspParams = PfspParams(), selection: SelectionParams = SelectionParams(),
-                 token: str = "", read_cache_s: float = 1.0):
+                 token: str = "", read_cache_s: float = 1.0, read_queries: int = 0):
         self.db = db
         self.rules = db.rules
         self.pfsp = pfsp
         self.selection = selection
         self.token = token
         self.read_cache_s = read_cache_s
+        self.read_queries = read_queries or 2 * (os.cpu_count() or 1)
 
     @classmethod
     def from_config(cls, cfg: Config, url: str | None = None, migrate: bool = True) -> LeagueService:
@@ -99,7 +101,7 @@ class LeagueService:
             db.migrate()
         return cls(db, PfspParams(lg.pfsp, lg.pfsp_p, lg.pfsp_floor),
                    SelectionParams(cfg.evolution.gamma, cfg.evolution.tournament_size),
-                   token=cfg.services.token, read_cache_s=lg.read_cache_s)
+                   token=cfg.services.token, read_cache_s=lg.read_cache_s, read_queries=lg.read_queries)
 
     def close(self) -> None:
         self.db.close()

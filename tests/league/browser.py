@@ -56,6 +56,18 @@ class Browser:
     def js(self, script: str, *args):
         return self.driver.execute_script(script, *args)
 
+    def select(self, css: str, value: str) -> None:
+        """Choose `value` in the <select> at `css`, as a user would; retried while the page re-renders it (an
+        element found just before a refresh replaced it is stale)."""
+        from selenium.webdriver.support.ui import Select
+
+        self.wait(lambda: Select(self.driver.find_element("css selector", css)).select_by_value(value) or True,
+                  what=f"{css} to take {value!r}")
+
+    def click(self, css: str) -> None:
+        """Click the element at `css`; retried while the page re-renders it."""
+        self.wait(lambda: self.driver.find_element("css selector", css).click() or True, what=f"a click on {css}")
+
     def wait(self, condition: Callable[[], object], timeout: float = 30.0, what: str = "condition") -> object:
         """Poll `condition` until it returns something truthy; its last exception or value in the failure."""
         deadline = time.monotonic() + timeout

@@ -114,27 +114,24 @@ def test_leaderboard_rows_equal_the_rest_leaderboard(page, site):
     check(_rows(page), rest)
     shot(page, "leaderboard")
     # sortable: mu - k sigma descending is the rank order, ascending its reverse
-    header = page.driver.find_element("css selector", "th[data-key='conservative_skill']")
-    header.click()
+    page.click("th[data-key='conservative_skill']")
     page.wait(lambda: "desc" in page.driver.find_element("css selector", "th[data-key='conservative_skill']")
               .get_attribute("class"), what="sorted descending")
     check(_rows(page), rest)
-    page.driver.find_element("css selector", "th[data-key='conservative_skill']").click()
+    page.click("th[data-key='conservative_skill']")
     page.wait(lambda: _rows(page)[0][1] == rest[-1]["adapter_id"], what="sorted ascending")
     check(_rows(page), sorted(rest, key=lambda r: (r["conservative_skill"], r["rank"])))
     # filters
-    from selenium.webdriver.support.ui import Select
-
-    Select(page.driver.find_element("id", "filter-role")).select_by_value("student")
+    page.select("#filter-role", "student")
     students = [r for r in rest if r["role"] == "student"]
     page.wait(lambda: len(_rows(page)) == len(students), what="the role filter")
     assert sorted(c[1] for c in _rows(page)) == sorted(r["adapter_id"] for r in students)
-    Select(page.driver.find_element("id", "filter-status")).select_by_value("retired")
+    page.select("#filter-status", "retired")
     retired = [r for r in students if r["status"] == "retired"]
     page.wait(lambda: sorted(c[1] for c in _rows(page)) == sorted(r["adapter_id"] for r in retired),
               what="the status filter")
-    Select(page.driver.find_element("id", "filter-role")).select_by_value("")
-    Select(page.driver.find_element("id", "filter-status")).select_by_value("")
+    page.select("#filter-role", "")
+    page.select("#filter-status", "")
 
 
 def test_leaderboard_shows_the_latest_held_out_scores(page, site, short_run):
@@ -204,7 +201,7 @@ def test_lineage_has_a_node_per_adapter_and_an_edge_per_parent_link(page, site):
     retired = page.js("return document.querySelectorAll('.lineage-node.retired').length")
     assert retired == sum(r["status"] == "retired" for r in board) >= 1
     child = rest["edges"][0]["child_id"]
-    page.driver.find_element("css selector", f".lineage-node[data-adapter='{child}']").click()
+    page.click(f".lineage-node[data-adapter='{child}']")
     page.wait(lambda: page.texts("#lineage-detail h3") == [child], what="the node's history panel")
     page.wait(lambda: page.js("return window.populora.charts.lineageHistory !== undefined"), what="its history")
     assert child in page.texts(".lineage-node.selected .node-id")[0]
@@ -264,13 +261,11 @@ def test_problem_explorer_shows_the_valid_tasks_of_a_step(page, site):
     assert first["teacher_id"] in page.texts("#tasks .task:first-child .who")[0]
     shot(page, "problems")
     every = get(site, f"/v1/runs/{RUN}/tasks?include_invalid=true&step=1")
-    from selenium.webdriver.support.ui import Select
-
-    Select(page.driver.find_element("id", "problem-step")).select_by_value("1")
+    page.select("#problem-step", "1")
     page.wait(lambda: page.js("return document.querySelector('#problem-step').value") == "1"
               and len(page.texts("#tasks .task")) == len(get(site, f"/v1/runs/{RUN}/tasks?step=1")["tasks"]),
               what="step 1")
-    page.driver.find_element("id", "problem-invalid").click()
+    page.click("#problem-invalid")
     page.wait(lambda: len(page.texts("#tasks .task")) == len(every["tasks"]), what="step 1 with rejected proposals")
     assert page.texts("#tasks .task details pre.raw") == [t["text"] for t in every["tasks"]]
 
@@ -341,7 +336,7 @@ def test_html_and_script_from_models_and_clients_are_shown_as_text(page, hostile
                   what=route)
         assert not page.texts("#main .error-box"), route
         if route.startswith("problems"):
-            page.driver.find_element("id", "problem-invalid").click()
+            page.click("#problem-invalid")
             page.wait(lambda: len(page.texts("#tasks .task")) == 2, what="both proposals")
             page.js("document.querySelectorAll('details').forEach(d => d.open = true)")
         text = page.js("return document.body.textContent")

@@ -225,3 +225,54 @@ def test_read_cache_single_flight_invalidation_and_stale_while_revalidate():
         assert json.loads(await cache.get(("k",), build))["n"] == 3
 
     asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("ttl", [0.0, 5.0])
+def test_read_queries_run_at_most_n_at_once_in_arrival_order(ttl):
+    """Uncached reads (and cache misses of distinct keys) take one of `queries` slots; the rest wait in order."""
+    from services.league.rest import _ReadCache
+
+    running, peak, started = [0], [0], []
+    lock = threading.Lock()
+
+    def build(i):
+        def run():
+            with lock:
+                running[0] += 1
+                peak[0] = max(peak[0], running[0])
+                started.append(i)
+            time.sleep(0.02)
+            with lock:
+                running[0] -= 1
+            return {"i": i}
+        return run
+
+    async def scenario():
+        cache = _ReadCache(ttl=ttl, generation=lambda: 0, queries=2)
+        tasks = []
+        for i in range(10):
+            tasks.append(asyncio.ensure_future(cache.get(("k", i), build(i))))
+            await asyncio.sleep(0.001)  # arrival order 0, 1, 2, ...
+        bodies = await asyncio.gather(*tasks)
+        assert [json.loads(b)["i"] for b in bodies] == list(range(10))
+
+    asyncio.run(scenario())
+    assert peak[0] == 2  # never more than the slots, and both slots used
+    # in arrival order, up to the two slots' own race: each read starts within one place of its turn
+    assert sorted(started) == list(range(10)) and all(abs(pos - i) <= 1 for pos, i in enumerate(started))
+
+
+def test_read_queries_default_to_twice_the_cores(tmp_path):
+    import os
+
+    from services.league.db import LeagueDB
+    from services.league.service import LeagueService
+
+    service = LeagueService(LeagueDB(f"sqlite:///{tmp_path}/l.sqlite"))
+    try:
+        assert service.read_queries == 2 * (os.cpu_count() or 1)
+    finally:
+        service.close()
+    other = LeagueService(LeagueDB(f"sqlite:///{tmp_path}/m.sqlite"), read_queries=3)
+    assert other.read_queries == 3
+    other.close()
