@@ -147,9 +147,11 @@ class GenerationConfig(Section):
     """vLLM: fraction of GPU memory it may take."""
     tensor_parallel_size: int = Field(1, ge=1)
     """vLLM: GPUs the base is split over."""
-    threads: int = Field(0, ge=0)
-    """`hf` on CPU: torch threads while a batch decodes; 0 = leave torch's setting. On a loaded 2-core machine one
-    thread decoded SmolLM2 about 3x faster than two (docs/warmstart.md); on an idle one two are about 1.4x faster."""
+    threads: int = Field(0, ge=-1)
+    """`hf` on CPU: torch threads while a batch decodes; 0 = leave torch's setting, -1 = the cores other processes
+    leave free, measured before each batch. On a loaded 2-core machine one thread decoded SmolLM2 about 3x faster
+    than two (docs/warmstart.md); on an idle one two are 1.4-1.5x faster. Thread counts change float rounding, so a
+    run that must repeat bit for bit on another machine sets a fixed count."""
 
 
 class TrainerConfig(Section):

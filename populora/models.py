@@ -74,13 +74,40 @@ class BaseModel:
         return sorted(i for i in ids if i is not None)
 
 
+def _busy_cpu_seconds() -> float:
+    """CPU seconds every core of the machine has spent busy since boot (Linux /proc/stat)."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def free_cores(window_s: float = 0.1) -> int:
+    """The cores other processes leave free, measured over `window_s`: the machine's busy CPU time (/proc/stat)
+    minus this process's own, as a share of the window; at least 1. Where /proc/stat cannot be read, the
+    1-minute load average stands in for the other processes' demand."""
+    cores = os.cpu_count() or 1
+    try:
+        busy0, own0, t0 = _busy_cpu_seconds(), sum(os.times()[:2]), time.monotonic()
+        time.sleep(window_s)
+        busy1, own1, t1 = _busy_cpu_seconds(), sum(os.times()[:2]), time.monotonic()
+        others = max(0.0, (busy1 - busy0) - (own1 - own0)) / max(t1 - t0, 1e-3)
+    except (OSError, ValueError, IndexError):
+        others = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    return max(1, min(cores, round(cores - others)))
+
+
 @contextmanager
 def torch_threads(n: int) -> Iterator[None]:
-    """Run the block with torch's intra-op threads set to `n` (0 = leave torch's setting), then restore it.
+    """Run the block with torch's intra-op threads set to `n`, then restore it: 0 = leave torch's setting, -1 =
+    the cores other processes leave free right now (free_cores, measured over 0.1 s).
 
     On a CPU shared with other processes, threads that wait for a descheduled sibling at every barrier made
     SmolLM2 generation and training 3x slower with 2 threads than with 1 on a loaded 2-core machine
-    (docs/warmstart.md); the setting is process-wide, so it is held only while the work runs."""
+    (docs/warmstart.md), while on an idle one two threads are 1.4-1.5x faster; the setting is process-wide, so it
+    is held only while the work runs."""
+    if n < 0:
+        n = free_cores()
     previous = torch.get_num_threads()
     if n and n != previous:
         torch.set_num_threads(n)

@@ -61,3 +61,64 @@ def test_local_directory(tiny):
 def test_list_models():
     names = [m.name for m in list_models()]
     assert names[:2] == ["tiny", "smollm2-135m"]
+
+
+def test_free_cores_sees_other_processes_busy():
+    import multiprocessing as mp
+    import os
+
+    from populora.models import free_cores
+
+    cores = os.cpu_count() or 1
+    assert 1 <= free_cores() <= cores
+    ctx = mp.get_context("spawn")
+    spinners = [ctx.Process(target=_spin, args=(3.0,), daemon=True) for _ in range(cores)]
+    for p in spinners:
+        p.start()
+    try:
+        import time
+
+        time.sleep(0.5)  # started and spinning
+        assert free_cores(window_s=0.3) == 1  # every core taken by another process
+    finally:
+        for p in spinners:
+            p.terminate()
+            p.join()
+
+
+def _spin(seconds: float) -> None:
+    import time
+
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        pass
+
+
+def test_free_cores_falls_back_to_the_load_average(monkeypatch):
+    import os
+
+    import populora.models as models
+
+    def unreadable():
+        raise OSError("no /proc/stat")
+
+    monkeypatch.setattr(models, "_busy_cpu_seconds", unreadable)
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    assert models.free_cores() == (os.cpu_count() or 1)
+    monkeypatch.setattr(os, "getloadavg", lambda: (50.0, 0.0, 0.0))
+    assert models.free_cores() == 1
+
+
+def test_torch_threads_auto_holds_the_free_cores_then_restores(monkeypatch):
+    import torch
+
+    import populora.models as models
+
+    before = torch.get_num_threads()
+    target = 1 if before != 1 else 2
+    monkeypatch.setattr(models, "free_cores", lambda window_s=0.1: target)
+    with models.torch_threads(-1):
+        assert torch.get_num_threads() == target
+    assert torch.get_num_threads() == before
+    with models.torch_threads(0):
+        assert torch.get_num_threads() == before
