@@ -176,12 +176,10 @@ class SlabLayer(_CacheLayer):
 def mergeable(cache) -> bool:
     """Whether a prompt group's cache is made of transformers' plain DynamicLayers (full attention), which a slab
     can replace."""
-    try:
-        from transformers.cache_utils import DynamicLayer
-    except ImportError:  # transformers before per-layer caches
+    if _CacheLayer is object:  # transformers before per-layer caches
         return False
     layers = getattr(cache, "layers", None)
-    return bool(layers) and all(type(layer) is DynamicLayer and layer.keys is not None and layer.keys.dim() == 4
+    return bool(layers) and all(type(layer) is _CacheLayer and layer.keys is not None and layer.keys.dim() == 4
                                 for layer in layers)
 
 

@@ -175,8 +175,12 @@ def test_grouped_prompt_pass_and_growing_cache_change_no_token(make_backend, ada
     one_pass = _tokens(backend.generate(requests))
     if not merge:
         monkeypatch.setattr(hf, "mergeable", lambda cache: False)
+    made = []
+    real_slab_cache = hf.slab_cache
+    monkeypatch.setattr(hf, "slab_cache", lambda *a: made.append(real_slab_cache(*a)) or made[-1])
     backend.decoder.prefill_tokens = 64
     grouped = _tokens(backend.generate(requests))
+    assert bool(made and made[-1] is not None) == merge  # the slab cache, or transformers' own in one pass
     sampled = grouped.pop("s")
     assert grouped == {k: v for k, v in one_pass.items() if k != "s"}
     assert _tokens(backend.generate(requests))["s"] == sampled
