@@ -54,12 +54,6 @@ def _services(cfg, root: Path, n_adapters: int):
     return services, store, refs
 
 
-def torch_default_threads() -> int:
-    import torch
-
-    return torch.get_num_threads()
-
-
 def _timed(services, targets, problems, max_new_tokens: int, chat: bool) -> tuple[float, list, dict]:
     from populora.evals import evaluate
 
@@ -96,7 +90,9 @@ def main(argv: list[str] | None = None) -> int:
     from populora.evals.scoring import canonical_program, run_programs
 
     cfg = load_config(preset=args.preset, env=False)
-    cfg.generation.threads = args.threads or torch_default_threads()
+    import torch
+
+    cfg.generation.threads = args.threads or torch.get_num_threads()
     chat = cfg.model.chat_template
     with tempfile.TemporaryDirectory(prefix="bench-eval-") as tmp:
         services, store, refs = _services(cfg, Path(tmp), args.adapters)

@@ -520,7 +520,7 @@ class _ReadCache:
     misses wait for the same one instead of all querying the database; and at most `queries` builds at a time
     (`league.read_queries`), the others queued in arrival order."""
 
-    def __init__(self, ttl: float, generation: Callable[[], int], queries: int = 4):
+    def __init__(self, ttl: float, generation: Callable[[], int], queries: int = 8):
         self.ttl = ttl
         self.generation = generation
         self._entries: dict[tuple, tuple[int, float, bytes]] = {}
@@ -669,7 +669,7 @@ def create_app(service: LeagueService, read_only: bool = False) -> FastAPI:
                               "PopuLoRA runs, and the web dashboard at `/`.", max_body_size=MAX_BODY_BYTES,
                   responses=_responses(503))
     db = service.db
-    cache = _ReadCache(service.read_cache_s, lambda: db.generation, getattr(service, "read_queries", 4))
+    cache = _ReadCache(service.read_cache_s, lambda: db.generation, service.read_queries)
     journal = Journal(db.read_engine)
     not_found = _responses(404)
 
