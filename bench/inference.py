@@ -3,7 +3,7 @@ adapter_names vs one adapter at a time vs the bare base, and the training loop's
 batches; plus resident memory per adapter. Prints one JSON object.
 
     python -m bench.inference --json [--model smollm2-135m] [--new-tokens N] [--threads N] [--skip-vllm]
-                              [--workloads large,small]
+                              [--workloads large,small] [--rounds N]
 
 The batches are the loop's (coordinator/phases.py builds them): `propose` (every match's teacher prompts, built from
 the buffers by populora/tasks/prompts.py) then `solve` (every valid task x n samples for its match's student), with
@@ -23,7 +23,9 @@ Every engine runs the same warm-up batch (the small propose batch, 4 new tokens)
   base_tokens_per_s           the same rows with no adapter (the ceiling)
   loop_tokens_per_s           `phases.propose` then `phases.solve` through the inference service built from the config
                               as the embedded run builds it (its `generation.threads`), tokens counted from the records
-  lora_overhead = base / mixed, mixed_vs_peft = mixed / peft, loop_vs_bench = loop / mixed
+  lora_overhead = base / mixed, mixed_vs_peft = mixed / peft, loop_vs_bench = loop / mixed; mixed and base alternate
+                              for --rounds rounds (default 2), each over all its rounds; lora_overhead_rounds is
+                              the ratio in each round, the spread of the measurement
   rows, tokens, finished_early   rows of the workload (requests x n), tokens mixed generated, and the share of its
                               rows that ended on eos or a stop string before their budget
 and rss_mb_1_adapter, rss_mb_8_adapters, adapter_mb (one adapter's tensors), rss_mb_per_extra_adapter. Threads are
@@ -229,7 +231,12 @@ def measure(out: dict, key: str, value: float) -> None:
     progress(key, round(value, 2))
 
 
-def bench_hf(base, store, refs, workloads: dict, out: dict) -> None:
+def over_runs(runs: list[Measured]) -> float:
+    """Tokens per second over several runs of the same batches: all their tokens over all their time."""
+    return sum(m.tokens for m in runs) / sum(m.seconds for m in runs)
+
+
+def bench_hf(base, store, refs, workloads: dict, out: dict, rounds: int = 2) -> None:
     from populora.config import ALL_TARGET_MODULES
     from services.inference.hf import HfBackend
 
@@ -240,14 +247,22 @@ def bench_hf(base, store, refs, workloads: dict, out: dict) -> None:
     try:
         for name, batches in workloads.items():
             sfx = SUFFIX[name]
-            run_backend(backend, [warm])
-            mixed = run_backend(backend, batches)
-            measure(out, f"mixed_tokens_per_s{sfx}", mixed.tokens_per_s)
+            # mixed and base alternate for `rounds` rounds and each figure is over all of its rounds, so a change
+            # in the machine's speed during the run weighs on both sides of lora_overhead alike
+            mixed_runs, base_runs = [], []
+            for _ in range(rounds):
+                run_backend(backend, [warm])
+                mixed_runs.append(run_backend(backend, batches))
+                run_backend(backend, [warm])
+                base_runs.append(run_backend(backend, without_adapters(batches)))
+            mixed = mixed_runs[0]
+            measure(out, f"mixed_tokens_per_s{sfx}", over_runs(mixed_runs))
             out[f"rows_{name}"], out[f"tokens_{name}"] = mixed.rows, mixed.tokens
             out[f"finished_early_{name}"] = mixed.early / mixed.rows
             out[f"prompt_tokens_{name}"] = [min(mixed.prompt_lengths), max(mixed.prompt_lengths)]
-            run_backend(backend, [warm])
-            measure(out, f"base_tokens_per_s{sfx}", run_backend(backend, without_adapters(batches)).tokens_per_s)
+            measure(out, f"base_tokens_per_s{sfx}", over_runs(base_runs))
+            out[f"lora_overhead_rounds{sfx}"] = [round(b.tokens_per_s / m.tokens_per_s, 3)
+                                                 for m, b in zip(mixed_runs, base_runs, strict=True)]
             run_backend(backend, [warm])
             measure(out, f"sequential_tokens_per_s{sfx}", run_backend(backend, by_adapter(batches)).tokens_per_s)
             backend.host.multi.mode = "gather"
@@ -431,6 +446,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="cap both token budgets at N (0 = the preset's: teacher 160, student 96)")
     parser.add_argument("--threads", type=int, default=0, help="torch threads of the bench (0 = torch's default)")
     parser.add_argument("--workloads", default="large,small", help="comma-separated: large, small")
+    parser.add_argument("--rounds", type=int, default=2,
+                        help="alternating rounds of mixed and base behind lora_overhead (default 2)")
     parser.add_argument("--skip-vllm", action="store_true")
     parser.add_argument("--vllm-only", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -440,6 +457,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--workloads: unknown {unknown}; allowed: {sorted(SHAPES)}")
     if args.new_tokens < 0:
         parser.error("--new-tokens must be >= 0")
+    if args.rounds < 1:
+        parser.error("--rounds must be >= 1")
     import torch
 
     if args.threads:
@@ -473,7 +492,7 @@ def main(argv: list[str] | None = None) -> int:
                 per_adapter[r.adapter.adapter_id] = per_adapter.get(r.adapter.adapter_id, 0) + r.sampling.n
             out[f"rows_per_adapter_{n}"] = [per_adapter.get(i, 0) for i in ids]
         bench_memory(base, store, refs, out)
-        bench_hf(base, store, refs, workloads, out)
+        bench_hf(base, store, refs, workloads, out, rounds=args.rounds)
         loop_run = None
 
         def run_of():

@@ -12,6 +12,11 @@ Two ways to run the per-adapter path (both exact, both differentiable):
 - `segments` (default): rows grouped by adapter. When the batch is sorted by adapter (the inference engine sorts
   it) each group is a contiguous slice and costs two small matmuls on views, no copies; otherwise rows are
   gathered with index_select and scattered back with index_add.
+  Without gradients, rows of inference adapters in bank-slot order run as batched matmuls over views of the
+  slot banks instead of a pair of matmuls per adapter: always when every adapter has the same number of rows on
+  consecutive slots (`_uniform`, no copies), and in a decode step (one token per row) when the counts are uneven
+  (`SpanPlan`: padded to the largest count when that adds few rows, else torch's grouped matmul over the jagged
+  counts). On CPU a small matmul costs about as much for 1 row as for 8, so per-adapter pairs dominate decode.
 - `gather`: each row's A and B gathered from stacked banks, one batched matmul (bmm) for all rows.
 `bench/inference.py` measures both against PEFT's `adapter_names` loop; segments is faster on CPU.
 
@@ -32,6 +37,29 @@ from torch import nn
 
 PEFT_PREFIX = "base_model.model."
 MODES = ("segments", "gather")
+# A decode step pads uneven rows per slot into one bmm when that adds at most this many rows per slot; more padding
+# costs more than the per-adapter matmuls it saves (measured with SmolLM2's shapes on a 2-core CPU, fp32).
+PAD_ROWS_PER_SLOT = 8
+_GROUPED_MM: dict[tuple[str, torch.dtype], bool] = {}
+
+
+def grouped_mm_works(device: torch.device, dtype: torch.dtype) -> bool:
+    """Whether torch's grouped matmul (jagged rows x one weight per group) runs and is right on this device and
+    dtype: its CUDA kernels need recent GPUs and bfloat16, the CPU has a fallback. Probed once per (device, dtype)
+    on a small case with an empty group."""
+    key = (torch.device(device).type, dtype)
+    if key not in _GROUPED_MM:
+        try:
+            gen = torch.Generator().manual_seed(0)
+            x = torch.randn(24, 64, generator=gen).to(device=device, dtype=dtype)
+            w = torch.randn(3, 64, 32, generator=gen).to(device=device, dtype=dtype)
+            offs = torch.tensor([8, 8, 24], dtype=torch.int32, device=device)
+            got = torch.nn.functional.grouped_mm(x, w, offs=offs).float()
+            want = torch.cat([x[:8] @ w[0], x[8:] @ w[2]]).float()
+            _GROUPED_MM[key] = got.shape == want.shape and bool(torch.allclose(got, want, rtol=2e-2, atol=0.5))
+        except (AttributeError, RuntimeError, NotImplementedError, TypeError, ValueError):
+            _GROUPED_MM[key] = False
+    return _GROUPED_MM[key]
 
 
 def cache_kwarg(model: nn.Module) -> str:
@@ -69,6 +97,26 @@ class LoraFactors:
 
 
 @dataclass
+class SpanPlan:
+    """Rows start..end belong to inference adapters in ascending bank-slot order, slots first..first+slots-1 (some
+    possibly without rows): a decode step runs them as two batched matmuls over views of the banks.
+
+    `padded`: each slot's rows padded to k rows, `index` = padded position of each row (copies of x and of the
+    delta, both one token per row). `grouped`: no padding, `offs` = int32 end row of each slot's group.
+    `scale`: the slots' scalings, (slots, 1, 1) for padded, one per row (rows, 1) for grouped."""
+
+    start: int
+    end: int
+    first: int
+    slots: int
+    kind: str  # "padded" or "grouped"
+    scale: torch.Tensor
+    k: int = 0
+    index: torch.Tensor | None = None
+    offs: torch.Tensor | None = None
+
+
+@dataclass
 class RowPlan:
     """Which rows of the current batch go to which adapter.
 
@@ -81,6 +129,7 @@ class RowPlan:
     groups: list[tuple[str, torch.Tensor]] = field(default_factory=list)
     gather_index: torch.Tensor | None = None  # (B,) bank slot per row, 0 = base; gather mode only
     uniform: tuple[int, int, int, int] | None = None  # (first row, end row, first slot, adapters): see `_uniform`
+    span: SpanPlan | None = None  # uneven rows in slot order, for a decode step
 
 
 def plan_rows(names: Sequence[str | None], device: torch.device) -> RowPlan:
@@ -136,17 +185,16 @@ class MultiLoraLinear(nn.Module):
             return y
         if self._owner[0].mode == "gather" and plan.gather_index is not None:
             return self._gather(x, y, plan)
-        if plan.uniform is not None and not torch.is_grad_enabled():
-            return self._uniform(x, y, plan.uniform)
+        if not torch.is_grad_enabled():
+            if plan.uniform is not None:
+                return self._uniform(x, y, plan.uniform)
+            span = plan.span
+            if (span is not None and x.dim() == 3 and x.shape[1] == 1 and self.bank_at is not None
+                    and self.bank_at.shape[0] >= span.first + span.slots):
+                return self._padded(x, y, span) if span.kind == "padded" else self._grouped(x, y, span)
         if plan.slices is not None:
             return self._slices(x, y, plan.slices)
         return self._groups(x, y, plan.groups)
-
-    def _lookup(self, name: str) -> LoraFactors:
-        try:
-            return self.factors[name]
-        except KeyError:
-            raise LoraError(f"adapter {name!r} is not loaded (loaded: {sorted(self.factors)})") from None
 
     def _delta(self, x: torch.Tensor, f: LoraFactors) -> torch.Tensor:
         # (n, ..., d_in) -> (n, ..., r) -> (n, ..., d_out)
@@ -158,14 +206,17 @@ class MultiLoraLinear(nn.Module):
             for name, s, e in slices:
                 if s > last:
                     parts.append(torch.zeros_like(y[last:s]))
-                parts.append(self._delta(x[s:e], self._lookup(name)))
+                f = self.factors.get(name)
+                parts.append(self._delta(x[s:e], f) if f is not None else torch.zeros_like(y[s:e]))
                 last = e
             if last < y.shape[0]:
                 parts.append(torch.zeros_like(y[last:]))
             return y + torch.cat(parts, dim=0)
         d_in, d_out = x.shape[-1], y.shape[-1]
         for name, s, e in slices:
-            f = self._lookup(name)
+            f = self.factors.get(name)
+            if f is None:  # a loaded adapter that does not cover this module: its rows keep the base
+                continue
             xs = x[s:e].reshape(-1, d_in)  # (n*T, d_in), a view when x is contiguous
             h = xs @ f.a.t()  # (n*T, r)
             y[s:e].view(-1, d_out).addmm_(h, f.b.t(), alpha=f.scaling)  # y += s * h B^T, in place on the view
@@ -182,6 +233,30 @@ class MultiLoraLinear(nn.Module):
         y[start:end].view(n, -1, y.shape[-1]).baddbmm_(h, self.bank_bt[slot:slot + n])  # y += s B A x
         return y
 
+    def _padded(self, x: torch.Tensor, y: torch.Tensor, span: SpanPlan) -> torch.Tensor:
+        """One token per row, uneven rows per slot: rows copied into (slots, k) padded blocks, two bmm on views of
+        the banks, each row's delta picked back out. Padding rows are zeros and their outputs are dropped."""
+        d_in, d_out = x.shape[-1], y.shape[-1]
+        rows = span.end - span.start
+        xp = x.new_zeros(span.slots * span.k, d_in)
+        xp.index_copy_(0, span.index, x[span.start:span.end].reshape(rows, d_in))
+        h = torch.bmm(xp.view(span.slots, span.k, d_in), self.bank_at[span.first:span.first + span.slots])
+        h.mul_(span.scale)
+        delta = torch.bmm(h, self.bank_bt[span.first:span.first + span.slots])  # (slots, k, d_out)
+        y[span.start:span.end].view(rows, d_out).add_(delta.view(-1, d_out).index_select(0, span.index))
+        return y
+
+    def _grouped(self, x: torch.Tensor, y: torch.Tensor, span: SpanPlan) -> torch.Tensor:
+        """One token per row, uneven rows per slot: torch's grouped matmul over the jagged row counts, no padding."""
+        d_in, d_out = x.shape[-1], y.shape[-1]
+        rows = span.end - span.start
+        xs = x[span.start:span.end].reshape(rows, d_in)
+        h = torch.nn.functional.grouped_mm(xs, self.bank_at[span.first:span.first + span.slots], offs=span.offs)
+        h.mul_(span.scale)
+        delta = torch.nn.functional.grouped_mm(h, self.bank_bt[span.first:span.first + span.slots], offs=span.offs)
+        y[span.start:span.end].view(rows, d_out).add_(delta)
+        return y
+
     def put_slot(self, slot: int, capacity: int, name: str, a: torch.Tensor, b: torch.Tensor, scaling: float) -> None:
         """Store an inference adapter's factors in bank slot `slot`; its LoraFactors are views of the bank."""
         if self.bank_at is None or self.bank_at.shape[0] < capacity:
@@ -192,6 +267,12 @@ class MultiLoraLinear(nn.Module):
         self.bank_at[slot, :, :r].copy_(a.t())
         self.bank_bt[slot, :r, :].copy_(b.t())
         self.factors[name] = LoraFactors(self.bank_at[slot, :, :r].t(), self.bank_bt[slot, :r, :].t(), scaling, slot)
+
+    def clear_slot(self, slot: int) -> None:
+        """Zero a freed slot, so an adapter later put there that does not cover this module adds nothing here."""
+        if self.bank_at is not None and slot < self.bank_at.shape[0]:
+            self.bank_at[slot].zero_()
+            self.bank_bt[slot].zero_()
 
     def _grow(self, capacity: int) -> None:
         w = self.base.weight
@@ -210,8 +291,9 @@ class MultiLoraLinear(nn.Module):
 
     def _groups(self, x: torch.Tensor, y: torch.Tensor, groups: list[tuple[str, torch.Tensor]]) -> torch.Tensor:
         for name, rows in groups:
-            delta = self._delta(x.index_select(0, rows), self._lookup(name))
-            y = y.index_add(0, rows, delta)
+            f = self.factors.get(name)
+            if f is not None:  # uncovered module: the rows keep the base
+                y = y.index_add(0, rows, self._delta(x.index_select(0, rows), f))
         return y
 
     def bank(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -380,11 +462,13 @@ class MultiLoraModel(nn.Module):
     def remove_adapter(self, name: str) -> None:
         if name not in self._configs:
             raise LoraError(f"adapter {name!r} is not loaded (loaded: {self.adapter_names()})")
+        slot = self._slots.pop(name, None)
         for layer in self.layers.values():
             layer.factors.pop(name, None)
+            if slot is not None:
+                layer.clear_slot(slot)
         del self._configs[name]
         self._trainable.pop(name, None)
-        self._slots.pop(name, None)
         self._invalidate_banks()
 
     def adapter_names(self) -> list[str]:
@@ -437,9 +521,12 @@ class MultiLoraModel(nn.Module):
         unknown = sorted({n for n in names if n is not None and n not in self._configs})
         if unknown:
             raise LoraError(f"adapter(s) {unknown} are not loaded (loaded: {self.adapter_names()})")
-        device = next(iter(self.layers.values())).base.weight.device
+        weight = next(iter(self.layers.values())).base.weight
+        device = weight.device
         plan = plan_rows(names, device)
         plan.uniform = self._uniform_rows(plan)
+        if plan.uniform is None and not torch.is_grad_enabled():
+            plan.span = self._span_rows(plan, device, weight.dtype)
         if self.mode == "gather":
             slots = {n: i for i, n in enumerate(self.slot_names(), start=1)}
             plan.gather_index = torch.tensor([slots[n] if n is not None else 0 for n in names], device=device)
@@ -461,6 +548,32 @@ class MultiLoraModel(nn.Module):
         if plan.slices[-1][2] - plan.slices[0][1] != sizes.pop() * len(slots):  # base rows in between
             return None
         return plan.slices[0][1], plan.slices[-1][2], slots[0], len(slots)
+
+    def _span_rows(self, plan: RowPlan, device: torch.device, dtype: torch.dtype) -> SpanPlan | None:
+        """A SpanPlan when the adapter rows are contiguous, of inference adapters, in ascending slot order."""
+        if not plan.slices:
+            return None
+        slots = [self._slots.get(n) for n, _, _ in plan.slices]
+        if None in slots or any(b <= a for a, b in zip(slots, slots[1:])):
+            return None
+        if any(nxt[1] != prev[2] for prev, nxt in zip(plan.slices, plan.slices[1:])):  # base rows in between
+            return None
+        first, n_slots = slots[0], slots[-1] - slots[0] + 1
+        counts = [0] * n_slots
+        for (_, s, e), slot in zip(plan.slices, slots):
+            counts[slot - first] = e - s
+        start, end = plan.slices[0][1], plan.slices[-1][2]
+        scaling = self.slot_scaling[first:first + n_slots]
+        k = max(counts)
+        if n_slots * k - (end - start) <= PAD_ROWS_PER_SLOT * n_slots:
+            index = [i * k + j for i, c in enumerate(counts) for j in range(c)]
+            return SpanPlan(start, end, first, n_slots, "padded", scaling.view(-1, 1, 1).to(device, dtype), k=k,
+                            index=torch.tensor(index, dtype=torch.long, device=device))
+        if not grouped_mm_works(device, dtype):
+            return None
+        offs = torch.tensor(counts, dtype=torch.int32).cumsum(0, dtype=torch.int32)
+        per_row = scaling.repeat_interleave(torch.tensor(counts)).view(-1, 1)
+        return SpanPlan(start, end, first, n_slots, "grouped", per_row.to(device, dtype), offs=offs.to(device))
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, past_key_values=None,
                 adapter_names: Sequence[str | None] | None = None, **kw):

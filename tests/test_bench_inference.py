@@ -78,6 +78,9 @@ def test_the_bench_runs_on_the_tiny_model_and_counts_every_figure():
     assert out["rows_small"] == sum(out["rows_per_adapter_small"]) > 0
     assert 0 < out["tokens_small"] <= 2 * out["rows_small"]
     assert 0 < out["loop_tokens_small"] <= 2 * out["rows_small"]
+    rounds = out["lora_overhead_rounds_small"]  # mixed and base alternated twice, the figures over both rounds
+    assert len(rounds) == 2 and all(finite_number(r) and r > 0 for r in rounds)
+    assert min(rounds) * 0.99 <= out["lora_overhead_small"] <= max(rounds) * 1.01
     assert out["loop_threads"] == -1  # cpu-smol's generation.threads (the free cores), as the embedded run uses it
     for key, num, den in [("lora_overhead_small", "base_tokens_per_s_small", "mixed_tokens_per_s_small"),
                           ("mixed_vs_peft_small", "mixed_tokens_per_s_small", "peft_mixed_tokens_per_s_small"),
@@ -91,3 +94,11 @@ def test_an_unknown_workload_is_refused(capsys):
     with pytest.raises(SystemExit):
         inference.main(["--workloads", "huge"])
     assert "unknown ['huge']" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        inference.main(["--rounds", "0"])
+    assert "--rounds must be >= 1" in capsys.readouterr().err
+
+
+def test_figures_over_rounds_are_all_tokens_over_all_time():
+    runs = [inference.Measured(tokens=100, seconds=1.0), inference.Measured(tokens=100, seconds=3.0)]
+    assert inference.over_runs(runs) == 50.0  # not the mean of 100/s and 33.3/s

@@ -158,3 +158,64 @@ def test_slots_are_reused_and_banks_grow(base):
             torch.testing.assert_close(mixed[i], mlm(_inputs(5)[i:i + 1], adapter_names=[name]).logits[0],
                                        rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(mlm.state_dict_of("b")[next(iter(mlm.state_dict_of("b")))].shape[0], 4)
+
+
+@pytest.mark.parametrize("kind", ["padded", "grouped"])
+def test_decode_step_with_uneven_rows_equals_rows_alone(base, monkeypatch, kind):
+    """A one-token step with uneven rows per adapter (slot 1 without rows) runs as batched matmuls over the slot
+    banks, padded or grouped, and gives every row what it gets alone; a longer pass keeps the per-adapter path."""
+    import populora.lora as lora
+
+    if kind == "grouped":
+        assert lora.grouped_mm_works(torch.device("cpu"), torch.float32)  # the CPU path is real, not skipped
+    monkeypatch.setattr(lora, "PAD_ROWS_PER_SLOT", 10**6 if kind == "padded" else -1)
+    mlm = _model(base, n=4)
+    rows = [None, "a0", "a0", "a0", "a2", "a3", "a3"]
+    ids = _inputs(len(rows), length=1)
+    with torch.no_grad():
+        with mlm.use_rows(rows) as plan:
+            assert plan.uniform is None and plan.span is not None and plan.span.kind == kind
+            assert (plan.span.start, plan.span.end, plan.span.first, plan.span.slots) == (1, 7, 0, 4)
+        mixed = mlm(ids, adapter_names=rows).logits
+        for i, name in enumerate(rows):
+            torch.testing.assert_close(mixed[i:i + 1], mlm(ids[i:i + 1], adapter_names=[name]).logits,
+                                       rtol=1e-4, atol=1e-5)
+        longer = _inputs(len(rows), length=3)
+        torch.testing.assert_close(mlm(longer, adapter_names=rows).logits[4],
+                                   mlm(longer[4:5], adapter_names=["a2"]).logits[0], rtol=1e-4, atol=1e-5)
+    assert not torch.allclose(mixed[1], mixed[0], atol=1e-3), "the adapter changes nothing: test is vacuous"
+
+
+def test_span_needs_slot_order_and_no_gradients(base):
+    mlm = _model(base, n=3)
+    with torch.no_grad():
+        with mlm.use_rows(["a2", "a0"]) as plan:  # rows not in slot order: the per-adapter path
+            assert plan.span is None
+        with mlm.use_rows(["a0", None, "a1"]) as plan:  # base rows between adapters
+            assert plan.span is None
+    with mlm.use_rows(["a0", "a1", "a1"]) as plan:  # gradients on (training): never the batched path
+        assert plan.span is None
+
+
+def test_adapter_covering_some_modules_leaves_the_rest_at_the_base(base, tiny):
+    """An adapter on q_proj only, in a freed slot whose former adapter covered every module: its rows get the base
+    everywhere else, on every path (per-adapter slices, uniform bmm, decode span), equal to PEFT's."""
+    from peft import LoraConfig, get_peft_model, set_peft_model_state_dict
+
+    mlm = _model(base, n=3)
+    mlm.remove_adapter("a1")
+    weights = random_lora_weights(base, ["q_proj"], RANK, seed=5, std=0.2)
+    cfg = lora_config_dict(RANK, 16.0, ["q_proj"])
+    mlm.add_adapter("q", weights, cfg)
+    assert mlm.slot_of("q") == 1
+    peft_model = get_peft_model(copy.deepcopy(tiny.model), LoraConfig(r=RANK, lora_alpha=16.0,
+                                                                       target_modules=["q_proj"]))
+    set_peft_model_state_dict(peft_model, weights)
+    with torch.no_grad():
+        for length in (1, 4):
+            ids = _inputs(4, length=length)
+            want = peft_model(input_ids=ids).logits
+            for rows in (["q"] * 4, ["a0", "q", "q", "a2"], ["a0", "a0", "q", "q"]):
+                got = mlm(ids, adapter_names=rows).logits
+                for i in (i for i, r in enumerate(rows) if r == "q"):
+                    torch.testing.assert_close(got[i], want[i], rtol=1e-4, atol=1e-5)
