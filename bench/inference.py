@@ -31,8 +31,8 @@ Every engine runs the same warm-up batch (the small propose batch, 4 new tokens)
 and rss_mb_1_adapter, rss_mb_8_adapters, adapter_mb (one adapter's tensors), rss_mb_per_extra_adapter. Threads are
 torch's default unless --threads; `loop_threads` is the loop's (-1: the cores other processes leave free, measured
 before each batch). `targets_met` checks lora_overhead <= 1.25, lora_overhead_small <= 1.6, mixed_vs_peft(_small)
->= 1.2, rss_mb_per_extra_adapter <= 1.2 adapter_mb and loop_vs_bench(_small) >= 0.8. When .venv-vllm exists (make test-vllm), vllm_cpu_mixed_tokens_per_s: vLLM for CPU,
-bf16, the large workload.
+>= 1.2, rss_mb_per_extra_adapter <= 1.2 adapter_mb and loop_vs_bench(_small) >= 0.8. When .venv-vllm exists
+(make test-vllm), vllm_cpu_mixed_tokens_per_s: vLLM for CPU, bf16, the large workload.
 """
 
 from __future__ import annotations

@@ -185,12 +185,11 @@ class MultiLoraLinear(nn.Module):
             return y
         if self._owner[0].mode == "gather" and plan.gather_index is not None:
             return self._gather(x, y, plan)
-        if not torch.is_grad_enabled():
+        if not torch.is_grad_enabled() and self.bank_at is not None:  # no bank: no inference adapter covers it
             if plan.uniform is not None:
                 return self._uniform(x, y, plan.uniform)
             span = plan.span
-            if (span is not None and x.dim() == 3 and x.shape[1] == 1 and self.bank_at is not None
-                    and self.bank_at.shape[0] >= span.first + span.slots):
+            if span is not None and x.dim() == 3 and x.shape[1] == 1:
                 return self._padded(x, y, span) if span.kind == "padded" else self._grouped(x, y, span)
         if plan.slices is not None:
             return self._slices(x, y, plan.slices)
@@ -411,6 +410,9 @@ class MultiLoraModel(nn.Module):
         if slot is not None:
             self._slots[name] = slot
             self.slot_scaling[slot] = scaling
+            for layer in self.layers.values():  # every bank spans every slot: batched paths slice slot ranges
+                if layer.bank_at is not None and layer.bank_at.shape[0] < self._capacity:
+                    layer._grow(self._capacity)  # modules this adapter does not cover: its slot stays zeros
         else:
             self._trainable[name] = params
         self._invalidate_banks()

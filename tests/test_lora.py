@@ -176,7 +176,9 @@ def test_decode_step_with_uneven_rows_equals_rows_alone(base, monkeypatch, kind)
         with mlm.use_rows(rows) as plan:
             assert plan.uniform is None and plan.span is not None and plan.span.kind == kind
             assert (plan.span.start, plan.span.end, plan.span.first, plan.span.slots) == (1, 7, 0, 4)
-        mixed = mlm(ids, adapter_names=rows).logits
+        with monkeypatch.context() as m:  # the step must not fall back to the per-adapter matmuls
+            m.setattr(lora.MultiLoraLinear, "_slices", lambda *a: pytest.fail("decode step took the slices path"))
+            mixed = mlm(ids, adapter_names=rows).logits
         for i, name in enumerate(rows):
             torch.testing.assert_close(mixed[i:i + 1], mlm(ids[i:i + 1], adapter_names=[name]).logits,
                                        rtol=1e-4, atol=1e-5)
@@ -219,3 +221,19 @@ def test_adapter_covering_some_modules_leaves_the_rest_at_the_base(base, tiny):
                 got = mlm(ids, adapter_names=rows).logits
                 for i in (i for i, r in enumerate(rows) if r == "q"):
                     torch.testing.assert_close(got[i], want[i], rtol=1e-4, atol=1e-5)
+
+
+def test_an_adapter_added_later_on_fewer_modules_runs_batched_with_the_others(base):
+    """The second adapter covers q_proj only, so the other modules' banks were sized for the first slot alone: every
+    bank is grown to the model's capacity, and the batched paths (uniform bmm, decode span) slice both slots."""
+    mlm = MultiLoraModel(base, ALL_TARGET_MODULES, max_rank=RANK)
+    mlm.add_adapter("a0", random_lora_weights(base, ALL_TARGET_MODULES, RANK, seed=0, std=0.2), _config())
+    mlm.add_adapter("q", random_lora_weights(base, ["q_proj"], RANK, seed=1, std=0.2),
+                    lora_config_dict(RANK, 16.0, ["q_proj"]))
+    with torch.no_grad():
+        for rows, length in ((["a0", "q"], 3), (["a0", "q", "q"], 1)):
+            ids = _inputs(len(rows), length=length)
+            mixed = mlm(ids, adapter_names=rows).logits
+            for i, name in enumerate(rows):
+                torch.testing.assert_close(mixed[i], mlm(ids[i:i + 1], adapter_names=[name]).logits[0],
+                                           rtol=1e-4, atol=1e-5)
