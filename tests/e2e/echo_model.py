@@ -1,6 +1,17 @@
 """A tiny Qwen2 model trained (in a minute, once, then cached) to answer every prompt with one well-formed AZR
 proposal, so end-to-end runs on CPU exercise every phase with valid tasks: the random `tiny` model never writes
-a valid proposal. Nothing here is mocked: it is a real model whose weights were fitted to that one answer."""
+a valid proposal. Nothing here is mocked: it is a real model whose weights were fitted to that one answer.
+
+That every step of an end-to-end run gets valid proposals is a property of this fixture, not a fortunate outcome of
+the fit (which differs from machine to machine with thread counts and float order):
+- the fit goes on until every token of the answer leads the next best token by `MIN_MARGIN` logits over the whole
+  vocabulary, for every prompt, or the build fails;
+- the output layer is then scaled so that the smallest lead is `SHARP_MARGIN` logits: at temperature 1 a row
+  strays from the answer with probability below vocab * exp(-SHARP_MARGIN) per token (about 1e-12), so sampling
+  writes the greedy answer;
+- end-to-end runs train at `E2E_LR` (spec 5's RL rate), at which even updates aimed straight at lowering the
+  answer's likelihood move the leads by hundredths of a logit over more steps than any test runs
+  (tests/e2e/test_echo_model.py checks this on the built model)."""
 
 from __future__ import annotations
 
@@ -19,7 +30,11 @@ INPUTS = ["3", "1", "2", "4", "5", "6", "7", "8", "9", "10"]
 RESPONSE = ("<think>double it</think>\n<answer>\n```python\ndef f(a):\n    return a * 2\n```\n"
             + "".join(f"```input\n{i}\n```\n" for i in INPUTS)
             + "```message\nIt doubles the number.\n```\n</answer>")
-RECIPE = "echo-v3"
+RECIPE = "echo-v4"
+MIN_MARGIN = 3.0
+SHARP_MARGIN = 40.0
+E2E_LR = 1e-5
+MAX_FIT_STEPS = 1200
 
 
 def _prompts(tok) -> list[str]:
@@ -29,6 +44,26 @@ def _prompts(tok) -> list[str]:
     chats = [teacher_messages("code_o", [ident]), teacher_messages("code_i", [ident]),
              teacher_messages("code_f", [], given_program=ident.program), student_messages(task)]
     return [tok.apply_chat_template(c, tokenize=False, add_generation_prompt=True) for c in chats]
+
+
+@torch.no_grad()
+def _smallest_lead(model, weight, own, delta, ids, mask, targets) -> float:
+    """Smallest margin, over every prompt and answer token, of the answer's token over the best other token of the
+    whole vocabulary (the output layer being the embedding with the fitted rows corrected)."""
+    head = weight.clone()
+    head[own] += delta
+    n = targets.shape[1]
+    hidden = model.model(input_ids=ids, attention_mask=mask).last_hidden_state[:, -n - 1:-1]  # (B, n, C)
+    logits = hidden @ head.T  # (B, n, V)
+    taken = logits.gather(-1, targets[..., None]).squeeze(-1)  # (B, n)
+    logits.scatter_(-1, targets[..., None], float("-inf"))
+    return float((taken - logits.max(-1).values).min())
+
+
+def answer_rows(tok) -> tuple[list[list[int]], int]:
+    """Each prompt followed by the answer, as token ids, and the answer's length (end of turn included)."""
+    response = tok(RESPONSE + "<|im_end|>", add_special_tokens=False)["input_ids"]
+    return [tok(p, add_special_tokens=False)["input_ids"] + response for p in _prompts(tok)], len(response)
 
 
 def echo_model_dir() -> Path:
@@ -46,13 +81,11 @@ def echo_model_dir() -> Path:
     model.model.embed_tokens.weight.requires_grad_(False)
     model.train()
     torch.manual_seed(0)
-    response = tok(RESPONSE + "<|im_end|>", add_special_tokens=False)["input_ids"]
-    rows = [tok(p, add_special_tokens=False)["input_ids"] + response for p in _prompts(tok)]
+    rows, n = answer_rows(tok)
     width = max(len(r) for r in rows)
     pad = tok.pad_token_id
     ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows])
     mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
-    n = len(response)
     targets = ids[:, -n:]  # (B, n)
     weight = model.model.embed_tokens.weight.detach()  # (V, C)
     own = torch.unique(targets)
@@ -62,7 +95,8 @@ def echo_model_dir() -> Path:
     gen = torch.Generator().manual_seed(0)
     params = [p for p in model.parameters() if p.requires_grad] + [delta]
     opt = torch.optim.Adam(params, lr=1e-2)
-    for step in range(400):
+    lead = float("-inf")
+    for step in range(MAX_FIT_STEPS):
         # sampled softmax: the response's tokens plus fresh random negatives (untrained rows stay near 0)
         negatives = torch.randint(0, weight.shape[0], (2048,), generator=gen)
         negatives = negatives[remap[negatives] < 0]
@@ -74,9 +108,15 @@ def echo_model_dir() -> Path:
         loss.backward()
         opt.step()
         if step % 20 == 19 and loss.item() < 0.002:
-            break
+            lead = _smallest_lead(model, weight, own, delta.detach(), ids, mask, targets)
+            if lead >= MIN_MARGIN:
+                break
+    else:
+        raise RuntimeError(f"the echo model did not fit its answer in {MAX_FIT_STEPS} steps "
+                           f"(smallest lead {lead:.2f} logits, need {MIN_MARGIN})")
     lm_head = weight.clone()
     lm_head[own] += delta.detach()
+    lm_head *= SHARP_MARGIN / lead  # every lead becomes at least SHARP_MARGIN: sampling writes the greedy answer
     model.config.tie_word_embeddings = False
     model.lm_head.weight = torch.nn.Parameter(lm_head, requires_grad=False)
     model.eval()
