@@ -207,7 +207,7 @@ def test_span_needs_slot_order_and_no_gradients(base):
 def test_adapter_covering_some_modules_leaves_the_rest_at_the_base(base, tiny):
     """An adapter on q_proj only, in a freed slot whose former adapter covered every module: its rows get the base
     everywhere else, on every path (per-adapter slices, uniform bmm, decode span), equal to PEFT's."""
-    from peft import LoraConfig, get_peft_model, get_peft_model_state_dict, set_peft_model_state_dict
+    from peft import LoraConfig, get_peft_model, set_peft_model_state_dict
 
     mlm = _model(base, n=3)
     mlm.remove_adapter("a1")
