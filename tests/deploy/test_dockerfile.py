@@ -3,7 +3,6 @@ health check, no weights in the image, and agreement with the compose files' com
 
 from __future__ import annotations
 
-import fnmatch
 import json
 import re
 import shlex
@@ -13,7 +12,7 @@ import sys
 import tomllib
 from pathlib import Path
 
-from tests.deploy.deployment import CONFIG_PATH, ROOT, rendered_compose
+from tests.deploy.deployment import CONFIG_PATH, ROOT, dockerignore, ignored, rendered_compose
 
 
 def instructions() -> list[tuple[str, str]]:
@@ -77,22 +76,6 @@ def run_step(work: Path, marker: str, variant: str, wheels: tuple[str, ...] = ()
     env = {**build_args(stage), "VARIANT": variant, "PATH": "/usr/bin:/bin"}
     return subprocess.run(["bash", "-c", 'python() { printf "%s\\n" "$*"; }; ' + script], cwd=work, env=env,
                           capture_output=True, text=True, timeout=60)
-
-
-def dockerignore() -> list[str]:
-    return [ln.strip() for ln in (ROOT / ".dockerignore").read_text().splitlines()
-            if ln.strip() and not ln.startswith("#")]
-
-
-def ignored(path: str) -> bool:
-    """As Docker reads .dockerignore: the last pattern that matches decides, `!PATTERN` re-includes."""
-    verdict = False
-    for line in dockerignore():
-        keep, p = line.startswith("!"), line.removeprefix("!")
-        if (fnmatch.fnmatch(path, p) or fnmatch.fnmatch(path, p.removeprefix("**/"))
-                or path.startswith(p.rstrip("/") + "/")):
-            verdict = not keep
-    return verdict
 
 
 def test_build_mounts_are_in_the_context():
