@@ -108,16 +108,19 @@ def parse_budget(text: str) -> dict[str, int]:
 
 
 def _apply_limits(args: argparse.Namespace, cfg: Config) -> None:
-    """--steps and --budget into cfg.run; a value the config refuses is a ConfigError naming the flag."""
+    """--steps, --budget and --run-id into cfg.run; a value the config refuses is a ConfigError naming the flag."""
     limits = {f"budget_{key}": ("--budget", value)
               for key, value in parse_budget(getattr(args, "budget", None) or "").items()}
     if args.steps is not None:
         limits["steps"] = ("--steps", args.steps)
+    if getattr(args, "run_id", None):
+        limits["run_id"] = ("--run-id", args.run_id)
     for field, (flag, value) in limits.items():
         try:
             setattr(cfg.run, field, value)
         except ValidationError as e:
-            raise ConfigError(f"{flag} {value}: {e.errors()[0]['msg']} (run.{field})") from None
+            why = e.errors()[0]["msg"].removeprefix("Value error, ")
+            raise ConfigError(f"{flag} {value!r}: {why} (run.{field})") from None
 
 
 def as_baseline(cfg: Config) -> Config:
