@@ -8,7 +8,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install apt test lint run run-distributed test-vllm bench bench-gpu clean proto images test-compose
+.PHONY: install apt apt-compose test lint run run-distributed test-vllm bench bench-gpu clean proto images test-compose
 
 install: $(VENV)/.installed populora/pb/common_pb2.py
 
@@ -16,22 +16,18 @@ install: $(VENV)/.installed populora/pb/common_pb2.py
 populora/pb/common_pb2.py: $(wildcard proto/*.proto) | $(VENV)/.installed
 	$(BIN)/python -m populora.protoc
 
-# Debian packages the sandbox (bubblewrap; runsc, gVisor, for the gvisor backend and its tests), the compose
-# validation and the dashboard's browser tests use; only when root and missing.
+# Debian packages (COMMAND:PACKAGE) the sandbox (bubblewrap; runsc, gVisor, for the gvisor backend and its tests), the
+# compose validation and the dashboard's browser tests use; installed by scripts/apt_packages.sh when root and missing.
+APT_PACKAGES := bwrap:bubblewrap runsc:runsc docker-compose:docker-compose chromium:chromium chromedriver:chromium-driver
+# What `make test-compose` adds: Docker (client and daemon) and debootstrap, which builds the base image from
+# Debian's mirror where no image registry is reachable.
+APT_COMPOSE_PACKAGES := docker:docker.io dockerd:docker.io debootstrap:debootstrap
+
 apt:
-	@missing=""; \
-	command -v bwrap >/dev/null || missing="$$missing bubblewrap"; \
-	command -v runsc >/dev/null || missing="$$missing runsc"; \
-	command -v docker-compose >/dev/null || missing="$$missing docker-compose"; \
-	command -v chromium >/dev/null || missing="$$missing chromium"; \
-	command -v chromedriver >/dev/null || missing="$$missing chromium-driver"; \
-	if [ -n "$$missing" ]; then \
-	  if [ "$$(id -u)" = 0 ]; then \
-	    echo "installing Debian packages:$$missing"; \
-	    DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
-	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
-	  else echo "warning: missing$$missing (not root, so not installed)"; fi; \
-	fi
+	@bash scripts/apt_packages.sh $(APT_PACKAGES)
+
+apt-compose:
+	@bash scripts/apt_packages.sh $(APT_PACKAGES) $(APT_COMPOSE_PACKAGES)
 
 $(VENV)/.installed: pyproject.toml constraints.txt Makefile
 	@$(MAKE) --no-print-directory apt
@@ -72,7 +68,7 @@ images:
 # The CPU Compose stack for real (not part of `make test`: it builds images and needs Docker, gVisor and root or
 # the docker group): images, `up`, every health check, a cpu-tiny run in the coordinator container, checks from
 # the host (leaderboard, PEFT adapters in the volume, /metrics, the hostile corpus in the sandbox), `down -v`.
-test-compose: install
+test-compose: install apt-compose
 	$(BIN)/python scripts/test_compose.py
 
 bench: install

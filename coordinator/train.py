@@ -9,6 +9,8 @@ import sys
 import time
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from coordinator.journal import Journal, JournalDB, RunFailed
 from coordinator.phases import Run
 from coordinator.queue import RedisStreamQueue
@@ -106,10 +108,19 @@ def parse_budget(text: str) -> dict[str, int]:
 
 
 def _apply_limits(args: argparse.Namespace, cfg: Config) -> None:
+    """--steps, --budget and --run-id into cfg.run; a value the config refuses is a ConfigError naming the flag."""
+    limits = {f"budget_{key}": ("--budget", value)
+              for key, value in parse_budget(getattr(args, "budget", None) or "").items()}
     if args.steps is not None:
-        cfg.run.steps = args.steps
-    for key, value in parse_budget(getattr(args, "budget", None) or "").items():
-        setattr(cfg.run, f"budget_{key}", value)
+        limits["steps"] = ("--steps", args.steps)
+    if getattr(args, "run_id", None):
+        limits["run_id"] = ("--run-id", args.run_id)
+    for field, (flag, value) in limits.items():
+        try:
+            setattr(cfg.run, field, value)
+        except ValidationError as e:
+            why = e.errors()[0]["msg"].removeprefix("Value error, ")
+            raise ConfigError(f"{flag} {value!r}: {why} (run.{field})") from None
 
 
 def as_baseline(cfg: Config) -> Config:
@@ -123,6 +134,7 @@ def as_baseline(cfg: Config) -> Config:
 def resolve(args: argparse.Namespace, cfg: Config) -> tuple[Config, str, bool]:
     """The run's config and id from the CLI: a resumed run keeps the config it started with (steps may grow)."""
     modes = set(args.mode or [])
+    _apply_limits(args, cfg)  # checked before the run database is opened: a refused value leaves nothing behind
     if "baseline" in modes:
         as_baseline(cfg)
     if "population" in modes:

@@ -7,6 +7,7 @@ field says what it means and cites the spec section. Load a config with `load_co
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -29,8 +30,9 @@ class Section(BaseModel):
 
 
 class RunConfig(Section):
-    run_id: str = ""
-    """Run identifier; empty = generated from the preset name and the time at start."""
+    run_id: str = Field("", max_length=200)
+    """Run identifier; empty = generated from the preset name and the time at start. It names the run's directory
+    and its league records: printable text, no control character."""
     seed: int = 0
     """Seed for every random choice of the run (matchmaking, sampling, operators, references)."""
     steps: int = Field(20, ge=0)
@@ -46,6 +48,13 @@ class RunConfig(Section):
     it, so two arms can be compared at equal compute. 0 = no budget (run.steps steps)."""
     budget_sandbox_jobs: int = Field(0, ge=0)
     """Compute budget in sandbox jobs (program runs), alike; 0 = none."""
+
+    @field_validator("run_id")
+    @classmethod
+    def _printable_run_id(cls, value: str) -> str:
+        if found := re.search(r"[\x00-\x1f\x7f]", value):
+            raise ValueError(f"holds the control character U+{ord(found.group()):04X}; a run id is printable text")
+        return value
 
 
 class ModelConfig(Section):

@@ -1,12 +1,18 @@
-"""What the REST apps of the league and the sandbox share: the status code of each service error and the bearer-token
-dependency of their write endpoints (the same token as gRPC writes, populora.rpc)."""
+"""What the REST apps of the league and the sandbox share: the status code of each service error, the bearer-token
+dependency of their write endpoints (the same token as gRPC writes, populora.rpc), the refusal of JSON booleans
+where a number is expected, and a 405 whose Allow header names every method of the path."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
 import grpc
-from fastapi import Header
+from fastapi import FastAPI, Header, Request
+from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
+from pydantic import BeforeValidator
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from populora.rpc import ServiceError, bearer, token_matches
 
@@ -34,3 +40,28 @@ def require_token(token: Callable[[], str]) -> Callable[[str], None]:
                                "services.token")
 
     return check
+
+
+def _not_bool(value: object) -> object:
+    """JSON true/false is not a number here (pydantic would read it as 1/0)."""
+    if isinstance(value, bool):
+        raise ValueError("must be a number, not a boolean")
+    return value
+
+
+# Annotated[int, Field(...), Number]: an integer or number field that refuses true/false
+Number = BeforeValidator(_not_bool)
+
+
+def answer_http_errors(app: FastAPI) -> None:
+    """Starlette's own errors (404 of an unknown path, 405, ...) as {"detail": ...}; a 405's Allow header names every
+    method the path answers, not only those of the first route that matched it."""
+
+    @app.exception_handler(StarletteHTTPException)
+    def _http_error(request: Request, e: StarletteHTTPException) -> JSONResponse:
+        headers = dict(e.headers or {})
+        if e.status_code == 405:
+            methods = {m for r in app.router.routes if isinstance(r, APIRoute)
+                       and r.matches(request.scope)[0] != Match.NONE for m in r.methods}
+            headers["Allow"] = ", ".join(sorted(methods))
+        return JSONResponse({"detail": e.detail}, status_code=e.status_code, headers=headers)

@@ -26,13 +26,18 @@ def _port_open(port: int) -> bool:
         return False
 
 
+def missing(what: str) -> None:
+    """A requirement of the test is missing: skipped on a developer's machine, failed under CI=true (where `make
+    install` provides everything the suite needs)."""
+    if IN_CI:
+        pytest.fail(what + " (CI=true: tests that need it fail rather than skip)")
+    pytest.skip(what)
+
+
 def need_server(name: str, port: int) -> None:
     """Skip locally when a server is down; under CI=true a missing server fails the test instead."""
     if not _port_open(port):
-        msg = f"{name} does not answer on 127.0.0.1:{port}"
-        if IN_CI:
-            pytest.fail(msg + " (CI=true: tests that need it fail rather than skip)")
-        pytest.skip(msg)
+        missing(f"{name} does not answer on 127.0.0.1:{port}")
 
 
 @pytest.fixture(scope="session")
@@ -106,9 +111,7 @@ def sandbox_or_skip(why_not: str | None, make):
     from services.sandbox.executor import SandboxUnavailable
 
     if why_not:
-        if IN_CI:
-            pytest.fail(why_not + " (CI=true: tests that need it fail rather than skip)")
-        pytest.skip(why_not)
+        missing(why_not)
     try:
         return make()
     except SandboxUnavailable as e:

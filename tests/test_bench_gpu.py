@@ -1,5 +1,6 @@
 """bench.gpu end to end on the tiny shape (the CPU runs the same code the GPU check runs): every key is there and
-numeric, each measurement was written as it was taken, and a missing package is named with the way to bring it."""
+numeric, every derived figure (ratios, throughputs, targets_met) follows from the run's own measurements, each
+measurement was written as it was taken, and a missing package is named with the way to bring it."""
 
 import json
 import math
@@ -27,6 +28,52 @@ def finite_number(value) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value > 0
 
 
+HALF = 0.5e-4  # the Reporter rounds every float to 4 decimals
+
+
+def _quotient_of(q: float, a: float, b: float) -> bool:
+    """q is a / b, each of the three rounded to 4 decimals."""
+    return (a - HALF) / (b + HALF) - HALF <= q <= (a + HALF) / (b - HALF) + HALF
+
+
+def _product_is(count: float, rate: float, seconds: float) -> bool:
+    """rate * seconds is `count` (rate = count / seconds, both rounded to 4 decimals)."""
+    return abs(rate * seconds - count) <= (rate + seconds) * HALF + HALF * HALF
+
+
+def assert_consistent(out: dict) -> None:
+    """The derived figures follow from the measured ones, and targets_met says what the figures say."""
+    shape = gpu.SHAPES["tiny"]
+    walls = {n: out[f"gpu_wall_s_{n}"] for n in ("8_adapters", "1_adapter", "base")}
+    assert _quotient_of(out["gpu_eight_vs_one_wall_ratio"], walls["8_adapters"], walls["1_adapter"]), out
+    assert _quotient_of(out["gpu_lora_overhead"], out["gpu_tokens_per_s_base"], out["gpu_tokens_per_s_8_adapters"])
+    k, new_tokens = out["gpu_generation_rows_per_adapter"], out["gpu_generation_new_tokens"]
+    assert (k, new_tokens) == (shape.rows_per_adapter, shape.new_tokens)
+    for name, rows in (("8_adapters", 8 * k), ("1_adapter", k), ("base", 8 * k)):
+        # tokens/s times the wall time gives back a whole number of tokens, at most new_tokens per row
+        produced = round(out[f"gpu_tokens_per_s_{name}"] * walls[name])
+        assert 0 < produced <= rows * new_tokens, (name, produced)
+        assert _product_is(produced, out[f"gpu_tokens_per_s_{name}"], walls[name]), (name, produced)
+    updates = {n: out[f"gpu_update_s_{n}"] for n in ("batched", "sequential", "one_by_one_same_layer")}
+    assert _quotient_of(out["gpu_batched_update_gain"], updates["sequential"], updates["batched"])
+    assert _quotient_of(out["gpu_batched_update_gain_same_layer"], updates["one_by_one_same_layer"],
+                        updates["batched"])
+    tokens = out["gpu_update_adapters"] * out["gpu_update_rollouts_per_adapter"] * shape.response_tokens
+    assert (out["gpu_update_adapters"], out["gpu_update_rollouts_per_adapter"]) == (8, shape.rollouts)
+    for name, seconds in updates.items():
+        assert _product_is(tokens, out[f"gpu_update_response_tokens_per_s_{name}"], seconds), name
+    assert abs(out["cpu_evolver_max_seconds"] - max(out["cpu_evolver_seconds"].values())) <= 0.5e-3 + HALF
+    # no GPU here: the gpu_ evolver figures are the CPU's, as the module's docstring says
+    assert out["gpu_evolver_seconds"] == out["cpu_evolver_seconds"]
+    assert out["gpu_evolver_max_seconds"] == out["cpu_evolver_max_seconds"]
+    assert out["targets_met"] == {
+        "gpu_eight_vs_one_wall_ratio<=1.3": out["gpu_eight_vs_one_wall_ratio"] <= 1.3,
+        "gpu_batched_update_gain>=2": out["gpu_batched_update_gain"] >= 2,
+        "gpu_evolver_max_seconds<=1": out["gpu_evolver_max_seconds"] <= 1}, out["targets_met"]
+    assert all(isinstance(v, bool) for v in out["targets_met"].values())
+    assert out["targets_apply_to"] == "--shape qwen2.5-7b on an H200"
+
+
 @pytest.mark.slow
 def test_tiny_shape_gives_every_key(tmp_path):
     jsonl = tmp_path / "figures.jsonl"
@@ -41,8 +88,7 @@ def test_tiny_shape_gives_every_key(tmp_path):
     for key in ("gpu_evolver_seconds", "cpu_evolver_seconds"):
         assert sorted(out[key]) == OPERATORS and all(finite_number(v) for v in out[key].values())
     assert out["shape"] == "tiny" and out["device"] == "cpu" and out["adapters"] == 8 and out["rank"] == 32
-    assert set(out["targets_met"]) == {"gpu_eight_vs_one_wall_ratio<=1.3", "gpu_batched_update_gain>=2",
-                                       "gpu_evolver_max_seconds<=1"}
+    assert_consistent(out)
     # every figure was also written the moment it was taken, one JSON object per line, with the same value
     lines = [json.loads(line) for line in jsonl.read_text().splitlines()]
     written = {k: v for line in lines for k, v in line.items()}

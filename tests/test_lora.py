@@ -64,14 +64,19 @@ def test_mixed_batch_equals_per_adapter(base, mode, rows):
 
 def test_matches_peft(base, tiny):
     """Same weights loaded by PEFT give the same logits: the keys, shapes and alpha/r scaling are PEFT's."""
-    from peft import LoraConfig, get_peft_model, set_peft_model_state_dict
+    from peft import LoraConfig, get_peft_model, get_peft_model_state_dict, set_peft_model_state_dict
 
     weights = random_lora_weights(base, ALL_TARGET_MODULES, RANK, seed=7, std=0.2)
     cfg = _config(alpha=24.0)
     ids = _inputs(2)
     peft_model = get_peft_model(copy.deepcopy(tiny.model), LoraConfig(**{k: cfg[k] for k in (
         "r", "lora_alpha", "target_modules")}))
-    set_peft_model_state_dict(peft_model, {k.replace("lora_A.weight", "lora_A.weight"): v for k, v in weights.items()})
+    # our keys are PEFT's saved keys as they are: every one is taken, and every LoRA weight PEFT has comes from them
+    loaded = set_peft_model_state_dict(peft_model, weights)
+    assert not loaded.unexpected_keys and not [k for k in loaded.missing_keys if "lora_" in k]
+    saved = get_peft_model_state_dict(peft_model)
+    assert sorted(saved) == sorted(weights)
+    assert all(torch.equal(saved[k], weights[k]) for k in weights)
     mlm = MultiLoraModel(base, ALL_TARGET_MODULES, max_rank=RANK)
     mlm.add_adapter("x", weights, cfg)
     with torch.no_grad():

@@ -14,6 +14,7 @@ from __future__ import annotations
 import gzip
 import importlib.util
 import json
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -133,9 +134,18 @@ def _identifier(value: str, key: str, where: str) -> str:
     return value
 
 
+MAX_PROBLEM_ID = 400  # what the league's evaluation records hold
+
+
 def _unique(problems: list[Problem], path: Path, lines: list[int]) -> list[Problem]:
+    """Problem ids are printable, bounded (the league records them with each score) and unique in the file."""
     seen: dict[str, int] = {}
     for p, line in zip(problems, lines):
+        if found := re.search(r"[\x00-\x1f\x7f]", p.id):
+            raise BenchmarkError(f"{path}:{line}: problem id {p.id!r} holds the control character "
+                                 f"U+{ord(found.group()):04X}; ids are printable text")
+        if len(p.id) > MAX_PROBLEM_ID:
+            raise BenchmarkError(f"{path}:{line}: problem id of {len(p.id)} characters; at most {MAX_PROBLEM_ID}")
         if p.id in seen:
             raise BenchmarkError(f"{path}:{line}: problem id {p.id!r} repeats line {seen[p.id]}")
         seen[p.id] = line

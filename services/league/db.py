@@ -133,7 +133,7 @@ class LeagueDB:
         """Create a run; False when it already exists (idempotent)."""
         if not run_id:
             raise InvalidRequest("run_id: must not be empty")
-        engine.check_text(run_id, "run_id", "run_id")
+        engine.check_id(run_id, "run_id", "run_id")
         engine.check_text(mode, "mode", "mode")
         with self.engine.begin() as conn:
             created = conn.execute(self._insert(t.runs).values(run_id=run_id, mode=mode, config_yaml=config_yaml)

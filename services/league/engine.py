@@ -4,6 +4,7 @@ functions, and writes what they return, in one transaction."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -174,6 +175,19 @@ def check_text(value: str, where: str, kind: str) -> None:
         raise InvalidRequest(f"{where}: {len(value)} characters; at most {MAX_LEN[kind]}")
 
 
+# An id is logged, shown in the dashboard and written into paths and metric labels: printable text only, as the
+# sandbox's ids are (services/sandbox/rest.py).
+CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def check_id(value: str, where: str, kind: str) -> None:
+    """An id of bounded length without control characters (NUL, tab, newline, U+0013, DEL, ...)."""
+    check_text(value, where, kind)
+    if found := CONTROL.search(value):
+        raise InvalidRequest(f"{where}: holds the control character U+{ord(found.group()):04X} at position "
+                             f"{found.start()}; ids are printable text")
+
+
 def check_step(step: int, where: str = "step") -> None:
     if not 0 <= step < 2 ** 62:
         raise InvalidRequest(f"{where}: {step} is outside [0, 2^62)")
@@ -189,7 +203,7 @@ def check_specs(specs: Sequence[AdapterSpecIn]) -> None:
     for i, spec in enumerate(specs):
         if not spec.adapter_id:
             raise InvalidRequest(f"adapters[{i}].adapter_id: must not be empty")
-        check_text(spec.adapter_id, f"adapters[{i}].adapter_id", "adapter_id")
+        check_id(spec.adapter_id, f"adapters[{i}].adapter_id", "adapter_id")
         check_role(spec.role, f"adapters[{i}].role")
         check_step(spec.created_step, f"adapters[{i}].created_step")
         if not 0 <= spec.rank <= 4096:
@@ -214,7 +228,7 @@ def check_matches(run_id: str, reports: Sequence[MatchReport], known: dict[str, 
         where = f"matches[{i}]"
         if not m.match_id:
             raise InvalidRequest(f"{where}.match_id: must not be empty")
-        check_text(m.match_id, f"{where}.match_id", "match_id")
+        check_id(m.match_id, f"{where}.match_id", "match_id")
         check_step(m.step, f"{where}.step")
         if m.task_type not in TASK_TYPES:
             raise InvalidRequest(f"{where}.task_type: '{m.task_type}' is not one of {list(TASK_TYPES)}")
@@ -245,8 +259,8 @@ def check_child(run_id: str, child: ChildSpec, known: dict[str, AdapterRow]) -> 
         raise InvalidRequest("parent_ids: a child needs at least one parent")
     if not child.operator:
         raise InvalidRequest("operator: name the operator that made the child (M1..X4)")
-    check_text(child.child_id, "child_id", "adapter_id")
-    check_text(child.operator, "operator", "operator")
+    check_id(child.child_id, "child_id", "adapter_id")
+    check_id(child.operator, "operator", "operator")
     check_step(child.step)
     if not 0 <= child.rank <= 4096:
         raise InvalidRequest(f"rank: {child.rank} is outside [0, 4096]")
@@ -275,8 +289,7 @@ def check_usage(step: int, rows: Sequence[UsageRow]) -> None:
     check_step(step)
     seen: set[str] = set()
     for i, r in enumerate(rows):
-        if len(r.adapter_id) > 128:
-            raise InvalidRequest(f"usage[{i}].adapter_id: longer than 128 characters")
+        check_id(r.adapter_id, f"usage[{i}].adapter_id", "adapter_id")
         if r.adapter_id in seen:
             raise InvalidRequest(f"usage[{i}].adapter_id: '{r.adapter_id}' appears twice")
         seen.add(r.adapter_id)
@@ -297,14 +310,14 @@ def check_evals(run_id: str, rows: Sequence[EvalRow], known: dict[str, AdapterRo
     for i, r in enumerate(rows):
         where = f"scores[{i}]"
         if r.adapter_id:
-            check_text(r.adapter_id, f"{where}.adapter_id", "adapter_id")
+            check_id(r.adapter_id, f"{where}.adapter_id", "adapter_id")
             a = known.get(r.adapter_id)
             if a is None or a.run_id != run_id:
                 raise InvalidRequest(f"{where}.adapter_id: unknown adapter '{r.adapter_id}' in run '{run_id}' (\"\" "
                                      "is the bare base model)")
         if not r.benchmark:
             raise InvalidRequest(f"{where}.benchmark: must not be empty")
-        check_text(r.benchmark, f"{where}.benchmark", "benchmark")
+        check_id(r.benchmark, f"{where}.benchmark", "benchmark")
         check_text(r.label, f"{where}.label", "label")
         check_step(r.version, f"{where}.version")
         check_step(r.step, f"{where}.step")
@@ -324,7 +337,7 @@ def check_evals(run_id: str, rows: Sequence[EvalRow], known: dict[str, AdapterRo
             pw = f"{where}.problems[{j}]"
             if not p.problem_id:
                 raise InvalidRequest(f"{pw}.problem_id: must not be empty")
-            check_text(p.problem_id, f"{pw}.problem_id", "problem_id")
+            check_id(p.problem_id, f"{pw}.problem_id", "problem_id")
             check_text(p.error, f"{pw}.error", "error")
             if p.problem_id in ids:
                 raise InvalidRequest(f"{pw}.problem_id: '{p.problem_id[:80]}' appears twice")

@@ -3,7 +3,7 @@ match log, payoff, the run's progress and problems from the phase journal, and b
 
 Reads are open; every write needs `Authorization: Bearer <token>`. Every field is bounded and checked here, at the
 edge, so a hostile request gets a 4xx naming the field and never reaches the database: text has no NUL and is
-valid UTF-8, lengths fit the columns, integers fit the proto fields (int32 ranks; steps and seeds within
+valid UTF-8, ids hold no control character, lengths fit the columns, integers fit the proto fields (int32 ranks; steps and seeds within
 +-(2^53 - 1), what a JSON number holds exactly, inside int64).
 """
 
@@ -25,13 +25,10 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response
-from fastapi.routing import APIRoute
 from fastapi.staticfiles import StaticFiles
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
-from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.routing import Match
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from populora.http import http_status, require_token
+from populora.http import Number, answer_http_errors, http_status, require_token
 from populora.metrics import generate_latest
 from populora.pb import league_pb2
 from populora.rpc import ServiceError
@@ -68,35 +65,29 @@ def _clean_text(value: str) -> str:
     return value
 
 
-def _not_bool(value: object) -> object:
-    """JSON true/false is not a number here (pydantic would read it as 1/0)."""
-    if isinstance(value, bool):
-        raise ValueError("must be a number, not a boolean")
-    return value
-
-
 NO_NUL = r"^[^\x00]*$"  # Postgres text cannot hold NUL
+# ids: printable, no control character (NUL, tab, newline, U+0013, DEL, ...), as the engine checks (check_id)
+ID = r"^[^\x00-\x1f\x7f]*$"
 CleanText = AfterValidator(_clean_text)
-Number = BeforeValidator(_not_bool)
 Role = Literal["teacher", "student", "both"]
 TaskType = Literal["code_i", "code_o", "code_f"]
 Rho = Annotated[float, Field(ge=0.0, le=1.0), Number]
-RunId = Annotated[str, Field(min_length=1, max_length=200, pattern=NO_NUL), CleanText]
-AdapterId = Annotated[str, Field(min_length=1, max_length=128, pattern=NO_NUL), CleanText]
-OptionalId = Annotated[str, Field(max_length=128, pattern=NO_NUL), CleanText]
+RunId = Annotated[str, Field(min_length=1, max_length=200, pattern=ID), CleanText]
+AdapterId = Annotated[str, Field(min_length=1, max_length=128, pattern=ID), CleanText]
+OptionalId = Annotated[str, Field(max_length=128, pattern=ID), CleanText]
 Step = Annotated[int, Field(ge=0, le=JSON_INT_MAX), Number]
 Seed = Annotated[int, Field(ge=-JSON_INT_MAX, le=JSON_INT_MAX), Number]
 Rank = Annotated[int, Field(ge=0, le=INT32_MAX), Number]
-RunPath = Annotated[str, Path(min_length=1, max_length=200, pattern=NO_NUL, description="a run id"), CleanText]
-AdapterPath = Annotated[str, Path(min_length=1, max_length=128, pattern=NO_NUL, description="an adapter id"),
+RunPath = Annotated[str, Path(min_length=1, max_length=200, pattern=ID, description="a run id"), CleanText]
+AdapterPath = Annotated[str, Path(min_length=1, max_length=128, pattern=ID, description="an adapter id"),
                         CleanText]
-AdapterQuery = Annotated[str, Query(max_length=128, pattern=NO_NUL, description="an adapter id (empty: any)"),
+AdapterQuery = Annotated[str, Query(max_length=128, pattern=ID, description="an adapter id (empty: any)"),
                          CleanText]
 StepQuery = Annotated[int | None, Query(ge=0, le=JSON_INT_MAX)]
-BenchmarkQuery = Annotated[str, Query(max_length=64, pattern=NO_NUL, description="a benchmark (empty: every one)"),
+BenchmarkQuery = Annotated[str, Query(max_length=64, pattern=ID, description="a benchmark (empty: every one)"),
                            CleanText]
 SeqQuery = Annotated[int | None, Query(ge=0, le=JSON_INT_MAX)]
-ParamName = Annotated[str, Field(min_length=1, max_length=64, pattern=NO_NUL), CleanText]
+ParamName = Annotated[str, Field(min_length=1, max_length=64, pattern=ID), CleanText]
 ParamValue = Annotated[float, Field(allow_inf_nan=False), Number]
 
 
@@ -486,7 +477,7 @@ class AdaptersIn(Model):
 
 
 class MatchIn(Model):
-    match_id: Annotated[str, Field(min_length=1, max_length=400, pattern=NO_NUL), CleanText]
+    match_id: Annotated[str, Field(min_length=1, max_length=400, pattern=ID), CleanText]
     teacher_id: AdapterId
     student_id: AdapterId
     task_type: TaskType
@@ -503,7 +494,7 @@ class ChildIn(Model):
     child_id: AdapterId
     role: Role
     parent_ids: list[AdapterId] = Field(min_length=1, max_length=8)
-    operator: Annotated[str, Field(min_length=1, max_length=16, pattern=NO_NUL), CleanText]
+    operator: Annotated[str, Field(min_length=1, max_length=16, pattern=ID), CleanText]
     params: dict[ParamName, ParamValue] = Field(default_factory=dict, max_length=64,
                                                 description="the operator's parameters (stored as JSON)",
                                                 json_schema_extra=_names_schema)
@@ -690,14 +681,7 @@ def create_app(service: LeagueService, read_only: bool = False) -> FastAPI:
         # The error echoes the input, which may hold a lone surrogate: written as a \u escape, never a 500.
         return _AsciiJSON({"detail": jsonable_encoder(e.errors())}, status_code=422)
 
-    @app.exception_handler(StarletteHTTPException)
-    def _http_error(request: Request, e: StarletteHTTPException) -> JSONResponse:
-        headers = dict(e.headers or {})
-        if e.status_code == 405:  # every method this path answers, not only the first route's
-            methods = {m for r in app.router.routes if isinstance(r, APIRoute)
-                       and r.matches(request.scope)[0] != Match.NONE for m in r.methods}
-            headers["Allow"] = ", ".join(sorted(methods))
-        return JSONResponse({"detail": e.detail}, status_code=e.status_code, headers=headers)
+    answer_http_errors(app)
 
     @app.exception_handler(sa.exc.OperationalError)
     def _database_down(_request: Request, e: sa.exc.OperationalError) -> JSONResponse:

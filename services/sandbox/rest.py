@@ -2,8 +2,9 @@
 verifiers. Every POST and DELETE needs `Authorization: Bearer <services.token>`; reads are open.
 
 Every field is bounded and validated here, at the edge: text must be valid UTF-8 (no lone surrogates) and of
-bounded length, identifiers hold no control characters (NUL included), numbers stay in range. A request this
-app cannot serve gets a 4xx naming the field; every status an endpoint returns is in its OpenAPI entry.
+bounded length, identifiers hold no control characters (NUL included), numbers are numbers (not true/false) and
+stay in range. A request this app cannot serve gets a 4xx naming the field (a 405 names every method of the path in
+its Allow header); every status an endpoint returns is in its OpenAPI entry.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from sqlalchemy.exc import SQLAlchemyError
 
-from populora.http import http_status, require_token
+from populora.http import Number, answer_http_errors, http_status, require_token
 from populora.metrics import generate_latest
 from populora.rpc import ServiceError
 from populora.tasks.triplet import Triplet
@@ -90,8 +91,8 @@ class ExecJobIn(Model):
     job_id: Ident = ""
     program: Text(MAX_PROGRAM, "Python source")
     call: Text(MAX_TEXT, "expression evaluated after the program, e.g. f(1, 2)") = ""
-    timeout_s: float = Field(0.0, ge=0, le=MAX_TIMEOUT_S, description="0 = the server's default")
-    memory_mb: int = Field(0, ge=0, le=MAX_MEMORY_MB, description="0 = the server's default")
+    timeout_s: Annotated[float, Field(ge=0, le=MAX_TIMEOUT_S, description="0 = the server's default"), Number] = 0.0
+    memory_mb: Annotated[int, Field(ge=0, le=MAX_MEMORY_MB, description="0 = the server's default"), Number] = 0
 
 
 class ExecuteIn(Model):
@@ -194,6 +195,8 @@ def create_app(service: SandboxService) -> FastAPI:
     """The REST app over a SandboxService (served beside the gRPC server by `serve`, or alone by uvicorn)."""
     app = FastAPI(title="PopuLoRA sandbox", version="1",
                   description="Isolated execution of untrusted Python, AZR answer checking, external verifiers.")
+
+    answer_http_errors(app)
 
     @app.exception_handler(ServiceError)
     def _service_error(_request: Request, e: ServiceError) -> JSONResponse:

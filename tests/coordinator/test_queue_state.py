@@ -51,26 +51,40 @@ def test_unacked_job_is_reclaimed_by_another_consumer(queue):
 
 
 def test_redis_consumers_share_the_stream(redis_url):
+    """Two consumers of one group split the stream: each job goes to exactly one of them, and while one holds a job
+    (not acked yet) the other is handed a different one, so both get work."""
     q1, q2 = _redis_queue(redis_url, 60_000), _redis_queue(redis_url, 60_000)
     for s in range(10):
         q1.publish(PhaseJob("run1", s, "match"))
-    seen, lock = [], threading.Lock()
+    seen: dict[str, list[int]] = {"a": [], "b": []}
+    # each consumer holds its first job until the other has taken one too: a queue that gave both the same job,
+    # or gave the second nothing while the first is in flight, breaks the barrier
+    both_hold_one = threading.Barrier(2, timeout=10)
+    errors = []
 
     def consume(q, name):
-        while True:
-            d = q.consume(name, block_ms=200)
-            if d is None:
-                return
-            with lock:
-                seen.append(d.job.step)
-            q.ack(d)
+        try:
+            while True:
+                d = q.consume(name, block_ms=200)
+                if d is None:
+                    return
+                seen[name].append(d.job.step)
+                if len(seen[name]) == 1:
+                    both_hold_one.wait()
+                q.ack(d)
+        except threading.BrokenBarrierError:
+            errors.append(f"consumer {name} held job {seen[name]} and the other consumer got no job beside it")
 
     threads = [threading.Thread(target=consume, args=(q, n)) for q, n in ((q1, "a"), (q2, "b"))]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    assert sorted(seen) == list(range(10))  # each job delivered once
+    q1.close()
+    q2.close()
+    assert not errors, errors
+    assert seen["a"] and seen["b"], f"one consumer got every job: {seen}"
+    assert sorted(seen["a"] + seen["b"]) == list(range(10)), f"each job delivered once: {seen}"
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

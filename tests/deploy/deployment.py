@@ -5,6 +5,7 @@ and the config schema, shared by compose and Kubernetes."""
 from __future__ import annotations
 
 import copy
+import fnmatch
 import functools
 import os
 import shutil
@@ -54,6 +55,32 @@ def tool(name: str) -> str:
     return found
 
 
+# ---- the build context ------------------------------------------------------------------------------------------
+
+def dockerignore() -> list[str]:
+    return [ln.strip() for ln in (ROOT / ".dockerignore").read_text().splitlines()
+            if ln.strip() and not ln.startswith("#")]
+
+
+def ignored(path: str) -> bool:
+    """As Docker reads .dockerignore: the last pattern that matches decides, `!PATTERN` re-includes."""
+    verdict = False
+    for line in dockerignore():
+        keep, p = line.startswith("!"), line.removeprefix("!")
+        if (fnmatch.fnmatch(path, p) or fnmatch.fnmatch(path, p.removeprefix("**/"))
+                or path.startswith(p.rstrip("/") + "/")):
+            verdict = not keep
+    return verdict
+
+
+def build_context() -> Iterator[Path]:
+    """The files `docker build .` sends from this checkout: everything but what .dockerignore excludes."""
+    for dirpath, dirnames, filenames in os.walk(ROOT):
+        here = Path(dirpath).relative_to(ROOT)
+        dirnames[:] = [d for d in dirnames if not ignored(str(here / d))]
+        yield from (ROOT / here / f for f in filenames if not ignored(str(here / f)))
+
+
 # ---- docker compose -------------------------------------------------------------------------------------------
 
 def compose_config(*files: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
@@ -67,7 +94,7 @@ def compose_config(*files: str, env: dict[str, str] | None = None) -> subprocess
 
 
 @functools.cache
-def _rendered_compose_text(file: str) -> str:
+def rendered_compose_text(file: str) -> str:
     out = compose_config(file)
     assert out.returncode == 0, f"docker-compose -f {file} config failed:\n{out.stderr}"
     return out.stdout
@@ -75,7 +102,7 @@ def _rendered_compose_text(file: str) -> str:
 
 def rendered_compose(file: str) -> dict[str, Any]:
     """The file as docker-compose resolves it (anchors merged, variables filled with dummy secrets)."""
-    return yaml.safe_load(_rendered_compose_text(file))
+    return yaml.safe_load(rendered_compose_text(file))
 
 
 def raw_compose(file: str) -> dict[str, Any]:

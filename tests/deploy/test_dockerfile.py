@@ -3,15 +3,16 @@ health check, no weights in the image, and agreement with the compose files' com
 
 from __future__ import annotations
 
-import fnmatch
+import json
 import re
 import shlex
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
-from tests.deploy.deployment import CONFIG_PATH, ROOT, rendered_compose
+from tests.deploy.deployment import CONFIG_PATH, ROOT, dockerignore, ignored, rendered_compose
 
 
 def instructions() -> list[tuple[str, str]]:
@@ -32,20 +33,49 @@ def instructions() -> list[tuple[str, str]]:
     return out
 
 
-def dockerignore() -> list[str]:
-    return [ln.strip() for ln in (ROOT / ".dockerignore").read_text().splitlines()
-            if ln.strip() and not ln.startswith("#")]
+def stages() -> list[list[tuple[str, str]]]:
+    """The instructions of each build stage, from its FROM on; stage 0 holds what comes before the first FROM."""
+    out: list[list[tuple[str, str]]] = [[]]
+    for word, args in instructions():
+        if word == "FROM":
+            out.append([])
+        out[-1].append((word, args))
+    return out
 
 
-def ignored(path: str) -> bool:
-    """As Docker reads .dockerignore: the last pattern that matches decides, `!PATTERN` re-includes."""
-    verdict = False
-    for line in dockerignore():
-        keep, p = line.startswith("!"), line.removeprefix("!")
-        if (fnmatch.fnmatch(path, p) or fnmatch.fnmatch(path, p.removeprefix("**/"))
-                or path.startswith(p.rstrip("/") + "/")):
-            verdict = not keep
-    return verdict
+def build_args(stage: list[tuple[str, str]]) -> dict[str, str]:
+    """ARG NAME=default of a stage (a bare ARG NAME maps to "")."""
+    return dict((a.split("=", 1) if "=" in a else (a, "")) for word, a in stage if word == "ARG")
+
+
+def torch_pin() -> str:
+    (pin,) = re.findall(r"^torch==([0-9.]+)$", (ROOT / "constraints.txt").read_text(), re.M)
+    return pin
+
+
+def run_step(work: Path, marker: str, variant: str, wheels: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+    """The build stage's RUN whose text holds `marker`, run by bash as the builder would, in `work`: `python` is a
+    function that prints its arguments (so each pip call shows and nothing is installed), each bind mount's target
+    is its source under work/ctx (deploy/wheels holding the files `wheels`), /tmp is work/tmp, and the stage's ARG
+    defaults are in the environment with VARIANT=variant."""
+    stage = stages()[1]
+    (args,) = [a for word, a in stage if word == "RUN" and marker in a]
+    tokens = args.split(" ")
+    mounts = {}
+    while tokens[0].startswith("--mount="):
+        options = dict(o.split("=", 1) for o in tokens.pop(0).removeprefix("--mount=").split(","))
+        if options["type"] == "bind":
+            mounts[options["target"]] = work / "ctx" / options["source"]
+    script = " ".join(tokens).replace("/tmp/", f"{work}/tmp/")
+    for target, source in mounts.items():
+        script = script.replace(target, str(source))
+    (work / "ctx" / "deploy" / "wheels").mkdir(parents=True)
+    (work / "tmp").mkdir()
+    for name in wheels:
+        (work / "ctx" / "deploy" / "wheels" / name).touch()
+    env = {**build_args(stage), "VARIANT": variant, "PATH": "/usr/bin:/bin"}
+    return subprocess.run(["bash", "-c", 'python() { printf "%s\\n" "$*"; }; ' + script], cwd=work, env=env,
+                          capture_output=True, text=True, timeout=60)
 
 
 def test_build_mounts_are_in_the_context():
@@ -58,15 +88,38 @@ def test_build_mounts_are_in_the_context():
     assert ignored("deploy/k8s") and ignored("deploy/wheels/model.safetensors")
 
 
-def test_variants_cpu_and_cuda():
-    text = (ROOT / "Dockerfile").read_text()
-    assert re.search(r"^ARG VARIANT=cpu$", text, re.M), "the default variant must be cpu"
-    assert "ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu" in text, "cpu variant: the CPU torch index"
-    cpu = re.search(r"\bcpu\)(.*?);;", text, re.S).group(1)
-    assert '--index-url "$TORCH_INDEX_URL"' in cpu and '"torch==${TORCH_VERSION}+cpu"' in cpu, \
-        "cpu variant must install the CPU torch wheel (from its index, or the local +cpu wheel)"
-    assert re.search(r"\bcuda\)", text) and "vllm" in text, "cuda variant must install torch with CUDA and vLLM"
-    assert 'torch==${TORCH_VERSION}' in text and "ARG TORCH_VERSION=2.13.0" in text, "torch must be pinned"
+def test_variants_cpu_and_cuda(tmp_path):
+    """The torch step, run as the builder runs it: cpu takes the CPU wheel (the local +cpu wheel of the pinned
+    version when deploy/wheels has one, else the CPU index), cuda takes PyPI's build, any other variant stops the
+    build; torch is the version constraints.txt pins. The dependency step adds vLLM for cuda only."""
+    build = build_args(stages()[1])
+    pin = torch_pin()
+    assert build["VARIANT"] == "cpu", "the default variant must be cpu"
+    assert build["TORCH_VERSION"] == pin, f"the image's torch {build['TORCH_VERSION']} is not constraints.txt's {pin}"
+    assert build["TORCH_INDEX_URL"] == "https://download.pytorch.org/whl/cpu"
+    assert build_args(stages()[2])["VARIANT"] == "cpu", "the runtime stage must default to the same variant"
+    cases = [("cpu", (), ["--index-url", build["TORCH_INDEX_URL"], f"torch=={pin}"]),
+             ("cpu", (f"torch-{pin}+cpu-cp311-cp311-linux_x86_64.whl",), ["--find-links", "{wheels}", f"torch=={pin}+cpu"]),
+             ("cpu", ("torch-2.0.0+cpu-cp311-cp311-linux_x86_64.whl",),  # another version's wheel is not taken
+              ["--index-url", build["TORCH_INDEX_URL"], f"torch=={pin}"]),
+             ("cuda", (), [f"torch=={pin}"])]
+    for i, (variant, wheels, expected) in enumerate(cases):
+        work = tmp_path / f"torch{i}"
+        out = run_step(work, 'case "$VARIANT"', variant, wheels)
+        pip = [str(work / "ctx" / "scripts" / "image_pip.py"), "install"]
+        expected = [a.format(wheels=work / "ctx" / "deploy" / "wheels") for a in expected]
+        assert out.returncode == 0 and out.stdout.split() == pip + expected, (variant, wheels, out.stdout, out.stderr)
+    wrong = run_step(tmp_path / "rocm", 'case "$VARIANT"', "rocm")
+    assert wrong.returncode != 0 and "VARIANT must be cpu or cuda, not 'rocm'" in wrong.stderr, wrong
+    for variant, extras in (("cpu", []), ("cuda", [build["CUDA_EXTRAS"]])):
+        work = tmp_path / f"deps-{variant}"
+        out = run_step(work, "tomllib", variant)
+        pip = str(work / "ctx" / "scripts" / "image_pip.py")
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.splitlines() == [f"{pip} install -c constraints.txt -r {work}/tmp/requirements.txt",
+                                           *(f"{pip} install -c constraints.txt {e}" for e in extras)], out.stdout
+        assert not (work / "tmp" / "requirements.txt").exists(), "the requirements list must not stay in the image"
+    assert "vllm" in build["CUDA_EXTRAS"].split(), "the cuda variant's extras must include vLLM"
     for file, variant in (("docker-compose.yml", "cuda"), ("docker-compose.cpu.yml", "cpu")):
         for name, svc in rendered_compose(file)["services"].items():
             if "build" in svc:
@@ -74,13 +127,26 @@ def test_variants_cpu_and_cuda():
 
 
 def test_runs_as_non_root_with_grpc_healthcheck():
-    ins = instructions()
-    users = [args for word, args in ins if word == "USER"]
-    assert users and users[-1].split(":")[0] not in ("0", "root"), "the image must run as a non-root user"
-    (health,) = [args for word, args in ins if word == "HEALTHCHECK"]
-    assert "populora.healthcheck" in health, "HEALTHCHECK must ask the gRPC health service"
-    entry = [args for word, args in ins if word == "ENTRYPOINT"][-1]
-    assert "tini" in entry, "tini must be PID 1 (reaps the sandbox's job processes, forwards SIGTERM)"
+    """The runtime stage (the last) creates a user and runs as it, checks health with the gRPC health command, and
+    starts under tini."""
+    runtime = stages()[-1]
+    users = [args for word, args in runtime if word == "USER"]
+    assert users, "the image must run as a non-root user (no USER in the runtime stage)"
+    uid, _, gid = users[-1].partition(":")
+    assert uid not in ("0", "root") and gid not in ("0", "root"), f"USER {users[-1]}: the image must not run as root"
+    made = " ".join(args for word, args in runtime if word == "RUN")
+    assert re.search(rf"\buseradd --uid {uid} --gid {gid}\b", made), f"USER {users[-1]}: no such user is created"
+    assert re.search(rf"\bchown {uid}:{gid} /data\b|\bchown populora:populora /data\b", made), \
+        "the shared volume's mount point must belong to the image's user"
+    (health,) = [args for word, args in runtime if word == "HEALTHCHECK"]
+    options, _, command = health.partition(" CMD ")
+    assert json.loads(command) == ["python", "-m", "populora.healthcheck"], \
+        f"HEALTHCHECK must ask the gRPC health service: {command}"
+    assert all(o.startswith("--") for o in options.split()), options
+    entry = [args for word, args in runtime if word == "ENTRYPOINT"][-1]
+    assert json.loads(entry) == ["/usr/bin/tini", "--"], \
+        "tini must be PID 1 (reaps the sandbox's job processes, forwards SIGTERM)"
+    assert "tini" in re.search(r'want="([^"]*)"', made).group(1).split(), "the runtime stage must install tini"
 
 
 def test_environment_matches_compose_and_config():
@@ -114,8 +180,14 @@ def test_copied_sources_exist_and_are_not_ignored():
 
 
 def test_python_version_matches_the_project():
-    text = (ROOT / "Dockerfile").read_text()
-    assert "python:3.11" in text and '>=3.11' in (ROOT / "pyproject.toml").read_text()
+    """The default base image's Python is the lowest the project allows (pyproject's requires-python)."""
+    base = build_args(stages()[0])["BASE_IMAGE"]
+    image = re.fullmatch(r"python:(\d+)\.(\d+)-slim-(\w+)", base)
+    assert image, f"BASE_IMAGE={base}: expected the public python:X.Y-slim-<debian> image"
+    requires = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["requires-python"]
+    lowest = re.fullmatch(r">=\s*(\d+)\.(\d+)", requires)
+    assert lowest and image.groups()[:2] == lowest.groups(), f"{base} does not give Python {requires}"
+    assert image.group(3) == "bookworm", "the local base (make images LOCAL_BASE=1) is bookworm: the same Debian"
 
 
 def test_any_base_image_and_no_registry_beyond_it():

@@ -86,6 +86,9 @@ def test_a_bad_line_later_in_the_file_is_named_by_its_number(tmp_path):
              "not valid JSON")
     _refused("jsonl", _write(tmp_path / "p.jsonl", [good, "[1, 2]"]), ":2:", "expected a JSON object")
     _refused("jsonl", _write(tmp_path / "p.jsonl", [good, good]), ":2:", "repeats line 1")
+    # problem ids go into the league's records with each score: printable and bounded, checked before anything runs
+    _refused("jsonl", _write(tmp_path / "p.jsonl", [good, {**good, "id": "b\tc"}]), ":2:", "U+0009")
+    _refused("jsonl", _write(tmp_path / "p.jsonl", [{**good, "id": "x" * 401}]), ":1:", "401 characters; at most 400")
     _refused("jsonl", _write(tmp_path / "p.jsonl", [""]), "no problems")
 
 

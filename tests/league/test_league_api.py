@@ -67,6 +67,79 @@ def test_grpc_round_trip_matches_in_process(grpc_client, league):
     assert e.value.code == StatusCode.NOT_FOUND
 
 
+# ids with a control character: tab, newline, U+0013, DEL (NUL has its own check); refused as the sandbox does
+CONTROL_IDS = ["a\tb", "a\nb", "a\x13b", "a\x7fb"]
+
+
+def _league_state(client) -> tuple:
+    return (client.GetRatings(pb.GetRatingsRequest(run_id="r1", include_retired=True)),
+            client.GetLineage(pb.GetLineageRequest(adapter_id="S0")),
+            client.GetCompute(pb.GetComputeRequest(run_id="r1")),
+            client.GetEvals(pb.GetEvalsRequest(run_id="r1", include_problems=True)))
+
+
+def test_grpc_ids_with_control_characters_are_refused(grpc_client, league):
+    _season(grpc_client)
+    before, runs = _league_state(grpc_client), league.db.list_runs()
+    for bad in CONTROL_IDS:
+        match = dict(match_id="m", teacher_id="T0", student_id="S0", task_type="code_o", step=3, rhos=[0.5])
+        child = dict(run_id="r1", child_id="S9", role="student", parent_ids=["S0"], operator="M1", step=3)
+        score = dict(adapter_id="", version=0, benchmark="heldout", step=0, samples=1, n_problems=1, pass_at_1=1.0)
+        writes = [
+            ("run_id", "CreateRun", pb.CreateRunRequest(run_id=bad, mode="population")),
+            ("adapters[0].adapter_id", "RegisterAdapters", pb.RegisterAdaptersRequest(
+                run_id="r1", adapters=[pb.AdapterSpec(adapter_id=bad, role="teacher", rank=8)])),
+            ("matches[0].match_id", "ReportMatches", pb.ReportMatchesRequest(
+                run_id="r1", matches=[pb.MatchResult(**{**match, "match_id": bad})])),
+            ("child_id", "RecordChild", pb.RecordChildRequest(**{**child, "child_id": bad})),
+            ("operator", "RecordChild", pb.RecordChildRequest(**{**child, "operator": bad})),
+            ("usage[0].adapter_id", "RecordCompute", pb.RecordComputeRequest(
+                run_id="r1", step=3, usage=[pb.Usage(adapter_id=bad, generated_tokens=5)])),
+            ("scores[0].benchmark", "RecordEvals", pb.RecordEvalsRequest(
+                run_id="r1", scores=[pb.EvalScore(**{**score, "benchmark": bad})])),
+            ("scores[0].problems[0].problem_id", "RecordEvals", pb.RecordEvalsRequest(run_id="r1", scores=[
+                pb.EvalScore(**score, problems=[pb.EvalProblem(problem_id=bad, passed=1, n=1)])])),
+        ]
+        for where, name, request in writes:
+            with pytest.raises(ServiceError) as e:
+                getattr(grpc_client, name)(request)
+            assert e.value.code == StatusCode.INVALID_ARGUMENT, (name, bad, e.value)
+            assert e.value.message.startswith(f"{where}: holds the control character U+{ord(bad[1]):04X}"), \
+                e.value.message
+    assert _league_state(grpc_client) == before and league.db.list_runs() == runs  # nothing written
+
+
+def test_rest_ids_with_control_characters_are_refused(rest):
+    before = {path: rest.get(path).json() for path in ("/v1/runs", "/v1/runs/r1/leaderboard",
+                                                      "/v1/runs/r1/lineage", "/v1/runs/r1/matches")}
+    match = {"match_id": "m", "teacher_id": "T0", "student_id": "S0", "task_type": "code_o", "step": 3,
+             "rhos": [0.5]}
+    child = {"child_id": "S9", "role": "student", "parent_ids": ["S0"], "operator": "M1", "step": 3}
+    for bad in CONTROL_IDS:
+        writes = [
+            ("/v1/runs", {"run_id": bad}, ["body", "run_id"]),
+            ("/v1/runs/r1/adapters", {"adapters": [{"adapter_id": bad, "role": "teacher"}]},
+             ["body", "adapters", 0, "adapter_id"]),
+            ("/v1/runs/r1/matches", {"matches": [{**match, "match_id": bad}]}, ["body", "matches", 0, "match_id"]),
+            ("/v1/runs/r1/matches", {"matches": [{**match, "teacher_id": bad}]},
+             ["body", "matches", 0, "teacher_id"]),
+            ("/v1/runs/r1/children", {**child, "child_id": bad}, ["body", "child_id"]),
+            ("/v1/runs/r1/children", {**child, "parent_ids": [bad]}, ["body", "parent_ids", 0]),
+            ("/v1/runs/r1/children", {**child, "retire_id": bad}, ["body", "retire_id"]),
+            ("/v1/runs/r1/children", {**child, "operator": bad}, ["body", "operator"]),
+            ("/v1/runs/r1/children", {**child, "params": {bad: 1.0}}, ["body", "params", bad, "[key]"]),
+        ]
+        for path, body, loc in writes:
+            resp = rest.post(path, json=body, headers=AUTH)
+            assert resp.status_code == 422, (path, body, resp.text)
+            assert [d["loc"] for d in resp.json()["detail"]] == [loc], resp.text
+        quoted = bad.encode().hex()
+        quoted = "%" + "%".join(quoted[i:i + 2] for i in range(0, len(quoted), 2))
+        for path in (f"/v1/runs/{quoted}/leaderboard", f"/v1/adapters/{quoted}/lineage"):
+            assert rest.get(path).status_code == 422, path
+    assert {path: rest.get(path).json() for path in before} == before  # nothing written
+
+
 def test_embedded_services_build_the_league_in_process(tmp_path):
     cfg = load_config(env=False, overrides=[f"run.output_dir={tmp_path}"])
     league = build("league", cfg)

@@ -114,6 +114,42 @@ def test_hostile_requests_get_a_4xx(sandbox_url, method, path, body, allowed):
     assert r.json()["detail"]
 
 
+@pytest.mark.parametrize("field", ["timeout_s", "memory_mb"])
+def test_a_boolean_is_not_a_number(sandbox_url, field):
+    """JSON true/false in a number field is refused naming the field (pydantic alone reads them as 1/0); a number
+    there, an integer one included, is taken."""
+    import httpx
+
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    for value in (True, False):
+        r = httpx.post(sandbox_url + "/v1/execute", headers=headers, timeout=30,
+                       json={"jobs": [{"job_id": "j", "program": "x = 1", "call": "x", field: value}]})
+        assert r.status_code == 422, (value, r.text[:300])
+        assert [(d["loc"], d["msg"]) for d in r.json()["detail"]] == [
+            (["body", "jobs", 0, field], "Value error, must be a number, not a boolean")], r.text[:300]
+    r = httpx.post(sandbox_url + "/v1/execute", headers=headers, timeout=30,
+                   json={"jobs": [{"job_id": "j", "program": "x = 1", "call": "x", field: 1}]})
+    assert r.status_code == 200 and r.json()["results"][0]["value_repr"] == "1", r.text[:300]
+
+
+def test_a_405_names_every_method_of_the_path(sandbox_url):
+    """OPTIONS (or any method a path does not serve) is 405 with an Allow header that lists every method the path
+    serves, as its OpenAPI entry does, and changes nothing."""
+    import httpx
+
+    spec = httpx.get(sandbox_url + "/openapi.json", timeout=30).json()["paths"]
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    for method, path, route in (("OPTIONS", "/v1/verifiers", "/v1/verifiers"),
+                                ("PUT", "/v1/verifiers", "/v1/verifiers"),
+                                ("OPTIONS", "/v1/verifiers/v1", "/v1/verifiers/{name}"),
+                                ("GET", "/v1/execute", "/v1/execute")):
+        r = httpx.request(method, sandbox_url + path, headers=headers, timeout=30)
+        assert r.status_code == 405 and r.json()["detail"], (method, path, r.text[:300])
+        assert sorted(r.headers["allow"].split(", ")) == sorted(m.upper() for m in spec[route]), \
+            (method, path, r.headers["allow"])
+    assert httpx.get(sandbox_url + "/v1/verifiers", timeout=30).json() == []
+
+
 def test_hostile_content_gets_an_answer_not_a_crash(sandbox_url):
     """Valid requests whose content is hostile: a job that raises with a lone surrogate in its message, a
     program nested too deeply to rewrite, gold that is not a literal, a gold NUL string."""

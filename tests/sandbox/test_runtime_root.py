@@ -16,14 +16,13 @@ import pytest
 from populora.tasks.jobs import Job
 from services.sandbox.executor import Limits, SandboxUnavailable
 from services.sandbox.jail import CONTAINER_CAPABILITIES, build_runtime_root
+from tests.conftest import missing
 from tests.sandbox.hostile_corpus import load_corpus, run_corpus
 
 
 def _root_or_skip() -> None:
     if os.geteuid() != 0:
-        from tests.conftest import IN_CI
-
-        (pytest.fail if IN_CI else pytest.skip)("the chroot of the runtime root needs root")
+        missing("the chroot of the runtime root needs root")
 
 
 def test_the_runtime_root_holds_the_interpreter_and_nothing_else(tmp_path):
@@ -53,7 +52,7 @@ def test_chroot_needs_no_capability_beyond_the_containers(tmp_path):
     saying which capability is missing."""
     _root_or_skip()
     if not shutil.which("setpriv"):
-        pytest.skip("needs setpriv (util-linux)")
+        missing("cutting the bounding set needs setpriv (Debian's util-linux)")
     script = tmp_path / "chroot.py"
     script.write_text(
         "import json, sys\n"
