@@ -28,7 +28,7 @@ def main() -> None:
     inference = InferenceService.from_config(cfg)
     problems = load_problems("humaneval", limit=PROBLEMS)
     base = EvalTarget("base", None)
-    requests = [_request(p, base, f"{mode}/{p.id}", mode == "chat", 1, 0.0, MAX_NEW_TOKENS, 0)
+    requests = [_request(p, base, f"{mode}/{p.id}", mode, 1, 0.0, MAX_NEW_TOKENS, 0)
                 for mode in ("chat", "completion") for p in problems]
     texts = {r.request_id: r.completions[0].text
              for r in inference.Generate(inference_pb2.GenerateRequest(requests=requests))}
