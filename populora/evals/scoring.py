@@ -27,6 +27,7 @@ from populora.evals.benchmarks import Problem
 from populora.evals.evalplus import canonical_program  # noqa: F401 - the reference program, used by bench.eval
 from populora.evals.prompts import extract_program, read_task_answer
 from populora.pb import sandbox_pb2
+from populora.tasks.literals import LiteralError
 
 EXECUTE_CHUNK = 512  # jobs per Execute call: far under the sandbox's batch limit and the gRPC message size
 DEFAULT_TIMEOUT_S = 10.0  # per program with its tests (HumanEval's own harness allows 3 s per problem)
@@ -188,7 +189,12 @@ def check_references(sandbox: Any, problems: list[Problem], timeout_s: float
             checks[p.id] = ReferenceCheck(p.id, "none", "the file gives no reference solution", p.where)
         else:
             answers.append(answer)
-    jobs = 0
+    # CRUXEval: the reference is the row itself, f(input) == output, run as written (a lambda input included)
+    crux = [a.problem for a in answers if a.problem.style == "cruxeval"]
+    answers = [a for a in answers if a.problem.style != "cruxeval"]
+    jobs = len(crux)
+    for p, reason in zip(crux, _run_rows(sandbox, crux, timeout_s)):
+        checks[p.id] = ReferenceCheck(p.id, "failed" if reason else "passed", reason, p.where)
     for kind in sorted({a.problem.kind for a in answers}):
         group = [a for a in answers if a.problem.kind == kind]
         got, n = SCORERS[kind](sandbox, group, timeout_s)
@@ -214,3 +220,28 @@ def ks_for(samples: int) -> list[int]:
     """The k reported for `samples` samples per problem: 1, 2, 5, 10, 20, 50, 100 up to samples, and samples."""
     ks = [k for k in (1, 2, 5, 10, 20, 50, 100) if k <= samples]
     return ks if samples in ks else [*ks, samples]
+
+
+def _run_rows(sandbox: Any, problems: list[Problem], timeout_s: float) -> list[str]:
+    """Why each CRUXEval row's f(input) does not give its output ("" when it does), the value compared on this
+    host."""
+    reasons = []
+    for lo in range(0, len(problems), EXECUTE_CHUNK):
+        chunk = problems[lo:lo + EXECUTE_CHUNK]
+        request = sandbox_pb2.ExecuteRequest(jobs=[
+            sandbox_pb2.ExecJob(job_id=str(k), program=p.task.program, call=f"f({p.task.inputs[0]})",
+                                timeout_s=timeout_s) for k, p in enumerate(chunk)])
+        results = {r.job_id: r for r in sandbox.Execute(request).results}
+        for k, p in enumerate(chunk):
+            r = results.get(str(k))
+            if r is None or r.status != "ok":
+                reasons.append(f"f({p.task.inputs[0][:80]}) " + (f"{r.status}: {one_line(r.error)}" if r is not None
+                                                                 else "got no result"))
+                continue
+            try:
+                same = evalplus.rebuild(r.value_repr) == evalplus.rebuild(p.task.outputs[0])
+            except LiteralError:
+                same = False
+            reasons.append("" if same else f"f({p.task.inputs[0][:80]}) returns {r.value_repr[:120]}, the row says "
+                                           f"{p.task.outputs[0][:120]}")
+    return reasons
