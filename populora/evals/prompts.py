@@ -137,12 +137,12 @@ def read_task_answer(problem: Problem, text: str, form: str) -> str | None:
     """The answer text the training verifier judges: the model's own in the training form; in the cruxeval form,
     what the completed assertion says, in the training answer format (None when it holds no assertion).
 
-    As CRUXEval's authors read it: the text before [/ANSWER], less a leading `assert`; for output prediction the
-    expression after `==`, for input prediction the arguments of the call before it."""
+    As CRUXEval's authors read it: the text before [/ANSWER], its first line with `==` less a leading `assert`; for
+    output prediction the expression after `==`, for input prediction the arguments of the call before it."""
     if form != "cruxeval":
         return text
     body = text.split("[/ANSWER]")[0].strip()
-    line = next((ln.strip() for ln in body.splitlines() if ln.strip()), "")
+    line = next((ln.strip() for ln in body.splitlines() if "==" in ln), "")
     if line.startswith("assert "):
         line = line[len("assert "):].strip()
     answer = _assertion_part(line, problem.task.task_type)
