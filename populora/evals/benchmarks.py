@@ -302,7 +302,8 @@ def load_cruxeval(task_type: str) -> Loader:
     to f as training does; the input is an argument list (empty: f is called with no arguments) and the output a
     literal the verifier can rebuild, checked here with the line. A cruxeval-i row whose reference input is not an
     allowed answer expression (a lambda, a call) is loaded but set apart: the judge takes only restricted
-    expressions, so it could not accept even the reference answer."""
+    expressions, so it could not accept even the reference answer; so is a row whose output parses but is no
+    literal the verifier can rebuild (`inf`), in either benchmark: no answer could equal it."""
     name = "cruxeval-o" if task_type == "code_o" else "cruxeval-i"
 
     def load(spec: LoadSpec) -> list[Problem]:
@@ -325,12 +326,15 @@ def load_cruxeval(task_type: str) -> Loader:
             set_apart = ""
             if bad is not None and task_type == "code_i":
                 set_apart = f"its reference input is not an allowed answer expression ({bad.reason}: {bad.detail})"
-            if expression_violation(output, "output") is not None:
+            out_bad = expression_violation(output, "output")
+            if out_bad is not None and out_bad.reason == "syntax_error":
                 raise BenchmarkError(f"{where}: field 'output' {output[:80]!r} is not a literal")
             try:
                 literal_value(output)
-            except LiteralError as e:
-                raise BenchmarkError(f"{where}: field 'output' {output[:80]!r} is not a literal: {e}") from None
+            except LiteralError as e:  # parses, but the verifier cannot rebuild it (inf, a call): nothing can match
+                set_apart = set_apart or f"its output {output[:80]} is not a literal the verifier can rebuild ({e})"
+            if out_bad is not None:
+                set_apart = set_apart or f"its output {output[:80]} is not a restricted literal ({out_bad.detail})"
             task = Triplet(task_type=task_type, program=program, inputs=[given.strip()], outputs=[output],
                            task_id=pid)
             out.append(Problem(id=pid, kind="task", task=task, task_type=task_type, style="cruxeval", where=where,

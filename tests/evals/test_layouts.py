@@ -145,6 +145,11 @@ def test_cruxeval_release_rows_all_load(tmp_path):
     assert [p.set_apart != "" for p in o] == [False] * 4  # output prediction never needs the input as an answer
     assert [p.set_apart != "" for p in i] == [False, False, True, False]
     assert "not an allowed answer expression" in i[2].set_apart and "lambda" in i[2].set_apart.lower()
+    inf = _write(tmp_path / "inf.jsonl", [{"code": "def f():\n    return float('inf')", "input": "", "output": "inf",
+                                            "id": "sample_9"}])
+    for name in ("cruxeval-o", "cruxeval-i"):  # no answer can equal an output the verifier cannot rebuild
+        [p] = load_problems(name, inf)
+        assert "its output inf is not a literal the verifier can rebuild" in p.set_apart
 
 
 @pytest.mark.parametrize("name,rows,counted,apart", [
