@@ -114,7 +114,7 @@ def model_context(cfg: Config) -> tuple[object, int]:
     """The base model's tokenizer and context length (its config's max_position_embeddings), without its weights."""
     from transformers import AutoTokenizer
 
-    from populora.models import ModelError, resolve_model_dir
+    from populora.models import CHATML_TEMPLATE, ModelError, resolve_model_dir
 
     try:
         path = resolve_model_dir(cfg.model.name, cfg.model.cache_dir)
@@ -122,9 +122,7 @@ def model_context(cfg: Config) -> tuple[object, int]:
         context = int(json.loads((path / "config.json").read_text()).get("max_position_embeddings") or 0)
     except (ModelError, OSError, ValueError) as e:
         raise EvalError(f"model {cfg.model.name!r}: {e}") from None
-    if not getattr(tokenizer, "chat_template", None):
-        from populora.models import CHATML_TEMPLATE
-
+    if not getattr(tokenizer, "chat_template", None):  # as load_base_model sets it
         tokenizer.chat_template = CHATML_TEMPLATE
     return tokenizer, context or 10**9
 
@@ -146,7 +144,8 @@ def eval_phase(run, step: int, population: Population) -> Evaluated:
                        temperature=e.temperature, seed=run.seed("eval", step), data=e.data or None,
                        max_new_tokens=e.max_new_tokens, chat=cfg.model.chat_template,
                        code_f_inputs=cfg.tasks.code_f_inputs, timeout_s=e.timeout_s, run_id=run.run_id,
-                       cache=expected_cache(cfg), progress=lambda event, info: seen.update({f"{event}_{k}": v for k, v in info.items()}))
+                       cache=expected_cache(cfg),
+                       progress=lambda event, info: seen.update({f"{event}_{k}": v for k, v in info.items()}))
     scores = scores_of(results)
     record(run.services.league, run.run_id, e.benchmark, scores, {s.adapter_id: step for s in scores})
     return Evaluated(e.benchmark, scores, int(seen.get("generated_tokens", 0)), int(seen.get("scored_jobs", 0)),
@@ -284,7 +283,7 @@ def _check_references(args: argparse.Namespace, cfg: Config, benchmark: str, pro
     sandbox = build("sandbox", cfg) if cfg.run.deployment == "embedded" else remote("sandbox", cfg)
     try:
         ready = materialise(Services(inference=None, sandbox=sandbox, league=None, trainer=None, evolver=None),
-                            [p for p in problems], cfg.eval.timeout_s, expected_cache(cfg))
+                            problems, cfg.eval.timeout_s, expected_cache(cfg))
         checks, jobs = check_references(sandbox, ready, cfg.eval.timeout_s)
     except EvalError as e:
         print(f"error: {e}", file=sys.stderr)
