@@ -33,7 +33,8 @@ from populora.pb import sandbox_pb2
 from populora.tasks.literals import LiteralError, literal_value
 
 SPLITS = ("base", "plus")
-RUN_INPUTS = 16  # inputs per job at first; halved where the values are over the sandbox's output limit
+RUN_INPUTS = 32  # inputs per job at first (one timeout covers them all); halved where the values are over the
+# sandbox's output limit
 DIGEST_CHARS = 1000
 EXECUTE_CHUNK = 512
 CACHE_FORMAT = 1

@@ -219,3 +219,18 @@ def test_references_of_a_file_without_solutions_are_counted_apart(sandbox, tmp_p
         {"id": "a", "prompt": "def f(x):\n", "entry_point": "f", "asserts": ["assert f(1) == 1"]}]))
     checks, _ = check_references(sandbox, problems, 10.0)
     assert [(c.status, c.reason) for c in checks] == [("none", "the file gives no reference solution")]
+
+
+def test_a_run_whose_values_are_over_the_output_limit_is_split(sandbox, tmp_path):
+    """32 outputs of 990 two-byte characters (under the digest size, over the sandbox's 64 KB together as it sends
+    them) come back whole from smaller runs; the candidate is still judged on every one."""
+    row = {"task_id": "T/0", "prompt": "def pad(c, n):\n", "entry_point": "pad", "canonical_solution": "    return c * n\n",
+           "base_input": [["a", 990]], "plus_input": [[chr(0xE0 + k % 20), 990] for k in range(40)], "atol": 0,
+           "contract": ""}
+    [p] = with_expected(sandbox, load_problems("humaneval-plus", _write(tmp_path / "pad.jsonl", [row])), 10.0, None)
+    assert [o.status for o in p.expected["plus"]] == ["ok"] * 40
+    answers = _answers(p, {"right": "    return c * n\n", "last_wrong": "    return c * n if c != '\\xf3' else c\n"})
+    outcomes, jobs = SCORERS["evalplus"](sandbox, answers, 10.0)
+    assert [(o.base, o.passed) for o in outcomes] == [(True, True), (True, False)]
+    assert "plus input 19" in outcomes[1].error
+    assert jobs > 2 * 3  # per answer: a base job, and more than the two runs of 32 and 8 plus inputs
