@@ -187,8 +187,9 @@ def test_evalplus_through_the_cli_reports_base_and_plus(tmp_path, cache, capsys)
     [result] = json.loads(out.read_text())["results"]
     assert result["protocol"] == "benchmark" and set(result["splits"]) == {"base", "plus"}
     assert set(result["problems"][0]) == {"id", "passed", "n", "error", "base_passed"}
-    table = capsys.readouterr().out
-    assert "benchmark" in table and "base" in table and "plus" in table
+    head, row = capsys.readouterr().out.splitlines()[:2]
+    assert head.split()[:3] == ["target", "benchmark", "protocol"] and head.split()[6:8] == ["base", "plus"]
+    assert row.split()[:3] == ["base", "mbpp-plus", "benchmark"]  # the protocol used, named
 
 
 def test_cruxeval_input_rows_set_apart_are_out_of_the_denominator(tmp_path, cache, capsys):
