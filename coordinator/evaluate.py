@@ -15,6 +15,9 @@ from coordinator.services import Services, build, remote
 from populora.config import Config, config_from_yaml, parse_override
 from populora.evals import EvalError, EvalResult, EvalTarget, evaluate, load_problems
 from populora.evals.benchmarks import BenchmarkError
+from populora.evals.harness import check_context, materialise, target_protocol
+from populora.evals.prompts import PROTOCOLS
+from populora.evals.scoring import check_references
 from populora.pb import league_pb2
 from populora.records import EvalScore, Evaluated, Population, ProblemScore
 from populora.rpc import ServiceError
@@ -89,13 +92,39 @@ def record(league, run_id: str, benchmark: str, scores: list[EvalScore], steps: 
 
 
 def table(results: list[EvalResult]) -> str:
-    """The scores as a plain-text table."""
+    """The scores as a plain-text table (EvalPlus: pass@1 on the base inputs and on base + plus), then the problems
+    set apart, when there are any."""
     ks = sorted({k for r in results for k in r.pass_at_k if k > 1})
-    head = ["target", "benchmark", "problems", "samples", "pass@1"] + [f"pass@{k}" for k in ks]
-    rows = [[r.label, r.benchmark, str(r.n_problems), str(r.samples), f"{r.pass_at_1:.3f}"]
+    splits = any(r.splits for r in results)
+    head = (["target", "benchmark", "protocol", "problems", "samples", "pass@1"] + (["base", "plus"] if splits else [])
+            + [f"pass@{k}" for k in ks])
+    rows = [[r.label, r.benchmark, r.protocol, str(r.n_problems), str(r.samples), f"{r.pass_at_1:.3f}"]
+            + ([f"{r.splits[s]:.3f}" if s in r.splits else "-" for s in ("base", "plus")] if splits else [])
             + [f"{r.pass_at_k[k]:.3f}" if k in r.pass_at_k else "-" for k in ks] for r in results]
     widths = [max(len(x) for x in col) for col in zip(head, *rows)]
-    return "\n".join("  ".join(x.ljust(w) for x, w in zip(line, widths)) for line in [head, *rows])
+    text = "\n".join("  ".join(x.ljust(w) for x, w in zip(line, widths)) for line in [head, *rows])
+    apart = results[0].set_apart if results else []
+    if apart:
+        text += (f"\n{len(apart)} problem(s) set apart, not asked and not in the denominator (no allowed answer can "
+                 "be judged right):\n" + "\n".join(f"  {a['id']}: {a['reason']}" for a in apart))
+    return text
+
+
+def model_context(cfg: Config) -> tuple[object, int]:
+    """The base model's tokenizer and context length (its config's max_position_embeddings), without its weights."""
+    from transformers import AutoTokenizer
+
+    from populora.models import CHATML_TEMPLATE, ModelError, resolve_model_dir
+
+    try:
+        path = resolve_model_dir(cfg.model.name, cfg.model.cache_dir)
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        context = int(json.loads((path / "config.json").read_text()).get("max_position_embeddings") or 0)
+    except (ModelError, OSError, ValueError) as e:
+        raise EvalError(f"model {cfg.model.name!r}: {e}") from None
+    if not getattr(tokenizer, "chat_template", None):  # as load_base_model sets it
+        tokenizer.chat_template = CHATML_TEMPLATE
+    return tokenizer, context or 10**9
 
 
 # ------------------------------------------------------------------------------------------------ the phase
@@ -115,6 +144,7 @@ def eval_phase(run, step: int, population: Population) -> Evaluated:
                        temperature=e.temperature, seed=run.seed("eval", step), data=e.data or None,
                        max_new_tokens=e.max_new_tokens, chat=cfg.model.chat_template,
                        code_f_inputs=cfg.tasks.code_f_inputs, timeout_s=e.timeout_s, run_id=run.run_id,
+                       cache=expected_cache(cfg),
                        progress=lambda event, info: seen.update({f"{event}_{k}": v for k, v in info.items()}))
     scores = scores_of(results)
     record(run.services.league, run.run_id, e.benchmark, scores, {s.adapter_id: step for s in scores})
@@ -150,6 +180,13 @@ def _run_config(cfg: Config, run_id: str, overrides: list[str]) -> Config:
     return Config.model_validate(tree)
 
 
+def expected_cache(cfg: Config) -> Path:
+    """Where EvalPlus's expected outputs are cached: the populora cache (model.cache_dir, $POPULORA_CACHE)."""
+    from populora.models import cache_dir
+
+    return cache_dir(cfg.model.cache_dir)
+
+
 def open_eval_services(cfg: Config, league: bool) -> Services:
     """Inference and sandbox (and the league when scores are recorded): in process, or over gRPC when the config
     says distributed. The trainer and evolver are not needed."""
@@ -164,8 +201,13 @@ def main(args: argparse.Namespace, cfg: Config) -> int:
     limit = args.limit if args.limit is not None else None
     samples = args.samples if args.samples is not None else cfg.eval.samples
     temperature = args.temperature if args.temperature is not None else cfg.eval.temperature
+    max_new_tokens = args.max_new_tokens or cfg.eval.max_new_tokens
     try:
-        if bool(args.run) == bool(args.adapters) and not (args.base and not args.run and not args.adapters):
+        if args.check_references:
+            if args.run or args.adapters or args.base:
+                raise EvalError("--check-references scores the benchmark's own reference solutions: leave out "
+                                "--run, --adapters and --base")
+        elif bool(args.run) == bool(args.adapters) and not (args.base and not args.run and not args.adapters):
             raise EvalError("name what to evaluate: --run RUN or --adapters DIR... (and/or --base)")
         if args.run:
             cfg = _run_config(cfg, args.run, args.overrides)
@@ -187,23 +229,32 @@ def main(args: argparse.Namespace, cfg: Config) -> int:
         if samples > 1 and temperature == 0:
             raise EvalError(f"--samples {samples} with --temperature 0 would draw the same greedy answer {samples} "
                             "times: give --temperature > 0 for pass@k")
+        if not args.check_references:
+            targets = [t for _, t in roots_targets] if args.adapters else []
+            if args.base:
+                targets.insert(0, EvalTarget("base", None, 0, None))
+            protocols = {target_protocol(t, args.protocol) for t in targets}
+            if args.run:  # the run's members are adapters: the training format unless --protocol says otherwise
+                protocols.add(target_protocol(EvalTarget("run", "run"), args.protocol))
+            tokenizer, context = model_context(cfg)
+            check_context(problems, protocols, tokenizer, context, max_new_tokens, cfg.model.chat_template)
         store = ArtifactStore(cfg.store_root) if args.run else None
     except (EvalError, BenchmarkError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    if args.check_references:
+        return _check_references(args, cfg, benchmark, problems)
 
     services = open_eval_services(cfg, league=bool(args.run))
     try:
-        targets = [t for _, t in roots_targets] if args.adapters else []
         if args.run:
-            targets = run_targets(services.league, store, args.run)
-        if args.base:
-            targets.insert(0, EvalTarget("base", None, 0, None))
+            targets = run_targets(services.league, store, args.run) + [t for t in targets if t.adapter_id is None]
+            targets.sort(key=lambda t: t.adapter_id is not None)
         results = evaluate(services, targets, benchmark, limit=limit, samples=samples, temperature=temperature,
-                           seed=args.seed, data=data, max_new_tokens=args.max_new_tokens or cfg.eval.max_new_tokens,
+                           seed=args.seed, data=data, max_new_tokens=max_new_tokens,
                            chat=cfg.model.chat_template, code_f_inputs=cfg.tasks.code_f_inputs,
                            timeout_s=cfg.eval.timeout_s, run_id=args.run or "", problems=problems,
-                           progress=_printer(args))
+                           protocol=args.protocol, cache=expected_cache(cfg), progress=_printer(args))
         if args.run:
             steps = {t.adapter_id or "": _version_step(Path(t.path)) if t.path else 0 for t in targets}
             record(services.league, args.run, benchmark, scores_of(results), steps)
@@ -224,6 +275,38 @@ def main(args: argparse.Namespace, cfg: Config) -> int:
         Path(args.out).write_text(json.dumps(body, indent=1) + "\n")
         print(f"wrote {args.out}")
     return 0
+
+
+def _check_references(args: argparse.Namespace, cfg: Config, benchmark: str, problems: list) -> int:
+    """`--check-references`: the benchmark's own reference answers scored in the sandbox as a model's would be;
+    prints each that fails with its reason and a summary; exit 0 when every reference given passes, else 1."""
+    sandbox = build("sandbox", cfg) if cfg.run.deployment == "embedded" else remote("sandbox", cfg)
+    try:
+        ready = materialise(Services(inference=None, sandbox=sandbox, league=None, trainer=None, evolver=None),
+                            problems, cfg.eval.timeout_s, expected_cache(cfg))
+        checks, jobs = check_references(sandbox, ready, cfg.eval.timeout_s)
+    except EvalError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    finally:
+        sandbox.close()
+    counts = {s: sum(c.status == s for c in checks) for s in ("passed", "failed", "none", "set_apart")}
+    for c in checks:
+        if c.status == "failed":
+            print(f"FAIL {c.id} ({c.where}): {c.reason}")
+    for c in checks:
+        if c.status in ("none", "set_apart"):
+            print(f"{'NO REFERENCE' if c.status == 'none' else 'SET APART'} {c.id} ({c.where}): {c.reason}")
+    scored = counts["passed"] + counts["failed"]
+    share = 100.0 * counts["passed"] / scored if scored else 0.0
+    print(f"references of {benchmark}: {counts['passed']}/{scored} pass ({share:.1f}%), {counts['failed']} fail; "
+          f"{counts['none']} without a reference and {counts['set_apart']} set apart are not counted "
+          f"({jobs} sandbox jobs)")
+    if args.out:
+        Path(args.out).write_text(json.dumps({"benchmark": benchmark, "references": [
+            {"id": c.id, "status": c.status, "reason": c.reason, "where": c.where} for c in checks]}, indent=1) + "\n")
+        print(f"wrote {args.out}")
+    return 0 if counts["failed"] == 0 else 1
 
 
 def _printer(args: argparse.Namespace):
@@ -255,3 +338,8 @@ def add_parser(sub) -> None:
     e.add_argument("--max-new-tokens", type=int, default=None, help="tokens per answer (default: eval.max_new_tokens)")
     e.add_argument("--seed", type=int, default=0, help="sampling seed")
     e.add_argument("--out", default=None, metavar="FILE.json", help="write the scores as JSON")
+    e.add_argument("--protocol", choices=PROTOCOLS, default=None,
+                   help="training: the format adapters were trained on; benchmark: prompts and answer reading as the "
+                        "benchmark's authors do (default: benchmark for --base, training for adapters)")
+    e.add_argument("--check-references", action="store_true",
+                   help="score the benchmark's own reference solutions (no model) and print each that fails")

@@ -244,7 +244,7 @@ def evaluate_arm(exp: Experiment, arm: Arm, benchmark: str, with_start: bool) ->
     eval.temperature says otherwise, in one multi-LoRA batch (spec 15); with `with_start`, the warm-start adapter
     every arm began from too (spec 13: identical in all arms, so it is scored once). The scores are also recorded in
     the arm's league, as `populora eval --run` records them. Returns the layout `populora eval --out` writes."""
-    from coordinator.evaluate import open_eval_services, record, run_targets, scores_of
+    from coordinator.evaluate import expected_cache, open_eval_services, record, run_targets, scores_of
     from populora.evals import EvalTarget, evaluate
     from populora.store import ArtifactStore
 
@@ -260,7 +260,8 @@ def evaluate_arm(exp: Experiment, arm: Arm, benchmark: str, with_start: bool) ->
         results = evaluate(services, targets, benchmark, limit=exp.limit, samples=exp.samples,
                            temperature=settings["temperature"], seed=settings["seed"], data=cfg.eval.data or None,
                            max_new_tokens=settings["max_new_tokens"], chat=cfg.model.chat_template,
-                           code_f_inputs=cfg.tasks.code_f_inputs, timeout_s=cfg.eval.timeout_s, run_id=arm.run_id)
+                           code_f_inputs=cfg.tasks.code_f_inputs, timeout_s=cfg.eval.timeout_s, run_id=arm.run_id,
+                           cache=expected_cache(cfg))
         # the league knows the run's members, not the warm start (it is no member): its score stays in the file
         members = [r for r in results if r.adapter_id != warm]
         record(services.league, arm.run_id, benchmark, scores_of(members), {})

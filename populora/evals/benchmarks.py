@@ -2,18 +2,23 @@
 data, or the seed generator's held-out split) into a list of `Problem`s, and refuses a malformed file, naming the
 line and what is missing, before anything runs.
 
-Two kinds of problem, one scorer each (populora.evals.scoring):
+Three kinds of problem, one scorer each (populora.evals.scoring):
 - `program`: write a function; the program runs against the benchmark's test code (`check(candidate)`) in the
-  sandbox. HumanEval, HumanEval+, MBPP+ and the `jsonl` plug-in format.
-- `task`: an AZR student task (code_o, code_i, code_f: spec 2) posed in the training prompt format and judged by the
-  training verifier. CRUXEval-O/I and `heldout`.
+  sandbox. HumanEval, the `jsonl` plug-in format, and EvalPlus rows that carry a `test` field.
+- `evalplus`: write a function; it runs on the benchmark's base and plus inputs and its outputs are compared with the
+  canonical solution's outputs on the same inputs (spec 15; populora.evals.evalplus). HumanEval+ and MBPP+ as the
+  EvalPlus release publishes them.
+- `task`: an AZR student task (code_o, code_i, code_f: spec 2) judged by the training verifier. CRUXEval-O/I and
+  `heldout`.
 """
 
 from __future__ import annotations
 
 import gzip
+import hashlib
 import importlib.util
 import json
+import math
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -41,12 +46,18 @@ class Problem:
     program: `prompt` is the function signature and docstring the model completes (or, for MBPP+, the docstring
     describing it), `entry_point` the function's name, `test` code that defines `check(candidate)` and raises when
     the candidate is wrong, `canonical` a reference solution that continues `prompt` ("" when the file has none).
+    evalplus: `prompt`, `entry_point` and `canonical` as above; `base_input` and `plus_input` the argument lists the
+    function is called with, `atol` the tolerance for float outputs; `expected` the canonical solution's outputs on
+    them, filled by populora.evals.evalplus.with_expected before scoring (never sent where model code runs).
     task: `task` is the student task with its gold output(s); `heldout` problems carry instead the teacher proposal
     (`proposal`, `given_program`) whose validation in the sandbox makes the task, exactly as training makes tasks.
+    `style` names the benchmark's own prompt protocol ("cruxeval"; "" = the training format), `where` the file and
+    line the problem came from, `digest` the data file's sha256 (the key of cached expected outputs), `set_apart`
+    why no allowed answer can be judged right ("" = scored).
     """
 
     id: str
-    kind: str  # "program" | "task"
+    kind: str  # "program" | "evalplus" | "task"
     prompt: str = ""
     entry_point: str = ""
     test: str = ""
@@ -55,6 +66,14 @@ class Problem:
     task_type: str = ""
     proposal: str = ""
     given_program: str = ""
+    base_input: tuple = ()
+    plus_input: tuple = ()
+    atol: float = 0.0
+    expected: dict[str, tuple] | None = field(default=None, compare=False)
+    style: str = ""
+    where: str = ""
+    digest: str = ""
+    set_apart: str = ""
     meta: dict[str, Any] = field(default_factory=dict)
 
 
@@ -115,6 +134,15 @@ def _jsonl_rows(path: Path) -> Iterator[tuple[int, dict]]:
         raise BenchmarkError(f"{path}: no problems in the file (it is empty)")
 
 
+def file_digest(path: Path) -> str:
+    """sha256 of a data file's bytes: what cached results computed from the file are keyed by."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
 def _text(row: dict, key: str, where: str, required: bool = True, allow_empty: bool = False) -> str:
     if key not in row:
         if required:
@@ -152,20 +180,56 @@ def _unique(problems: list[Problem], path: Path, lines: list[int]) -> list[Probl
     return problems
 
 
-def _program_rows(path: Path, id_key: str, canonical_key: str, test_key: str = "test") -> list[Problem]:
-    """Rows of the HumanEval / EvalPlus layout: id, prompt, entry_point, test (defining check(candidate)), and an
-    optional canonical solution that continues the prompt."""
+def _inputs(row: dict, key: str, where: str) -> tuple:
+    """An EvalPlus input field: a list of argument lists (one call each)."""
+    value = row.get(key)
+    if not isinstance(value, list):
+        raise BenchmarkError(f"{where}: field {key!r} must be a list of argument lists, got "
+                             f"{type(value).__name__ if key in row else 'nothing'}")
+    for k, args in enumerate(value):
+        if not isinstance(args, list):
+            raise BenchmarkError(f"{where}: {key}[{k}] must be a list of arguments, got {type(args).__name__}")
+    return tuple(value)
+
+
+def _atol(row: dict, where: str) -> float:
+    value = row.get("atol", 0)
+    if value is None:
+        return 0.0
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+        raise BenchmarkError(f"{where}: field 'atol' must be a number >= 0, got {value!r}")
+    return float(value)
+
+
+def _program_rows(path: Path, id_key: str, canonical_key: str) -> list[Problem]:
+    """Rows of the HumanEval / EvalPlus layouts: id, prompt, entry_point, and either `base_input` and `plus_input`
+    (the EvalPlus release: scored against the canonical solution's outputs, which it then requires) or `test` (code
+    defining check(candidate)); an optional canonical solution that continues the prompt. EvalPlus's `contract`
+    and MBPP+'s `assertion` are kept in `meta`."""
     out, lines = [], []
+    digest = file_digest(path)
     for number, row in _jsonl_rows(path):
         where = f"{path}:{number}"
         pid = _text(row, id_key, where)
-        test = _text(row, test_key, where)
-        if "def check(" not in test:
-            raise BenchmarkError(f"{where}: field {test_key!r} must define check(candidate)")
-        out.append(Problem(
-            id=pid, kind="program", prompt=_text(row, "prompt", where),
-            entry_point=_identifier(_text(row, "entry_point", where), "entry_point", where),
-            test=test, canonical=_text(row, canonical_key, where, required=False)))
+        prompt = _text(row, "prompt", where)
+        entry = _identifier(_text(row, "entry_point", where), "entry_point", where)
+        meta = {k: row[k] for k in ("contract", "assertion") if isinstance(row.get(k), str)}
+        if "base_input" in row or "plus_input" in row:
+            out.append(Problem(
+                id=pid, kind="evalplus", prompt=prompt, entry_point=entry,
+                canonical=_text(row, canonical_key, where, allow_empty=False),
+                base_input=_inputs(row, "base_input", where), plus_input=_inputs(row, "plus_input", where),
+                atol=_atol(row, where), where=where, digest=digest, meta=meta))
+        elif "test" in row:
+            test = _text(row, "test", where)
+            if "def check(" not in test:
+                raise BenchmarkError(f"{where}: field 'test' must define check(candidate)")
+            out.append(Problem(id=pid, kind="program", prompt=prompt, entry_point=entry, test=test,
+                               canonical=_text(row, canonical_key, where, required=False), where=where,
+                               digest=digest, meta=meta))
+        else:
+            raise BenchmarkError(f"{where}: neither 'base_input' and 'plus_input' (the EvalPlus layout) nor 'test' "
+                                 "(code defining check(candidate)): one of them says how the problem is scored")
         lines.append(number)
     return _unique(out, path, lines)
 
@@ -192,8 +256,9 @@ def load_humaneval(spec: LoadSpec) -> list[Problem]:
 
 
 def load_evalplus(name: str) -> Loader:
-    """HumanEval+ / MBPP+ in the EvalPlus release layout: task_id, prompt, entry_point, canonical_solution and test
-    (code defining check(candidate) over the base and plus inputs); other fields are kept out."""
+    """HumanEval+ / MBPP+ in the EvalPlus release layout: task_id, prompt, entry_point, canonical_solution,
+    base_input, plus_input, atol, contract (MBPP+ also assertion); a row with a `test` field instead of the inputs
+    is scored by its check(candidate)."""
 
     def load(spec: LoadSpec) -> list[Problem]:
         return _program_rows(_data_path(spec, name), "task_id", "canonical_solution")
@@ -207,6 +272,7 @@ def load_jsonl(spec: LoadSpec) -> list[Problem]:
     function by its name); optional `solution` (a reference that continues `prompt`)."""
     path = _data_path(spec, "jsonl")
     out, lines = [], []
+    digest = file_digest(path)
     for number, row in _jsonl_rows(path):
         where = f"{path}:{number}"
         pid = _text(row, "id", where)
@@ -231,27 +297,34 @@ def load_jsonl(spec: LoadSpec) -> list[Problem]:
                     compile(line.strip(), f"asserts[{k}]", "exec")
                 except SyntaxError as e:
                     raise BenchmarkError(f"{where}: asserts[{k}] does not parse: {e.msg}") from None
-            test = "def check(candidate):\n" + "".join(f"    {line.strip()}\n" for line in asserts)
+            # the asserts call the function by its name, bound here to the candidate (even when it is `check`)
+            test = (f"def check(candidate):\n    {entry} = candidate\n"
+                    + "".join(f"    {line.strip()}\n" for line in asserts))
         out.append(Problem(id=pid, kind="program", prompt=prompt, entry_point=entry, test=test,
-                           canonical=_text(row, "solution", where, required=False)))
+                           canonical=_text(row, "solution", where, required=False), where=where, digest=digest))
         lines.append(number)
     return _unique(out, path, lines)
 
 
 def load_cruxeval(task_type: str) -> Loader:
-    """CRUXEval-style rows `{code, input, output}` (optional `id`) as student tasks: `cruxeval-o` predicts the output
-    (code_o), `cruxeval-i` an input (code_i). The program's one function is renamed to f as training does; the input
-    must be an argument list and the output a literal the verifier can rebuild, checked here with the line."""
+    """CRUXEval rows as its release publishes them, `{code, input, output, id}` (`id` optional), as student tasks:
+    `cruxeval-o` predicts the output (code_o), `cruxeval-i` an input (code_i). The program's one function is renamed
+    to f as training does; the input is an argument list (empty: f is called with no arguments) and the output a
+    literal the verifier can rebuild, checked here with the line. A cruxeval-i row whose reference input is not an
+    allowed answer expression (a lambda, a call) is loaded but set apart: the judge takes only restricted
+    expressions, so it could not accept even the reference answer; so is a row whose output parses but is no
+    literal the verifier can rebuild (`inf`), in either benchmark: no answer could equal it."""
     name = "cruxeval-o" if task_type == "code_o" else "cruxeval-i"
 
     def load(spec: LoadSpec) -> list[Problem]:
         path = _data_path(spec, name)
         out, lines = [], []
+        digest = file_digest(path)
         for number, row in _jsonl_rows(path):
             where = f"{path}:{number}"
             pid = _text(row, "id", where, required=False) or f"{name}/{len(out)}"
             code = _text(row, "code", where)
-            given = _text(row, "input", where)
+            given = _text(row, "input", where, allow_empty=True)
             output = _text(row, "output", where)
             try:
                 program = rename_entry(code)
@@ -260,14 +333,22 @@ def load_cruxeval(task_type: str) -> Loader:
             bad = arguments_violation(given, "input")
             if bad is not None and bad.reason == "syntax_error":
                 raise BenchmarkError(f"{where}: field 'input' is not an argument list: {bad.detail}")
-            if expression_violation(output, "output") is not None:
+            set_apart = ""
+            if bad is not None and task_type == "code_i":
+                set_apart = f"its reference input is not an allowed answer expression ({bad.reason}: {bad.detail})"
+            out_bad = expression_violation(output, "output")
+            if out_bad is not None and out_bad.reason == "syntax_error":
                 raise BenchmarkError(f"{where}: field 'output' {output[:80]!r} is not a literal")
             try:
                 literal_value(output)
-            except LiteralError as e:
-                raise BenchmarkError(f"{where}: field 'output' {output[:80]!r} is not a literal: {e}") from None
-            task = Triplet(task_type=task_type, program=program, inputs=[given], outputs=[output], task_id=pid)
-            out.append(Problem(id=pid, kind="task", task=task, task_type=task_type))
+            except LiteralError as e:  # parses, but the verifier cannot rebuild it (inf, a call): nothing can match
+                set_apart = set_apart or f"its output {output[:80]} is not a literal the verifier can rebuild ({e})"
+            if out_bad is not None:
+                set_apart = set_apart or f"its output {output[:80]} is not a restricted literal ({out_bad.detail})"
+            task = Triplet(task_type=task_type, program=program, inputs=[given.strip()], outputs=[output],
+                           task_id=pid)
+            out.append(Problem(id=pid, kind="task", task=task, task_type=task_type, style="cruxeval", where=where,
+                               digest=digest, set_apart=set_apart))
             lines.append(number)
         return _unique(out, path, lines)
 

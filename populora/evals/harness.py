@@ -3,8 +3,9 @@ sandbox, pass@1 and pass@k per target.
 
     results = evaluate(services, [EvalTarget("T0@v3", "run.T0", 3, path), EvalTarget("base", None, 0, None)],
                        "heldout", limit=30)
-    results[0].to_json()  # {"run_id", "adapter_id", "version", "label", "benchmark", "n_problems", "samples",
-                          #  "pass_at_1", "pass_at_k": {k: p}, "problems": [{"id", "passed", "n", "error"}]}
+    results[0].to_json()  # {"run_id", "adapter_id", "version", "label", "benchmark", "protocol", "n_problems",
+                          #  "samples", "pass_at_1", "pass_at_k": {k: p}, "splits": {"base": p, "plus": p},
+                          #  "set_apart": [{"id", "reason"}], "problems": [{"id", "passed", "n", "error"}]}
 
 `services` is anything with `.inference` and `.sandbox` objects that answer the RPCs of proto/inference.proto and
 proto/sandbox.proto (coordinator.services.Services: in-process services or gRPC clients). This package imports no
@@ -30,7 +31,8 @@ from populora.evals.benchmarks import (
     get_benchmark,
     load_problems,
 )
-from populora.evals.prompts import COMPLETION_STOP, chat_messages
+from populora.evals.evalplus import with_expected
+from populora.evals.prompts import PROTOCOLS, prompt_form, prompt_of
 from populora.evals.scoring import DEFAULT_TIMEOUT_S, SCORERS, Answer, ks_for, pass_at_k
 from populora.pb import common_pb2, inference_pb2, sandbox_pb2
 from populora.seeds import derive_seed
@@ -65,9 +67,13 @@ class ProblemResult:
     n: int  # samples
     error: str = ""  # the first failing sample's error line ("" when every sample passed)
     answers: tuple[str, ...] = field(default=(), compare=False)  # the samples' texts (not in the JSON)
+    base_passed: int | None = None  # evalplus: samples that passed every base input (`passed`: base + plus)
 
     def to_json(self) -> dict:
-        return {"id": self.id, "passed": self.passed, "n": self.n, "error": self.error}
+        out = {"id": self.id, "passed": self.passed, "n": self.n, "error": self.error}
+        if self.base_passed is not None:
+            out["base_passed"] = self.base_passed
+        return out
 
 
 @dataclass(frozen=True)
@@ -84,12 +90,16 @@ class EvalResult:
     pass_at_1: float
     pass_at_k: dict[int, float]
     problems: list[ProblemResult] = field(default_factory=list)
+    protocol: str = "training"  # how the problems were put to the model (populora.evals.prompts)
+    splits: dict[str, float] = field(default_factory=dict)  # evalplus: pass@1 on "base" and on "plus" (base+extra)
+    set_apart: list[dict[str, str]] = field(default_factory=list)  # [{"id", "reason"}]: not in n_problems
 
     def to_json(self) -> dict:
         return {"run_id": self.run_id, "adapter_id": self.adapter_id, "version": self.version, "label": self.label,
-                "benchmark": self.benchmark, "n_problems": self.n_problems, "samples": self.samples,
-                "pass_at_1": self.pass_at_1, "pass_at_k": {int(k): v for k, v in self.pass_at_k.items()},
-                "problems": [p.to_json() for p in self.problems]}
+                "benchmark": self.benchmark, "protocol": self.protocol, "n_problems": self.n_problems,
+                "samples": self.samples, "pass_at_1": self.pass_at_1,
+                "pass_at_k": {int(k): v for k, v in self.pass_at_k.items()}, "splits": dict(self.splits),
+                "set_apart": list(self.set_apart), "problems": [p.to_json() for p in self.problems]}
 
     @classmethod
     def from_json(cls, d: dict) -> EvalResult:
@@ -97,17 +107,33 @@ class EvalResult:
                    label=d.get("label", ""), benchmark=d["benchmark"], n_problems=int(d["n_problems"]),
                    samples=int(d["samples"]), pass_at_1=float(d["pass_at_1"]),
                    pass_at_k={int(k): float(v) for k, v in d.get("pass_at_k", {}).items()},
-                   problems=[ProblemResult(p["id"], int(p["passed"]), int(p["n"]), p.get("error", ""))
-                             for p in d.get("problems", [])])
+                   problems=[ProblemResult(p["id"], int(p["passed"]), int(p["n"]), p.get("error", ""),
+                                           base_passed=p.get("base_passed")) for p in d.get("problems", [])],
+                   protocol=d.get("protocol", "training"), splits=dict(d.get("splits", {})),
+                   set_apart=list(d.get("set_apart", [])))
 
 
 def score(run_id: str, target: EvalTarget, benchmark: str, per_problem: list[ProblemResult],
-          samples: int) -> EvalResult:
-    """pass@1 and pass@k over the problems (the mean of the per-problem unbiased estimates)."""
+          samples: int, protocol: str = "training", set_apart: list[dict[str, str]] | None = None) -> EvalResult:
+    """pass@1 and pass@k over the problems (the mean of the per-problem unbiased estimates); for EvalPlus problems
+    also pass@1 on the base inputs alone and on base + plus (`pass_at_1`)."""
     n = len(per_problem)
     at_k = {k: sum(pass_at_k(p.n, p.passed, k) for p in per_problem) / n if n else 0.0 for k in ks_for(samples)}
+    splits = {}
+    if n and all(p.base_passed is not None for p in per_problem):
+        splits = {"base": sum(pass_at_k(p.n, p.base_passed, 1) for p in per_problem) / n, "plus": at_k[1]}
     return EvalResult(run_id, target.adapter_id, target.version, target.label, benchmark, n, samples, at_k[1], at_k,
-                      per_problem)
+                      per_problem, protocol, splits, list(set_apart or []))
+
+
+def target_protocol(target: EvalTarget, protocol: str | None) -> str:
+    """The protocol a target is evaluated under: the one asked for, else the benchmark's own for the bare base model
+    (it was never trained on the project's format) and the training format for an adapter."""
+    if protocol is not None:
+        if protocol not in PROTOCOLS:
+            raise EvalError(f"--protocol {protocol!r}: give one of {', '.join(PROTOCOLS)}")
+        return protocol
+    return "benchmark" if target.adapter_id is None else "training"
 
 
 # ------------------------------------------------------------------------------------------------ checks
@@ -172,9 +198,13 @@ def check_targets(services: Any, targets: list[EvalTarget]) -> None:
 
 
 # ------------------------------------------------------------------------------------------------ preparing tasks
-def materialise(services: Any, problems: list[Problem]) -> list[Problem]:
-    """`heldout` problems come as teacher proposals: the sandbox validates them as it validates training proposals,
-    and its verdicts (outputs computed by the verifier) become the tasks, in one ValidateProposals call."""
+def materialise(services: Any, problems: list[Problem], timeout_s: float = DEFAULT_TIMEOUT_S,
+                cache: Path | None = None) -> list[Problem]:
+    """Problems ready to score. `heldout` problems come as teacher proposals: the sandbox validates them as it
+    validates training proposals, and its verdicts (outputs computed by the verifier) become the tasks, in one
+    ValidateProposals call. EvalPlus problems get the canonical solution's outputs (populora.evals.evalplus,
+    cached under `cache`)."""
+    problems = with_expected(services.sandbox, problems, timeout_s, cache)
     pending = [p for p in problems if p.kind == "task" and p.task is None]
     if not pending:
         return problems
@@ -197,20 +227,53 @@ def materialise(services: Any, problems: list[Problem]) -> list[Problem]:
 
 
 # ------------------------------------------------------------------------------------------------ generation
-def _request(problem: Problem, target: EvalTarget, request_id: str, chat: bool, samples: int, temperature: float,
+def _request(problem: Problem, target: EvalTarget, request_id: str, form: str, samples: int, temperature: float,
              max_new_tokens: int, seed: int) -> inference_pb2.GenerationRequest:
     sampling = inference_pb2.SamplingParams(temperature=temperature, top_p=1.0, max_new_tokens=max_new_tokens,
                                             seed=derive_seed(seed, "eval", problem.id), n=samples)
     req = inference_pb2.GenerationRequest(request_id=request_id, sampling=sampling)
     if target.adapter_id is not None:
         req.adapter.CopyFrom(common_pb2.AdapterRef(adapter_id=target.adapter_id, version=target.version))
-    if problem.kind == "program" and not chat:
-        req.prompt = problem.prompt
-        req.sampling.stop.extend(COMPLETION_STOP)
+    prompt, messages, stops = prompt_of(problem, form)
+    if prompt:
+        req.prompt = prompt
     else:
-        req.messages.extend(inference_pb2.ChatMessage(role=m["role"], content=m["content"])
-                            for m in chat_messages(problem))
+        req.messages.extend(inference_pb2.ChatMessage(role=m["role"], content=m["content"]) for m in messages)
+    req.sampling.stop.extend(stops)
     return req
+
+
+def check_context(problems: list[Problem], protocols: set[str], tokenizer: Any, context: int, max_new_tokens: int,
+                  chat: bool) -> None:
+    """Every problem's prompt, in each form the protocols put it in, fits the model's context with the generation
+    budget; EvalError naming the first that does not by its file and line (a prompt is never truncated). A prompt of
+    fewer bytes than the room is not tokenized (a token is at least one byte); a long one is measured on a prefix
+    first, so a prompt of megabytes is refused without tokenizing all of it."""
+    from populora.tasks.prompts import chat_token_ids
+
+    room = context - max_new_tokens
+    if room < 1:
+        raise EvalError(f"the generation budget of {max_new_tokens} tokens leaves no room in the model's context of "
+                        f"{context} tokens: lower --max-new-tokens")
+    for problem in problems:
+        if problem.kind == "task" and problem.task is None:  # heldout: generated here, short by construction
+            continue
+        for form in sorted({prompt_form(problem, p, chat) for p in protocols}):
+            prompt, messages, _ = prompt_of(problem, form)
+            text = prompt or "".join(m["content"] for m in messages)
+            if len(text.encode()) + 64 * (len(messages) + 1) <= room:
+                continue
+            prefix = room * 8
+            tokens = len(tokenizer.encode(text[:prefix], add_special_tokens=False))
+            over = len(text) > prefix and tokens > room
+            if not over:
+                tokens = (len(tokenizer.encode(prompt, add_special_tokens=False)) if prompt
+                          else len(chat_token_ids(tokenizer, messages, chat)))
+            if tokens > room:
+                where = problem.where or f"problem {problem.id}"
+                raise EvalError(f"{where}: the prompt of problem {problem.id!r} is {'over ' if over else ''}{tokens} "
+                                f"tokens; the model's context of {context} tokens less the generation budget of "
+                                f"{max_new_tokens} leaves {room}: it cannot be asked without truncating it")
 
 
 def _batches(requests: list[inference_pb2.GenerationRequest], max_rows: int, max_adapters: int
@@ -258,26 +321,32 @@ def evaluate(services: Any, targets: list[EvalTarget], benchmark: str | Benchmar
              samples: int = 1, temperature: float = 0.0, seed: int = 0, progress: Progress | None = None,
              data: str | None = None, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, chat: bool = True,
              code_f_inputs: int = 10, timeout_s: float = DEFAULT_TIMEOUT_S, max_rows: int | None = None,
-             run_id: str = "", problems: list[Problem] | None = None) -> list[EvalResult]:
+             run_id: str = "", problems: list[Problem] | None = None, protocol: str | None = None,
+             cache: Path | None = None) -> list[EvalResult]:
     """Score every target on `benchmark` (a name of populora.evals.benchmarks.BENCHMARKS): the first `limit`
     problems, `samples` answers per problem at `temperature` (greedy at 0), one result per target, in order.
 
     All targets' prompts go to inference as one multi-LoRA batch; the answers are scored in the sandbox (one call per
-    kind). `chat` is the model kind (its chat template, or raw completion: populora.evals.prompts). Sampling is
-    seeded per problem from `seed`, the same for every target. `heldout` uses its own fixed seed for the problems
-    (`HELDOUT_SEED`), so every arm sees the same ones. `problems` skips loading (already loaded and checked).
+    kind). `chat` is the model kind (its chat template, or raw completion: populora.evals.prompts), `protocol`
+    training | benchmark for every target (None: the benchmark's own for the bare base model, the training format
+    for adapters). Sampling is seeded per problem from `seed`, the same for every target. `heldout` uses its own
+    fixed seed for the problems (`HELDOUT_SEED`), so every arm sees the same ones. Problems no allowed answer can
+    match are set apart: not asked, not in the denominator, listed in each result. `problems` skips loading
+    (already loaded and checked); `cache` is where EvalPlus's expected outputs are kept (None: not kept).
     """
     start = time.perf_counter()
     name = benchmark.name if isinstance(benchmark, Benchmark) else benchmark
     _check_settings(samples, temperature, max_new_tokens)
     try:
-        kind = get_benchmark(name).kind
+        get_benchmark(name)
         if problems is None:
             problems = load_problems(name, data, limit, HELDOUT_SEED, code_f_inputs)
     except BenchmarkError as e:
         raise EvalError(str(e)) from None
+    protocols = [target_protocol(t, protocol) for t in targets]
     check_targets(services, targets)
-    problems = materialise(services, problems)
+    set_apart = [{"id": p.id, "reason": p.set_apart} for p in problems if p.set_apart]
+    problems = materialise(services, [p for p in problems if not p.set_apart], timeout_s, cache)
     report = progress or (lambda event, info: None)
 
     # one multi-LoRA batch: problem-major, every target of a problem side by side
@@ -286,30 +355,42 @@ def evaluate(services: Any, targets: list[EvalTarget], benchmark: str | Benchmar
         for t_idx, target in enumerate(targets):
             rid = f"{t_idx}/{p_idx}"
             where[rid] = (t_idx, p_idx)
-            requests.append(_request(problem, target, rid, chat, samples, temperature, max_new_tokens, seed))
+            form = prompt_form(problem, protocols[t_idx], chat)
+            requests.append(_request(problem, target, rid, form, samples, temperature, max_new_tokens, seed))
     t0 = time.perf_counter()
-    texts, tokens = generate(services, requests, max_rows)
+    texts, tokens = generate(services, requests, max_rows) if requests else ({}, 0)
     report("generated", {"rows": len(requests) * samples, "tokens": tokens, "seconds": time.perf_counter() - t0})
 
-    answers = [Answer(f"{rid}/{k}", problems[where[rid][1]], text)
-               for rid in (r.request_id for r in requests) for k, text in enumerate(texts[rid])]
+    answers = []
+    for rid in (r.request_id for r in requests):
+        t_idx, p_idx = where[rid]
+        problem = problems[p_idx]
+        form = prompt_form(problem, protocols[t_idx], chat)
+        answers += [Answer(f"{rid}/{k}", problem, text, form) for k, text in enumerate(texts[rid])]
     t0 = time.perf_counter()
-    outcomes, jobs = SCORERS[kind](services.sandbox, answers, chat, timeout_s)
+    outcomes: dict[str, Any] = {}
+    jobs = 0
+    for kind in sorted({a.problem.kind for a in answers}):
+        group = [a for a in answers if a.problem.kind == kind]
+        got, n_jobs = SCORERS[kind](services.sandbox, group, timeout_s)
+        outcomes.update((a.key, o) for a, o in zip(group, got))
+        jobs += n_jobs
     report("scored", {"jobs": jobs, "answers": len(answers), "seconds": time.perf_counter() - t0})
 
     per: dict[tuple[int, int], list] = {}
-    for a, o in zip(answers, outcomes):
+    for a in answers:
         t_idx, p_idx = where[a.key.rsplit("/", 1)[0]]
-        per.setdefault((t_idx, p_idx), []).append((o, a.text))
+        per.setdefault((t_idx, p_idx), []).append((outcomes[a.key], a.text))
     results = []
     for t_idx, target in enumerate(targets):
         rows = []
         for p_idx, problem in enumerate(problems):
             outs = per[(t_idx, p_idx)]
             failed = next((o.error for o, _ in outs if not o.passed), "")
+            base = sum(bool(o.base) for o, _ in outs) if problem.kind == "evalplus" else None
             rows.append(ProblemResult(problem.id, sum(o.passed for o, _ in outs), len(outs), failed,
-                                      tuple(text for _, text in outs)))
-        results.append(score(run_id, target, name, rows, samples))
+                                      tuple(text for _, text in outs), base))
+        results.append(score(run_id, target, name, rows, samples, protocols[t_idx], set_apart))
     report("done", {"seconds": time.perf_counter() - start})
     log.info("eval %s: %d targets x %d problems x %d samples in %.1fs", name, len(targets), len(problems), samples,
              time.perf_counter() - start)

@@ -15,9 +15,9 @@ def classify(job: Job, raw: dict, nonce: bytes) -> JobResult:
     """The status of one run, from the facts the backend saw (never from what the job says about itself).
 
     timeout: the wall clock or the CPU limit (SIGXCPU/SIGKILL) ended it. output_limit: it wrote more than the
-    limit. killed: another signal (segfault, abort). sandbox_error: set-up failed, or the result channel did not
-    hold exactly one frame with this job's nonce, or it exited without the epilogue. Otherwise the frame's
-    status: ok, error (with the exception's last line) or memory.
+    limit. killed: another signal (segfault, abort). error: it exited (os._exit) before the epilogue wrote any
+    result. sandbox_error: set-up failed, or the result channel held something other than exactly one frame with
+    this job's nonce. Otherwise the frame's status: ok, error (with the exception's last line) or memory.
     """
     seconds = float(raw.get("seconds", 0.0))
     stdout = raw.get("stdout", "")
@@ -42,6 +42,11 @@ def classify(job: Job, raw: dict, nonce: bytes) -> JobResult:
     result = raw.get("result", b"")
     if isinstance(result, str):
         result = result.encode("latin-1")
+    if not result:
+        # set-up failures and signals are handled above: an empty result channel after a normal exit is the
+        # program's own doing (os._exit), a failure of the program, not of the sandbox
+        return JobResult(status="error", error=f"SystemExit: the program exited with code {code} before its "
+                                               "result", **base)
     try:
         frame = parse_frame(result, nonce)
     except FrameError as e:

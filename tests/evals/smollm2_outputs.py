@@ -4,7 +4,9 @@ program extraction is tested on what the model really writes. Regenerate (about 
     PYTHONPATH=$PWD python -m tests.evals.smollm2_outputs
 
 Writes tests/evals/data/smollm2_outputs.json: for the first HumanEval problems, the chat answer (chat template)
-and the raw completion (completion mode, HumanEval's stop sequences), greedy, 160 new tokens at most.
+and the raw completion (completion mode, HumanEval's stop sequences), greedy, 160 new tokens at most; and, for the
+rows of tests/evals/data/cruxeval_rows.jsonl (CRUXEval's release layout), the bare model's answers under the
+benchmark protocol (few-shot, cut at [/ANSWER]) for output and input prediction (modes cruxeval-o, cruxeval-i).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import json
 from pathlib import Path
 
 OUT = Path(__file__).with_name("data") / "smollm2_outputs.json"
+CRUXEVAL_ROWS = Path(__file__).with_name("data") / "cruxeval_rows.jsonl"
 PROBLEMS = 6
 MAX_NEW_TOKENS = 160
 
@@ -28,12 +31,17 @@ def main() -> None:
     inference = InferenceService.from_config(cfg)
     problems = load_problems("humaneval", limit=PROBLEMS)
     base = EvalTarget("base", None)
-    requests = [_request(p, base, f"{mode}/{p.id}", mode == "chat", 1, 0.0, MAX_NEW_TOKENS, 0)
+    requests = [_request(p, base, f"{mode}/{p.id}", mode, 1, 0.0, MAX_NEW_TOKENS, 0)
                 for mode in ("chat", "completion") for p in problems]
+    crux = {name: [p for p in load_problems(name, str(CRUXEVAL_ROWS)) if not p.set_apart]
+            for name in ("cruxeval-o", "cruxeval-i")}
+    requests += [_request(p, base, f"{name}/{p.id}", "cruxeval", 1, 0.0, MAX_NEW_TOKENS, 0)
+                 for name, ps in crux.items() for p in ps]
     texts = {r.request_id: r.completions[0].text
              for r in inference.Generate(inference_pb2.GenerateRequest(requests=requests))}
     rows = [{"problem": p.id, "mode": mode, "text": texts[f"{mode}/{p.id}"]}
             for mode in ("chat", "completion") for p in problems]
+    rows += [{"problem": p.id, "mode": name, "text": texts[f"{name}/{p.id}"]} for name, ps in crux.items() for p in ps]
     OUT.write_text(json.dumps({"model": cfg.model.name, "max_new_tokens": MAX_NEW_TOKENS, "answers": rows},
                               indent=1) + "\n")
     print(f"wrote {OUT}")

@@ -60,7 +60,7 @@ def test_jsonl_plugin_format(tmp_path):
         {"id": "mul", "prompt": "def mul(a, b):\n", "entry_point": "mul", "asserts": ["assert mul(2, 3) == 6"]}])
     add, mul = load_problems("jsonl", path)
     assert (add.id, add.kind, add.canonical) == ("add", "program", "    return a + b\n")
-    assert mul.test == "def check(candidate):\n    assert mul(2, 3) == 6\n"
+    assert mul.test == "def check(candidate):\n    mul = candidate\n    assert mul(2, 3) == 6\n"
 
 
 @pytest.mark.parametrize("row,words", [
@@ -94,22 +94,41 @@ def test_a_bad_line_later_in_the_file_is_named_by_its_number(tmp_path):
 
 def _evalplus_row(task_id="HumanEval/0", **extra):
     return {"task_id": task_id, "prompt": "def add(a, b):\n    \"\"\"Add.\"\"\"\n", "entry_point": "add",
-            "canonical_solution": "    return a + b\n", "test": CHECK, "base_input": [[1, 2]],
-            "plus_input": [[3, 4]], "atol": 0, **extra}
+            "canonical_solution": "    return a + b\n", "base_input": [[1, 2]], "plus_input": [[3, 4]], "atol": 0,
+            "contract": "\n    assert isinstance(a, int)\n", **extra}
 
 
 @pytest.mark.parametrize("name", ["humaneval-plus", "mbpp-plus"])
-def test_evalplus_release_format(tmp_path, name):
-    path = _write(tmp_path / "plus.jsonl", [_evalplus_row(), _evalplus_row("HumanEval/1")])
+def test_evalplus_release_layout(tmp_path, name):
+    path = _write(tmp_path / "plus.jsonl", [_evalplus_row(), _evalplus_row("HumanEval/1", atol=1e-6),
+                                            {**_evalplus_row("HumanEval/2"), "test": CHECK}])
     problems = load_problems(name, path)
-    assert [p.id for p in problems] == ["HumanEval/0", "HumanEval/1"]
-    assert problems[0].canonical == "    return a + b\n" and problems[0].test == CHECK
-    bad = _evalplus_row()
-    del bad["test"]
-    _refused(name, _write(tmp_path / "bad.jsonl", [_evalplus_row(), bad]), "bad.jsonl:2:", "missing field 'test'")
-    bad = _evalplus_row()
-    del bad["task_id"]
-    _refused(name, _write(tmp_path / "bad.jsonl", [bad]), ":1:", "missing field 'task_id'")
+    assert [(p.id, p.kind) for p in problems] == [("HumanEval/0", "evalplus"), ("HumanEval/1", "evalplus"),
+                                                  ("HumanEval/2", "evalplus")]  # the inputs win over a `test`
+    first = problems[0]
+    assert (first.base_input, first.plus_input, first.atol, first.canonical) == (([1, 2],), ([3, 4],), 0.0,
+                                                                                  "    return a + b\n")
+    assert first.meta["contract"].strip() == "assert isinstance(a, int)" and first.where.endswith("plus.jsonl:1")
+    assert problems[1].atol == 1e-6 and len(first.digest) == 64
+    # the `test` layout is still accepted
+    checked = {k: v for k, v in _evalplus_row().items() if k not in ("base_input", "plus_input")}
+    [p] = load_problems(name, _write(tmp_path / "t.jsonl", [{**checked, "test": CHECK}]))
+    assert (p.kind, p.test) == ("program", CHECK)
+
+
+@pytest.mark.parametrize("change,words", [
+    ({"base_input": None}, ["bad.jsonl:2:", "neither 'base_input'"]),
+    ({"plus_input": None}, ["bad.jsonl:2:", "'plus_input' must be a list"]),
+    ({"base_input": [1, 2]}, ["base_input[0] must be a list of arguments"]),
+    ({"atol": -1}, ["'atol' must be a number >= 0"]),
+    ({"canonical_solution": None}, ["missing field 'canonical_solution'"]),
+    ({"task_id": None}, ["missing field 'task_id'"]),
+])
+def test_evalplus_refuses_a_malformed_row_naming_it(tmp_path, change, words):
+    bad = {k: v for k, v in {**_evalplus_row("b"), **change}.items() if v is not None}
+    if "base_input" not in bad:
+        bad.pop("plus_input")
+    _refused("mbpp-plus", _write(tmp_path / "bad.jsonl", [_evalplus_row(), bad]), *words)
 
 
 def test_cruxeval_rows_become_student_tasks(tmp_path):

@@ -74,6 +74,7 @@ def test_a_run_is_evaluated_and_recorded_in_its_league(run_dir, tiny):
     (["--base", "--samples", "3"], "--temperature > 0"),
     ([], "--run RUN or --adapters"),
     (["--run", "nope"], "no run database"),
+    (["--check-references", "--base", "--benchmark", "humaneval"], "leave out --run, --adapters and --base"),
 ])
 def test_bad_input_exits_non_zero_and_writes_nothing(tmp_path, run_dir, args, words, capsys):
     out = tmp_path / "scores.json"

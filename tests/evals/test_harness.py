@@ -36,8 +36,10 @@ def test_results_have_the_documented_shape_and_split_batches_change_nothing(serv
     assert [r.to_json() for r in one] == [r.to_json() for r in split]
     assert [[p.answers for p in r.problems] for r in one] == [[p.answers for p in r.problems] for r in split]
     body = one[0].to_json()
-    assert set(body) == {"run_id", "adapter_id", "version", "label", "benchmark", "n_problems", "samples",
-                         "pass_at_1", "pass_at_k", "problems"}
+    assert set(body) == {"run_id", "adapter_id", "version", "label", "benchmark", "protocol", "n_problems",
+                         "samples", "pass_at_1", "pass_at_k", "splits", "set_apart", "problems"}
+    assert [r.protocol for r in one] == ["benchmark", "training", "training", "training"]  # the defaults
+    assert (body["splits"], body["set_apart"]) == ({}, [])
     assert (body["adapter_id"], body["label"], body["run_id"], body["n_problems"]) == (None, "base", "r", 3)
     assert body["pass_at_k"] == {1: body["pass_at_1"]}
     assert set(body["problems"][0]) == {"id", "passed", "n", "error"} and body["problems"][0]["id"] == "HumanEval/0"

@@ -34,7 +34,7 @@ def test_real_chat_answers_give_programs_that_define_the_entry_point_after_the_p
     answers = _real("chat")
     assert len(answers) == 6 and REAL["model"] == "smollm2-135m"
     for problem, text in answers:
-        program = extract_program(problem, text, chat=True)
+        program = extract_program(problem, text, "chat")
         assert program.startswith(problem.prompt.rstrip())  # the prompt's imports (typing.List) stay defined
         assert f"def {problem.entry_point}(" in program[len(problem.prompt):]
         assert "This function" not in program and "Example usage" not in program  # prose after the block is gone
@@ -44,21 +44,21 @@ def test_real_chat_answers_give_programs_that_define_the_entry_point_after_the_p
 
 def test_real_completions_are_cut_at_the_next_top_level_statement():
     for problem, text in _real("completion"):
-        program = extract_program(problem, text, chat=False)
+        program = extract_program(problem, text, "completion")
         assert program.startswith(problem.prompt)
         body = program[len(problem.prompt):]
         assert not any(s in body for s in COMPLETION_STOP)
-    cut = {p.id: extract_program(p, t, chat=False) for p, t in _real("completion")}
+    cut = {p.id: extract_program(p, t, "completion") for p, t in _real("completion")}
     assert cut["HumanEval/3"] == PROBLEMS["HumanEval/3"].prompt  # "\ndef " straight away: an empty body
 
 
 def test_real_answers_are_scored_without_a_crash(sandbox):
-    answers = [Answer(f"{mode}/{p.id}", p, t) for mode in ("chat", "completion") for p, t in _real(mode)]
+    answers = [Answer(f"{mode}/{p.id}", p, t, mode) for mode in ("chat", "completion") for p, t in _real(mode)]
     chat = [a for a in answers if a.key.startswith("chat/")]
-    outcomes, jobs = SCORERS["program"](sandbox, chat, True, 5.0)
+    outcomes, jobs = SCORERS["program"](sandbox, chat, 5.0)
     assert jobs == len(chat) and all(o.passed or o.error for o in outcomes)
     completion = [a for a in answers if a.key.startswith("completion/")]
-    outcomes, _ = SCORERS["program"](sandbox, completion, False, 5.0)
+    outcomes, _ = SCORERS["program"](sandbox, completion, 5.0)
     assert all(o.passed or o.error for o in outcomes)
 
 

@@ -38,14 +38,16 @@ def test_loops_floods_and_crashes_are_wrong_answers(sandbox, humaneval):
     bodies = {"loop": "    while True:\n        pass\n",
               "flood": "    while True:\n        print('x' * 4096)\n",
               "exit": "    raise SystemExit(0)\n",
+              "os_exit": "    import os\n    os._exit(0)\n",
               "memory": "    return [0] * (10 ** 10)\n",
               "syntax": "    return (\n"}
-    answers = [Answer(k, p, body) for k, body in bodies.items()]
-    outcomes, jobs = SCORERS["program"](sandbox, answers, False, 2.0)
+    answers = [Answer(k, p, body, "completion") for k, body in bodies.items()]
+    outcomes, jobs = SCORERS["program"](sandbox, answers, 2.0)
     got = dict(zip(bodies, outcomes))
     assert jobs == len(bodies) and not any(o.passed for o in outcomes)
     assert got["loop"].error.startswith("timeout")
     assert got["flood"].error.startswith("output_limit")
+    assert got["os_exit"].error.startswith("error: SystemExit")  # the candidate's failure, not the sandbox's
     assert got["memory"].error.startswith(("memory", "error: MemoryError"))
     assert "SyntaxError" in got["syntax"].error or "never closed" in got["syntax"].error
 
@@ -55,14 +57,14 @@ def test_task_answers_are_judged_by_the_training_verifier(sandbox):
     correct, a wrong value wrong, a missing <think> malformed."""
     problems = materialise(_Services(sandbox), load_problems("heldout", limit=6))
     assert [p.task.task_type for p in problems] == ["code_o", "code_i", "code_f"] * 2
-    right = [Answer(f"r{k}", p, solution_text(p.task, "because")) for k, p in enumerate(problems)]
-    outcomes, jobs = SCORERS["task"](sandbox, right, True, 5.0)
+    right = [Answer(f"r{k}", p, solution_text(p.task, "because"), "training") for k, p in enumerate(problems)]
+    outcomes, jobs = SCORERS["task"](sandbox, right, 5.0)
     assert all(o.passed for o in outcomes), [o.error for o in outcomes]
     assert jobs == len(problems)
     code_o = problems[0]
     wrong = [Answer("w", code_o, "<think>x</think><answer>'not it'</answer>"),
              Answer("m", code_o, f"<answer>{code_o.task.outputs[0]}</answer>")]
-    outcomes, _ = SCORERS["task"](sandbox, wrong, True, 5.0)
+    outcomes, _ = SCORERS["task"](sandbox, wrong, 5.0)
     assert [o.passed for o in outcomes] == [False, False]
     assert outcomes[0].error.startswith("wrong") and outcomes[1].error.startswith("malformed")
 
@@ -76,7 +78,7 @@ def test_cruxeval_style_tasks_judge_output_and_input_prediction(sandbox):
                Answer("i1", i, "<think>any order</think><answer>[1, 2, 3]</answer>"),  # another right input
                Answer("i2", i, "<think>no</think><answer>[1]</answer>"),
                Answer("i3", i, "<think>hack</think><answer>__import__('os')</answer>")]
-    outcomes, _ = SCORERS["task"](sandbox, answers, True, 5.0)
+    outcomes, _ = SCORERS["task"](sandbox, answers, 5.0)
     assert [x.passed for x in outcomes] == [True, False, True, False, False]
     assert outcomes[4].error.startswith("malformed")
 
