@@ -44,6 +44,26 @@ def test_greedy_and_sampled_rows_in_one_batch():
     assert torch.equal(first, choose_tokens(logits, _rows(3, 1.0, 1.0)))  # same generators, same draws
 
 
+def test_a_rows_draws_depend_only_on_its_logits_and_generator():
+    """The row's tokens over several steps are the same alone and among other rows (greedy, other temperatures and
+    nuclei, a flat row that takes the full-sort path), for a peaked and a flat distribution."""
+    gen = torch.Generator().manual_seed(1)
+    vocab = 4 * TOP_P_CANDIDATES
+    for flat in (False, True):
+        steps = [torch.randn(vocab, generator=gen) * (0.01 if flat else 3.0) for _ in range(12)]
+        alone = _rows(1, 1.0, 0.9, seed=7)
+        mine = _rows(1, 1.0, 0.9, seed=7)[0]
+        others = [Row(0, 1, None, [1], Sampling(temperature=0.0), None),
+                  Row(0, 2, None, [1], Sampling(temperature=0.7, top_p=0.5), torch.Generator().manual_seed(3)),
+                  Row(0, 3, None, [1], Sampling(temperature=1.0, top_p=0.95), torch.Generator().manual_seed(4))]
+        for k, logits in enumerate(steps):
+            by_itself = int(choose_tokens(logits[None], alone)[0])
+            batch = torch.stack([torch.zeros(vocab), torch.randn(vocab, generator=gen), logits,
+                                 torch.randn(vocab, generator=gen) * 0.01])
+            rows = [others[0], others[1], mine, others[2]] if k % 2 else [others[1], others[0], mine, others[2]]
+            assert int(choose_tokens(batch, rows)[2]) == by_itself, (flat, k)
+
+
 def test_n_completions_share_the_prompt_pass_and_match_one_alone(make_backend, adapters):
     backend = make_backend()
     msgs = [{"role": "user", "content": "def f(x): return x"}]
