@@ -37,9 +37,11 @@ from services.sandbox.jail import (
     unshare_command,
 )
 from services.sandbox.jail_runtime import remove_tree
+from services.sandbox.state_kinds import KINDS, find_all_program, leave_all_program
 from services.sandbox.verdict import classify
 
 PIPELINE = 3  # jobs queued at each zygote
+STATE_SECRET = 3  # what the start-up check's first job leaves by every kind of state (state_kinds.py)
 JAIL_ENV_NAMES = (*clean_env(), "LD_LIBRARY_PATH")
 
 # Run as the first job of every zygote (it is ours, not model-written): what a job can and cannot do in this
@@ -178,6 +180,17 @@ def check_layers(seen: dict, uid: int | None, seccomp: bool, jailed: bool = True
     return layers
 
 
+def check_state(found: dict) -> list[str]:
+    """The start-up check of "nothing survives a job": `found` is what the second of two jobs on one worker found
+    of the secret the first left by every kind of state (state_kinds.KINDS); SandboxUnavailable naming the kinds
+    when anything."""
+    if found:
+        raise SandboxUnavailable(f"sandbox start-up check failed: state one job left was found by the next, by "
+                                 f"{sorted(found)} (docs/sandbox.md, 'Nothing survives a job'); the isolation this "
+                                 "backend promises does not hold on this machine")
+    return [f"nothing survives a job (checked: {len(KINDS)} kinds of state left by one job, none found by the next)"]
+
+
 class _Worker:
     """One warm zygote process and the unprivileged uid its jobs run as. Not thread-safe: one owner thread."""
 
@@ -235,9 +248,22 @@ class _Worker:
         try:
             self.layers = check_layers(probe.values[0], self.uid, self.seccomp, self.jailed,
                                        chrooted=self.launch.root is not None)
+            if self.jailed:
+                self.layers += self._check_state()
         except SandboxUnavailable:
             self.stop()
             raise
+
+    def _check_state(self) -> list[str]:
+        """One job leaves a secret by every kind of state, the next (on this worker) looks for each."""
+        jobs = [Job("state-leave", leave_all_program(STATE_SECRET), calls=["f()"], timeout_s=30.0),
+                Job("state-find", find_all_program(), calls=["f()"], timeout_s=30.0)]
+        for job in jobs:
+            r = self.execute(job, restart=False)
+            if r.status != "ok":
+                raise SandboxUnavailable(f"sandbox worker {self.index}: the start-up check {job.job_id} did not run: "
+                                         f"{r.status} {r.error} {r.stdout[-500:]}")
+        return check_state(r.values[0])
 
     def stderr(self) -> str:
         self.log.seek(0)

@@ -1,0 +1,83 @@
+"""Nothing survives a job: the cross-job corpus (one pair per kind of state, services/sandbox/state_kinds.py)
+through the production validate_proposals / check_answers on one worker, under each configuration (bubblewrap
+zygote, the gvisor backend, the container profile's chroot), and the start-up check that refuses a worker which
+leaves a kind open."""
+
+from __future__ import annotations
+
+import pytest
+
+from services.sandbox.executor import Limits, SandboxUnavailable
+from services.sandbox.state_kinds import KINDS
+from tests.sandbox.cross_job_corpus import not_contained, run_pairs
+
+# what the pairs find when the seccomp filter is off but the worker keeps its namespaces: the kernel objects that
+# outlive every process of a worker (its IPC namespace, its network namespace's TIME_WAIT, its uid's keyrings)
+OPEN_WITHOUT_FILTER = {"sysv_shm", "sysv_sem", "sysv_msg", "posix_mqueue", "keyring", "tcp_time_wait"}
+
+
+def test_the_corpus_covers_every_kind():
+    assert len(KINDS) >= 20 and len({k.name for k in KINDS}) == len(KINDS)
+
+
+def _executor(config: str, **kwargs):
+    from tests.conftest import zygote_or_skip
+    from tests.sandbox.conftest import gvisor_or_skip
+
+    limits = Limits(timeout_s=5.0)
+    if config == "zygote":
+        return zygote_or_skip(limits=limits, workers=1, **kwargs)
+    if config == "gvisor":
+        return gvisor_or_skip(limits=limits, workers=1, **kwargs)
+    import os
+
+    from services.sandbox.zygote import ZygoteExecutor
+    from tests.conftest import sandbox_or_skip
+
+    return sandbox_or_skip(None if os.geteuid() == 0 else "the container profile's chroot needs root",
+                           lambda: ZygoteExecutor(limits, workers=1, isolation="gvisor", **kwargs))
+
+
+@pytest.mark.parametrize("config", ["zygote", "gvisor", "container"])
+def test_no_state_crosses_jobs(config):
+    """Each writer's proposal is valid, and each reader (an answer that computes nothing) is judged wrong: no
+    kind of state carried the secret from the teacher's program to the student's. `container` is
+    sandbox.isolation=gvisor (no namespaces, a chroot into the runtime root) on this host's kernel; the test of
+    the deployed profile in test_gvisor.py runs the same corpus inside a gVisor container."""
+    ex = _executor(config)
+    try:
+        pairs = run_pairs(ex.run)
+    finally:
+        ex.close()
+    assert len(pairs) == len(KINDS)
+    leaks = not_contained(pairs)
+    assert not leaks, "\n".join(leaks)
+
+
+def test_the_pairs_find_state_where_the_filter_is_off(monkeypatch):
+    """The readers work: in a bubblewrap worker without the seccomp filter (and with the start-up state check
+    off, which would refuse it), the kinds that outlive a process carry the secret, and their answers, which
+    compute nothing, are judged correct."""
+    from services.sandbox import zygote
+
+    monkeypatch.setattr(zygote._Worker, "_check_state", lambda self: [])
+    ex = _executor("zygote", seccomp=False)
+    try:
+        pairs = {p.kind: p for p in run_pairs(ex.run)}
+    finally:
+        ex.close()
+    leaked = {k for k, p in pairs.items() if p.leaked}
+    assert OPEN_WITHOUT_FILTER <= leaked, {k: (p.validation, p.outcome, p.detail[:100]) for k, p in pairs.items()}
+    assert all(p.validation == "valid" for p in pairs.values())
+
+
+def test_a_worker_that_leaves_a_kind_open_does_not_start():
+    """The start-up check runs a job that leaves a secret by every kind and a second that looks for each; a
+    worker whose second job finds one is refused, naming the kinds."""
+    from services.sandbox.zygote import ZygoteExecutor
+
+    _executor("zygote").close()  # skips where the zygote cannot run here
+    with pytest.raises(SandboxUnavailable, match="state one job left was found by the next") as refused:
+        ZygoteExecutor(Limits(timeout_s=5.0), workers=1, seccomp=False)
+    for kind in OPEN_WITHOUT_FILTER:
+        assert kind in str(refused.value)
