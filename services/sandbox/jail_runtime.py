@@ -388,28 +388,47 @@ def _killer():
 
 
 def remove_tree(path):
-    """Delete a directory tree without recursion and without long paths: a job may leave a tree deeper than
-    PATH_MAX, so every step is relative to one open directory (descending by name, climbing by `..`), and only
-    one directory is open at a time. No shutil (importing it maps the compression libraries, and every mapping
-    makes each fork slower)."""
+    """Delete a directory tree and return how many entries it held (`path` itself not counted). Linear in what the
+    tree holds: each directory is listed once, its files unlinked and its subdirectories' names kept, an empty
+    subdirectory removed at once and a full one entered (listing a parent again after each subdirectory made a
+    directory of 4,000 subdirectories take 16 s). No recursion and no long paths: a job may leave a tree deeper
+    than PATH_MAX, so every step is relative to one open directory (descending by name, climbing by `..`), and
+    only one directory is open at a time. No shutil (importing it maps the compression libraries, and every
+    mapping makes each fork slower)."""
     flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
     fd = os.open(path, flags)
     names = []  # the directories entered below `path`
+    count = 0
+
+    def scan(fd):
+        nonlocal count
+        subdirs = []
+        with os.scandir(fd) as entries:
+            for entry in entries:
+                count += 1
+                if entry.is_dir(follow_symlinks=False):
+                    subdirs.append(entry.name)
+                else:
+                    os.unlink(entry.name, dir_fd=fd)
+        return subdirs
+
+    pending = [scan(fd)]  # per open level, the subdirectories still to remove
     try:
         while True:
-            subdir = None
-            with os.scandir(fd) as entries:
-                for entry in entries:
-                    if entry.is_dir(follow_symlinks=False):
-                        subdir = subdir or entry.name
-                    else:
-                        os.unlink(entry.name, dir_fd=fd)
-            if subdir is not None:
-                child = os.open(subdir, flags, dir_fd=fd)
+            if pending[-1]:
+                name = pending[-1].pop()
+                try:
+                    os.rmdir(name, dir_fd=fd)
+                    continue
+                except OSError:
+                    pass
+                child = os.open(name, flags, dir_fd=fd)
                 os.close(fd)
                 fd = child
-                names.append(subdir)
+                names.append(name)
+                pending.append(scan(fd))
                 continue
+            pending.pop()
             if not names:
                 break
             parent = os.open("..", flags, dir_fd=fd)
@@ -419,6 +438,7 @@ def remove_tree(path):
     finally:
         os.close(fd)
     os.rmdir(path)
+    return count
 
 
 def _job_dir(cfg, counter):
@@ -431,21 +451,22 @@ def _job_dir(cfg, counter):
 
 
 def _discard_dir(path):
-    """Remove a finished job's directory; what cannot be removed is handed to root with mode 000, so no later
-    job (same uid) can reach it."""
+    """Remove a finished job's directory; returns how many entries the job left there. What cannot be removed is
+    handed to root with mode 000, so no later job (same uid) can reach it."""
     try:
         os.rmdir(path)  # the usual case: the job left nothing behind
-        return
+        return 0
     except OSError:
         pass
     try:
-        remove_tree(path)
+        return remove_tree(path)
     except OSError:
         try:
             os.chown(path, 0, 0)
             os.chmod(path, 0)
         except OSError:
             pass
+    return 0
 
 
 _JOBS_RUN = [0]
@@ -486,7 +507,9 @@ def _run_one(raw, cfg, sock, kill):
                 os.close(fd)
             except OSError:
                 pass
-        _discard_dir(jobdir)
+        left = _discard_dir(jobdir)
+    if left > cfg.get("fs_entries", left):
+        report["fs_entries"] = left
     report["id"] = job.get("id", "")
     report["seconds"] = time.monotonic() - start
     return report

@@ -41,6 +41,7 @@ from services.sandbox.state_kinds import KINDS, find_all_program, leave_all_prog
 from services.sandbox.verdict import classify
 
 PIPELINE = 3  # jobs queued at each zygote
+RETRIES = 2  # times a job queued behind a failed worker goes back to the shared queue
 STATE_SECRET = 3  # what the start-up check's first job leaves by every kind of state (state_kinds.py)
 JAIL_ENV_NAMES = (*clean_env(), "LD_LIBRARY_PATH")
 
@@ -219,7 +220,7 @@ class _Worker:
         gvisor = self.profile == "gvisor"
         preload = self.limits.preload if self.limits.preload is not None else GVISOR_PRELOAD if gvisor else PRELOAD
         cfg = {"uid": self.uid, "tmp": self.launch.tmp, "fsize": self.limits.fsize_bytes,
-               "nofile": self.limits.nofile, "nproc": self.limits.nproc, "preload": list(preload),
+               "nofile": self.limits.nofile, "nproc": self.limits.nproc, "fs_entries": self.limits.fs_entries, "preload": list(preload),
                "seccomp": filters.jail_filter(deny_signals=not gvisor).hex() if self.seccomp else "",
                "no_fork": filters.no_fork_filter().hex() if gvisor else "",
                # only where the file system is the sandbox's own: its gVisor sandbox, or the container of a
@@ -306,8 +307,10 @@ class _Worker:
         return nonce, msg["timeout_s"]
 
     def recv_report(self, timeout_s: float) -> dict:
-        """The next report, in the order jobs were sent (the zygote runs them one after another)."""
-        return self._recv(timeout=timeout_s + 10.0)
+        """The next report, in the order jobs were sent (the zygote runs them one after another). The zygote's own
+        work for a job, removing what it left, is linear in what the job made in its `timeout_s`, and a job cannot
+        make entries faster than they are removed: the wait allows the job's time twice, then 10 s."""
+        return self._recv(timeout=2 * timeout_s + 10.0)
 
     def failure(self, e: Exception) -> str:
         tail = self.stderr().strip()[-800:]
@@ -389,6 +392,7 @@ class ZygoteExecutor(Executor):
         n = workers or os.cpu_count() or 1
         base = _uid_base()
         self._queue: queue.Queue = queue.Queue()
+        self._retries: dict[int, int] = {}  # id(future) -> times re-queued after its worker failed
         self._workers: list[_Worker] = []
         try:
             if self.runtime_root is not None:
@@ -483,18 +487,30 @@ class ZygoteExecutor(Executor):
         except Exception as e:  # noqa: BLE001 - a report this host cannot read must not stop the worker
             fut.set_result(JobResult(job.job_id, "sandbox_error", error=f"unreadable report: {e}"))
 
-    @staticmethod
-    def _fail_all(worker: _Worker, inflight: deque, e: Exception, extra: tuple | None = None) -> None:
-        """The zygote died or hung: its queued jobs are sandbox_error, and a fresh zygote takes its place."""
+    def _fail_all(self, worker: _Worker, inflight: deque, e: Exception, extra: tuple | None = None) -> None:
+        """The zygote died or hung: a fresh zygote takes its place. The job it was running (the head of the queue,
+        whose report never came) is sandbox_error, judged alone; the jobs queued behind it did nothing wrong and
+        go back to the shared queue, where a healthy worker runs them (at most RETRIES times each, so a job that
+        fails every worker still gets an answer). Where sending failed (`extra`: the worker could not be
+        restarted), no job is to blame and every one goes back."""
         err = worker.failure(e)
-        pending = [(j, f) for j, f, *_ in inflight] + ([extra] if extra else [])
+        queued = [(j, f) for j, f, *_ in inflight] + ([extra] if extra else [])
         inflight.clear()
+        blamed = queued[:1] if extra is None else []
         try:
             worker.restart()
         except Exception as restart_error:  # noqa: BLE001 - reported to every caller waiting on this worker
             err += f"; restart failed: {restart_error}"
-        for job, fut in pending:
+        for job, fut in blamed:
             fut.set_result(JobResult(job.job_id, "sandbox_error", error=err))
+        for job, fut in queued[len(blamed):]:
+            tries = self._retries.get(id(fut), 0)
+            if tries >= RETRIES or self._closed:
+                self._retries.pop(id(fut), None)
+                fut.set_result(JobResult(job.job_id, "sandbox_error", error=err + f" (tried on {tries + 1} workers)"))
+                continue
+            self._retries[id(fut)] = tries + 1
+            self._queue.put((job, fut))
 
     def _reap_orphans(self) -> None:
         """As pid 1: reap every zombie child that is not one of this executor's zygotes (those are its Popen's to
@@ -552,6 +568,13 @@ class ZygoteExecutor(Executor):
             self._queue.put(None)
         for t in self._threads:
             t.join(timeout=30)
+        while True:  # a job put back by a failing worker after the threads stopped
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if item is not None:
+                item[1].set_result(JobResult(item[0].job_id, "sandbox_error", error="the executor was closed"))
         for w in self._workers:
             w.stop()
             w.log.close()

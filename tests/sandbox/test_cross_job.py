@@ -81,3 +81,49 @@ def test_a_worker_that_leaves_a_kind_open_does_not_start():
         ZygoteExecutor(Limits(timeout_s=5.0), workers=1, seccomp=False)
     for kind in OPEN_WITHOUT_FILTER:
         assert kind in str(refused.value)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("config", ["zygote", "gvisor"])
+def test_no_hostile_job_changes_an_honest_verdict(config):
+    """Every hostile program, each in one batch with honest attempts (two workers, so jobs queue behind it):
+    every honest attempt gets the verdict it gets alone, which is the one it deserves."""
+    from tests.conftest import zygote_or_skip
+    from tests.sandbox.conftest import gvisor_or_skip
+    from tests.sandbox.interference_corpus import expected, run_interference
+
+    make = zygote_or_skip if config == "zygote" else gvisor_or_skip
+    ex = make(limits=Limits(timeout_s=2.0), workers=2)
+    try:
+        got = run_interference(ex.run)
+    finally:
+        ex.close()
+    assert all(outcome == expected(k) for k, outcome in got.alone.items()), got.alone
+    assert not got.changed, "\n".join(got.changed)
+
+
+def test_jobs_queued_behind_a_failed_worker_are_run_again_not_failed():
+    """A zygote killed while a job runs (as if it hung): that job is sandbox_error, judged alone; the jobs queued
+    behind it on that worker run again on a fresh one and get their own results."""
+    import os
+    import signal
+    import threading
+    import time
+
+    from populora.tasks.jobs import Job
+    from tests.conftest import zygote_or_skip
+
+    ex = zygote_or_skip(limits=Limits(timeout_s=5.0), workers=1)
+    try:
+        victim = ex._workers[0].proc.pid
+        jobs = [Job("slow", "import time\ntime.sleep(3)"), *[Job(f"q{i}", "", calls=[f"{i} * 3"]) for i in range(3)]]
+        killer = threading.Timer(1.0, lambda: os.killpg(victim, signal.SIGKILL))
+        killer.start()
+        start = time.monotonic()
+        got = ex.run(jobs)
+        killer.join()
+    finally:
+        ex.close()
+    assert got[0].status == "sandbox_error"
+    assert [(r.status, r.values) for r in got[1:]] == [("ok", [i * 3]) for i in range(3)]
+    assert time.monotonic() - start < 20
