@@ -387,14 +387,15 @@ def _killer():
     return kill_pidfd, "pidfd"
 
 
-def remove_tree(path):
+def remove_tree(path, beat=None):
     """Delete a directory tree and return how many entries it held (`path` itself not counted). Linear in what the
     tree holds: each directory is listed once, its files unlinked and its subdirectories' names kept, an empty
     subdirectory removed at once and a full one entered (listing a parent again after each subdirectory made a
     directory of 4,000 subdirectories take 16 s). No recursion and no long paths: a job may leave a tree deeper
     than PATH_MAX, so every step is relative to one open directory (descending by name, climbing by `..`), and
     only one directory is open at a time. No shutil (importing it maps the compression libraries, and every
-    mapping makes each fork slower)."""
+    mapping makes each fork slower). `beat(count)`, when given, is called every 256 entries: the zygote tells the
+    host it is still at work."""
     flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
     fd = os.open(path, flags)
     names = []  # the directories entered below `path`
@@ -406,6 +407,8 @@ def remove_tree(path):
         with os.scandir(fd) as entries:
             for entry in entries:
                 count += 1
+                if beat is not None and not count & 255:
+                    beat(count)
                 if entry.is_dir(follow_symlinks=False):
                     subdirs.append(entry.name)
                 else:
@@ -450,7 +453,7 @@ def _job_dir(cfg, counter):
     return path
 
 
-def _discard_dir(path):
+def _discard_dir(path, beat=None):
     """Remove a finished job's directory; returns how many entries the job left there. What cannot be removed is
     handed to root with mode 000, so no later job (same uid) can reach it."""
     try:
@@ -459,7 +462,7 @@ def _discard_dir(path):
     except OSError:
         pass
     try:
-        return remove_tree(path)
+        return remove_tree(path, beat)
     except OSError:
         try:
             os.chown(path, 0, 0)
@@ -472,9 +475,10 @@ def _discard_dir(path):
 _JOBS_RUN = [0]
 
 
-def _run_one(raw, cfg, sock, kill):
+def _run_one(raw, cfg, sock, kill, beat=None):
     """One job: its directory, a child from the fork server, the job's message down the child's pipe, then
-    supervision. `raw` goes to the child as it came; the zygote reads only the limits from it."""
+    supervision, then its directory removed (`beat` tells the host, once a second, that a long removal goes on).
+    `raw` goes to the child as it came; the zygote reads only the limits from it."""
     import socket
 
     job = json.loads(raw)
@@ -507,7 +511,7 @@ def _run_one(raw, cfg, sock, kill):
                 os.close(fd)
             except OSError:
                 pass
-        left = _discard_dir(jobdir)
+        left = _discard_dir(jobdir, beat)
     if left > cfg.get("fs_entries", left):
         report["fs_entries"] = left
     report["id"] = job.get("id", "")
@@ -593,12 +597,20 @@ def zygote_main():
         _fork_server(server_end, cfg, no_fork)
     server_end.close()
     _send(proto_out, {"ready": True, "pid": os.getpid(), "kill": kill_method})
+    last_beat = [time.monotonic()]
+
+    def beat(count):
+        # removing what a job left is linear in it and always progresses: the host waits while it hears this
+        if time.monotonic() - last_beat[0] >= 1.0:
+            last_beat[0] = time.monotonic()
+            _send(proto_out, {"cleaning": count})
+
     while True:
         try:
             raw = _recv_raw(proto_in)
         except EOFError:
             return
-        _send(proto_out, _run_one(raw, cfg, sock, kill))
+        _send(proto_out, _run_one(raw, cfg, sock, kill, beat))
 
 
 # ------------------------------------------------------------------------------------------ unshare: the root

@@ -307,10 +307,16 @@ class _Worker:
         return nonce, msg["timeout_s"]
 
     def recv_report(self, timeout_s: float) -> dict:
-        """The next report, in the order jobs were sent (the zygote runs them one after another). The zygote's own
-        work for a job, removing what it left, is linear in what the job made in its `timeout_s`, and a job cannot
-        make entries faster than they are removed: the wait allows the job's time twice, then 10 s."""
-        return self._recv(timeout=2 * timeout_s + 10.0)
+        """The next report, in the order jobs were sent (the zygote runs them one after another), within the job's
+        time and 10 s. Removing what a job left in its directory is linear in it and can take longer than the job
+        took to make it (gVisor, a disk): while it goes on the zygote says so once a second, and each time the
+        host waits 10 s more. A zygote that says nothing for that long is hung."""
+        wait = timeout_s + 10.0
+        while True:
+            msg = self._recv(timeout=wait)
+            if "cleaning" not in msg:
+                return msg
+            wait = 10.0
 
     def failure(self, e: Exception) -> str:
         tail = self.stderr().strip()[-800:]
