@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from populora.config import TasksConfig
 from populora.tasks import Attempt, Proposal, check_answers, validate_proposals
+from populora.tasks.jobs import Job
 from services.sandbox.state_kinds import KINDS, Kind, reader_program, writer_program
 from tests.sandbox.reward_hack_corpus import static_rules_bypassed
 
@@ -53,7 +54,11 @@ def run_pairs(run, kinds: tuple[Kind, ...] = KINDS, seed: int = 0) -> list[Pair]
     out = []
     with static_rules_bypassed():
         for kind in kinds:
-            secret = rng.choice(kind.secrets)
+            # what the reader finds before any writer ran is the machine's own (a CPU set of one core, `nice`):
+            # the secret is drawn among the other values, so only what the writer left can make the answer right
+            [base] = run([Job(f"baseline-{kind.name}", reader_program(kind), calls=["f(1)"], timeout_s=5.0)])
+            found = base.values[0] - 7 if base.status == "ok" and base.values and base.values[0] != -1 else None
+            secret = rng.choice([s for s in kind.secrets if s != found])
             [v] = validate_proposals([_proposal(kind, secret)], SETTINGS, run)
             if not v.valid:
                 out.append(Pair(kind.name, secret, v.reason, "", v.detail))

@@ -131,3 +131,26 @@ def test_jobs_queued_behind_a_failed_worker_are_run_again_not_failed():
     assert got[0].status == "sandbox_error"
     assert [(r.status, r.values) for r in got[1:]] == [("ok", [i * 3]) for i in range(3)]
     assert time.monotonic() - start < 20
+
+
+def test_what_the_machine_itself_sets_is_not_a_leak():
+    """A service started under `nice` gives every job that priority before any job ran: the start-up check
+    compares what its last job finds with a first look before anything was left, so the worker starts, and the
+    cross-job corpus still holds there."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    _executor("zygote").close()  # skips where the zygote cannot run here
+    script = ("import json\n"
+              "from services.sandbox.executor import Limits\n"
+              "from services.sandbox.zygote import ZygoteExecutor\n"
+              "from tests.sandbox.cross_job_corpus import not_contained, run_pairs\n"
+              "ex = ZygoteExecutor(Limits(timeout_s=5.0), workers=1)\n"
+              "print(json.dumps(not_contained(run_pairs(ex.run))))\n"
+              "ex.close()\n")
+    out = subprocess.run(["nice", "-n", "5", sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=300, cwd=os.getcwd(), env={**os.environ, "PYTHONPATH": os.getcwd()})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads(out.stdout.splitlines()[-1]) == []
