@@ -394,12 +394,12 @@ def remove_tree(path, beat=None):
     directory of 4,000 subdirectories take 16 s). No recursion and no long paths: a job may leave a tree deeper
     than PATH_MAX, so every step is relative to one open directory (descending by name, climbing by `..`), and
     only one directory is open at a time. No shutil (importing it maps the compression libraries, and every
-    mapping makes each fork slower). `beat(count)`, when given, is called every 256 entries: the zygote tells the
-    host it is still at work."""
+    mapping makes each fork slower). `beat(count)`, when given, is called every 256 entries listed and every 256
+    subdirectories removed: the zygote tells the host it is still at work."""
     flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
     fd = os.open(path, flags)
     names = []  # the directories entered below `path`
-    count = 0
+    count = removed = 0
 
     def scan(fd):
         nonlocal count
@@ -420,6 +420,9 @@ def remove_tree(path, beat=None):
         while True:
             if pending[-1]:
                 name = pending[-1].pop()
+                removed += 1
+                if beat is not None and not removed & 255:
+                    beat(count)
                 try:
                     os.rmdir(name, dir_fd=fd)
                     continue

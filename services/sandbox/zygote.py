@@ -478,6 +478,9 @@ class ZygoteExecutor(Executor):
                 break
             job, fut = item
             try:
+                if inflight and (worker.proc is None or worker.proc.poll() is not None):
+                    # the zygote died with jobs queued at it: a fresh one must not answer for them
+                    raise EOFError("the sandbox worker exited")
                 nonce, timeout_s = worker.send_job(job)
             except Exception as e:  # noqa: BLE001 - includes a zygote that cannot be restarted
                 self._fail_all(worker, inflight, e, (job, fut))
@@ -501,8 +504,8 @@ class ZygoteExecutor(Executor):
         """The zygote died or hung: a fresh zygote takes its place. The job it was running (the head of the queue,
         whose report never came) is sandbox_error, judged alone; the jobs queued behind it did nothing wrong and
         go back to the shared queue, where a healthy worker runs them (at most RETRIES times each, so a job that
-        fails every worker still gets an answer). Where sending failed (`extra`: the worker could not be
-        restarted), no job is to blame and every one goes back."""
+        fails every worker still gets an answer). Where sending failed (`extra`: the zygote was found dead with jobs
+        queued at it, or could not be restarted), no job is to blame and every one goes back."""
         err = worker.failure(e)
         queued = [(j, f) for j, f, *_ in inflight] + ([extra] if extra else [])
         inflight.clear()
