@@ -55,11 +55,11 @@ def hostile_answer(program: str) -> str:
             "{'__name__': '__main__'})\n\n\ndef f(x):\n    return x\n```</answer>")
 
 
-def run_interference(run) -> Interference:
+def run_interference(run, per_hostile: int = HONEST_PER_HOSTILE) -> Interference:
     """The honest attempts alone, then the same interleaved with every hostile program (one batch). The honest
     jobs' seconds in the sandbox are recorded from the results `run` returns."""
     hostile = [Attempt(f"hostile-{c.name}", TASK_F, hostile_answer(c.program)) for c in load_corpus()]
-    honest = [_honest(k) for k in range(HONEST_PER_HOSTILE * len(hostile))]
+    honest = [_honest(k) for k in range(per_hostile * len(hostile))]
     seen: dict[str, float] = {}
 
     def recording(jobs):
@@ -72,7 +72,7 @@ def run_interference(run) -> Interference:
     seconds_alone = [seen[a.attempt_id] for a in honest]
     batch = []
     for k, h in enumerate(hostile):
-        batch += [h, *honest[k * HONEST_PER_HOSTILE:(k + 1) * HONEST_PER_HOSTILE]]
+        batch += [h, *honest[k * per_hostile:(k + 1) * per_hostile]]
     seen.clear()
     with static_rules_bypassed():
         checks = check_answers(batch, SETTINGS, recording)
