@@ -1,8 +1,11 @@
 """Sandbox throughput and integrity: the same jobs through the `zygote` backend (every isolation layer on), the
 `gvisor` backend (a zygote inside one long-lived gVisor sandbox per worker), the `subprocess` backend and an
 unisolated warm process pool like AZR's (the upper bound on speed), plus the hostile corpus (under the zygote and
-under gVisor) and the reward-hack corpus (through the production check_answers / validate_proposals). Prints one
-JSON object.
+under gVisor), the reward-hack corpus (through the production check_answers / validate_proposals), the cross-job
+corpus (one pair of programs per kind of state a job could leave for the next, under the zygote and under gVisor:
+`cross_job_contained` of `cross_job_total`) and the interference corpus (each hostile program in a batch with
+honest attempts: `neighbour_verdicts_changed` against the same attempts alone, `neighbour_p99_ratio` their p99
+time in the sandbox beside the hostile programs over alone). Prints one JSON object.
 
     python -m bench.sandbox --json [--jobs 2000] [--gvisor-jobs 400] [--subprocess-jobs 200] [--workers 0]
 
@@ -163,6 +166,33 @@ def reward_hack_report(executor) -> dict:
             "reward_hack_failures": [f"{v.name}: {v.outcome}" for v in verdicts if not v.blocked]}
 
 
+def cross_job_report(make, prefix: str = "") -> dict:
+    """The cross-job corpus (one pair per kind of state, through validate_proposals / check_answers) on a fresh
+    executor of one worker from `make`, so every reader runs where its writer ran."""
+    from tests.sandbox.cross_job_corpus import not_contained, run_pairs
+
+    executor = make()
+    try:
+        pairs = run_pairs(executor.run)
+    finally:
+        executor.close()
+    return {f"{prefix}cross_job_total": len(pairs), f"{prefix}cross_job_contained": sum(p.contained for p in pairs),
+            f"{prefix}cross_job_failures": not_contained(pairs)}
+
+
+def neighbour_report(executor) -> dict:
+    """The interference corpus: honest attempts alone, then each hostile program in the same batch with them. How
+    many honest verdicts changed, and the honest jobs' p99 time in the sandbox beside the hostile programs over
+    alone."""
+    from tests.sandbox.interference_corpus import run_interference
+
+    got = run_interference(executor.run)
+    alone, beside = pct(got.seconds_alone, 0.99), pct(got.seconds_beside, 0.99)
+    return {"neighbour_jobs": len(got.alone), "neighbour_verdicts_changed": len(got.changed),
+            "neighbour_changes": got.changed[:10], "neighbour_p99_ms_alone": round(alone * 1000, 2),
+            "neighbour_p99_ms_beside": round(beside * 1000, 2), "neighbour_p99_ratio": round(beside / alone, 2)}
+
+
 def fresh_runsc_rate(jobs: list[Job], workers: int, platform: str = "ptrace") -> tuple[float, int]:
     """The baseline of the gvisor backend: one fresh `runsc do` sandbox per job (what that backend did before),
     `workers` at a time. Returns (jobs per second, jobs ok)."""
@@ -196,13 +226,14 @@ def gvisor_report(jobs: list[Job], workers: int) -> dict:
         gv = GvisorExecutor(Limits(timeout_s=10.0), workers=workers)
     except SandboxUnavailable as e:
         return {"gvisor_execs_per_s": None, "gvisor_hostile_total": 0, "gvisor_hostile_contained": 0,
-                "gvisor_error": str(e)}
+                "gvisor_cross_job_total": 0, "gvisor_cross_job_contained": 0, "gvisor_error": str(e)}
     try:
         gv.run(jobs[:WARMUP_JOBS])
         cpu0, host0 = worker_tree_cpu(gv), time.process_time()
         g_time, g_results = run_timed(gv.run, jobs)
         g_cpu = (worker_tree_cpu(gv) - cpu0 + time.process_time() - host0) / len(jobs)
         hostile = hostile_report(gv, gvisor=True)
+        cross = cross_job_report(lambda: GvisorExecutor(Limits(timeout_s=5.0), workers=1), prefix="gvisor_")
         fresh_rate, fresh_ok = fresh_runsc_rate(jobs[:2 * workers], workers)
         rate = len(jobs) / g_time
         return {"gvisor_execs_per_s": round(rate, 1), "gvisor_jobs": len(jobs),
@@ -215,7 +246,7 @@ def gvisor_report(jobs: list[Job], workers: int) -> dict:
                 "gvisor_execs_per_cpu_s_x_cores": round(workers / g_cpu, 1),
                 "gvisor_hostile_total": hostile["hostile_total"],
                 "gvisor_hostile_contained": hostile["hostile_contained"],
-                "gvisor_hostile_failures": hostile["hostile_failures"], "gvisor_isolation": gv.isolation()}
+                "gvisor_hostile_failures": hostile["hostile_failures"], **cross, "gvisor_isolation": gv.isolation()}
     finally:
         gv.close()
 
@@ -257,9 +288,11 @@ def main(argv: list[str] | None = None) -> int:
         sn_time, _ = run_timed(zygote.run, sn_only)
         hostile = hostile_report(zygote)
         hacks = reward_hack_report(zygote)
+        neighbours = neighbour_report(zygote)
         isolation = zygote.isolation()
     finally:
         zygote.close()
+    cross = cross_job_report(lambda: ZygoteExecutor(Limits(timeout_s=5.0), workers=1))
     sub = SubprocessExecutor(Limits(timeout_s=10.0), workers=workers)
     s_time, s_results = run_timed(sub.run, jobs[:args.subprocess_jobs])
     gvisor = gvisor_report(jobs[:args.gvisor_jobs], workers)
@@ -279,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
         # rate tracks the CPU share it gets, so cores / cpu_ms is what the same code does on idle cores
         "cpu_ms_per_job": round(z_cpu * 1000, 3), "pool_cpu_ms_per_job": round(pool_cpu * 1000, 3),
         "execs_per_cpu_s_x_cores": round(workers / z_cpu, 1), "pool_execs_per_cpu_s_x_cores": round(workers / pool_cpu, 1),
-        **hostile, **hacks, **gvisor, "isolation": isolation,
+        **hostile, **hacks, **cross, **neighbours, **gvisor, "isolation": isolation,
         "load_average": [round(x, 2) for x in os.getloadavg()],
     }
     print(json.dumps(out, indent=None if args.json else 2))

@@ -31,6 +31,9 @@ class Limits:
     nofile: int = 64
     nproc: int = 1  # must stay 1: the seccomp filter lets the fork server fork, and this is what stops a job forking
     tmp_mb: int = 64
+    # filesystem entries a job may leave in its directory (its files' sizes are capped by fsize_bytes and tmp_mb);
+    # one that leaves more is output_limit, and removing them costs its worker no more than the job took to make them
+    fs_entries: int = 10_000
     preload: tuple[str, ...] | None = None  # None: PRELOAD, or GVISOR_PRELOAD inside gVisor
 
     @classmethod

@@ -15,9 +15,10 @@ def classify(job: Job, raw: dict, nonce: bytes) -> JobResult:
     """The status of one run, from the facts the backend saw (never from what the job says about itself).
 
     timeout: the wall clock or the CPU limit (SIGXCPU/SIGKILL) ended it. output_limit: it wrote more than the
-    limit. killed: another signal (segfault, abort). error: it exited (os._exit) before the epilogue wrote any
-    result. sandbox_error: set-up failed, or the result channel held something other than exactly one frame with
-    this job's nonce. Otherwise the frame's status: ok, error (with the exception's last line) or memory.
+    limit, or left more filesystem entries in its directory than Limits.fs_entries. killed: another signal
+    (segfault, abort). error: it exited (os._exit) before the epilogue wrote any result. sandbox_error: set-up failed,
+    or the result channel held something other than exactly one frame with this job's nonce. Otherwise the frame's
+    status: ok, error (with the exception's last line) or memory.
     """
     seconds = float(raw.get("seconds", 0.0))
     stdout = raw.get("stdout", "")
@@ -31,6 +32,9 @@ def classify(job: Job, raw: dict, nonce: bytes) -> JobResult:
         return JobResult(status="timeout", error="wall-clock limit reached", **base)
     if raw.get("output_exceeded"):
         return JobResult(status="output_limit", error="output limit reached", **base)
+    if raw.get("fs_entries"):
+        return JobResult(status="output_limit", error=f"left {int(raw['fs_entries'])} filesystem entries in its "
+                                                      "directory, over the limit", **base)
     code = int(raw.get("exit", 0))
     if code == SETUP_FAILED:
         return JobResult(status="sandbox_error", error=f"sandbox set-up failed: {stdout[-500:]}", **base)

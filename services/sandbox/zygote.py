@@ -37,9 +37,12 @@ from services.sandbox.jail import (
     unshare_command,
 )
 from services.sandbox.jail_runtime import remove_tree
+from services.sandbox.state_kinds import KINDS, find_all_program, leave_all_program
 from services.sandbox.verdict import classify
 
 PIPELINE = 3  # jobs queued at each zygote
+RETRIES = 2  # times a job queued behind a failed worker goes back to the shared queue
+STATE_SECRET = 3  # what the start-up check's first job leaves by every kind of state (state_kinds.py)
 JAIL_ENV_NAMES = (*clean_env(), "LD_LIBRARY_PATH")
 
 # Run as the first job of every zygote (it is ours, not model-written): what a job can and cannot do in this
@@ -178,6 +181,17 @@ def check_layers(seen: dict, uid: int | None, seccomp: bool, jailed: bool = True
     return layers
 
 
+def check_state(found: dict) -> list[str]:
+    """The start-up check of "nothing survives a job": `found` is what the second of two jobs on one worker found
+    of the secret the first left by every kind of state (state_kinds.KINDS); SandboxUnavailable naming the kinds
+    when anything."""
+    if found:
+        raise SandboxUnavailable(f"sandbox start-up check failed: state one job left was found by the next, by "
+                                 f"{sorted(found)} (docs/sandbox.md, 'Nothing survives a job'); the isolation this "
+                                 "backend promises does not hold on this machine")
+    return [f"nothing survives a job (checked: {len(KINDS)} kinds of state left by one job, none found by the next)"]
+
+
 class _Worker:
     """One warm zygote process and the unprivileged uid its jobs run as. Not thread-safe: one owner thread."""
 
@@ -206,7 +220,7 @@ class _Worker:
         gvisor = self.profile == "gvisor"
         preload = self.limits.preload if self.limits.preload is not None else GVISOR_PRELOAD if gvisor else PRELOAD
         cfg = {"uid": self.uid, "tmp": self.launch.tmp, "fsize": self.limits.fsize_bytes,
-               "nofile": self.limits.nofile, "nproc": self.limits.nproc, "preload": list(preload),
+               "nofile": self.limits.nofile, "nproc": self.limits.nproc, "fs_entries": self.limits.fs_entries, "preload": list(preload),
                "seccomp": filters.jail_filter(deny_signals=not gvisor).hex() if self.seccomp else "",
                "no_fork": filters.no_fork_filter().hex() if gvisor else "",
                # only where the file system is the sandbox's own: its gVisor sandbox, or the container of a
@@ -235,9 +249,26 @@ class _Worker:
         try:
             self.layers = check_layers(probe.values[0], self.uid, self.seccomp, self.jailed,
                                        chrooted=self.launch.root is not None)
+            if self.jailed:
+                self.layers += self._check_state()
         except SandboxUnavailable:
             self.stop()
             raise
+
+    def _check_state(self) -> list[str]:
+        """One job leaves a secret by every kind of state, the next (on this worker) looks for each. A first look
+        before anything is left is the baseline: what the machine itself sets (a service started under `nice`, a
+        CPU set of one core, a lowered limit) is the same before and after, and is not a leak."""
+        find = Job("state-find", find_all_program(), calls=["f()"], timeout_s=30.0)
+        seen = []
+        for job in (find, Job("state-leave", leave_all_program(STATE_SECRET), calls=["f()"], timeout_s=30.0), find):
+            r = self.execute(job, restart=False)
+            if r.status != "ok":
+                raise SandboxUnavailable(f"sandbox worker {self.index}: the start-up check {job.job_id} did not run: "
+                                         f"{r.status} {r.error} {r.stdout[-500:]}")
+            seen.append(r.values[0])
+        before, after = seen[0], seen[2]
+        return check_state({kind: value for kind, value in after.items() if before.get(kind) != value})
 
     def stderr(self) -> str:
         self.log.seek(0)
@@ -280,8 +311,16 @@ class _Worker:
         return nonce, msg["timeout_s"]
 
     def recv_report(self, timeout_s: float) -> dict:
-        """The next report, in the order jobs were sent (the zygote runs them one after another)."""
-        return self._recv(timeout=timeout_s + 10.0)
+        """The next report, in the order jobs were sent (the zygote runs them one after another), within the job's
+        time and 10 s. Removing what a job left in its directory is linear in it and can take longer than the job
+        took to make it (gVisor, a disk): while it goes on the zygote says so once a second, and each time the
+        host waits 10 s more. A zygote that says nothing for that long is hung."""
+        wait = timeout_s + 10.0
+        while True:
+            msg = self._recv(timeout=wait)
+            if "cleaning" not in msg:
+                return msg
+            wait = 10.0
 
     def failure(self, e: Exception) -> str:
         tail = self.stderr().strip()[-800:]
@@ -363,6 +402,7 @@ class ZygoteExecutor(Executor):
         n = workers or os.cpu_count() or 1
         base = _uid_base()
         self._queue: queue.Queue = queue.Queue()
+        self._retries: dict[int, int] = {}  # id(future) -> times re-queued after its worker failed
         self._workers: list[_Worker] = []
         try:
             if self.runtime_root is not None:
@@ -438,6 +478,9 @@ class ZygoteExecutor(Executor):
                 break
             job, fut = item
             try:
+                if inflight and (worker.proc is None or worker.proc.poll() is not None):
+                    # the zygote died with jobs queued at it: a fresh one must not answer for them
+                    raise EOFError("the sandbox worker exited")
                 nonce, timeout_s = worker.send_job(job)
             except Exception as e:  # noqa: BLE001 - includes a zygote that cannot be restarted
                 self._fail_all(worker, inflight, e, (job, fut))
@@ -457,18 +500,30 @@ class ZygoteExecutor(Executor):
         except Exception as e:  # noqa: BLE001 - a report this host cannot read must not stop the worker
             fut.set_result(JobResult(job.job_id, "sandbox_error", error=f"unreadable report: {e}"))
 
-    @staticmethod
-    def _fail_all(worker: _Worker, inflight: deque, e: Exception, extra: tuple | None = None) -> None:
-        """The zygote died or hung: its queued jobs are sandbox_error, and a fresh zygote takes its place."""
+    def _fail_all(self, worker: _Worker, inflight: deque, e: Exception, extra: tuple | None = None) -> None:
+        """The zygote died or hung: a fresh zygote takes its place. The job it was running (the head of the queue,
+        whose report never came) is sandbox_error, judged alone; the jobs queued behind it did nothing wrong and
+        go back to the shared queue, where a healthy worker runs them (at most RETRIES times each, so a job that
+        fails every worker still gets an answer). Where sending failed (`extra`: the zygote was found dead with jobs
+        queued at it, or could not be restarted), no job is to blame and every one goes back."""
         err = worker.failure(e)
-        pending = [(j, f) for j, f, *_ in inflight] + ([extra] if extra else [])
+        queued = [(j, f) for j, f, *_ in inflight] + ([extra] if extra else [])
         inflight.clear()
+        blamed = queued[:1] if extra is None else []
         try:
             worker.restart()
         except Exception as restart_error:  # noqa: BLE001 - reported to every caller waiting on this worker
             err += f"; restart failed: {restart_error}"
-        for job, fut in pending:
+        for job, fut in blamed:
             fut.set_result(JobResult(job.job_id, "sandbox_error", error=err))
+        for job, fut in queued[len(blamed):]:
+            tries = self._retries.get(id(fut), 0)
+            if tries >= RETRIES or self._closed:
+                self._retries.pop(id(fut), None)
+                fut.set_result(JobResult(job.job_id, "sandbox_error", error=err + f" (tried on {tries + 1} workers)"))
+                continue
+            self._retries[id(fut)] = tries + 1
+            self._queue.put((job, fut))
 
     def _reap_orphans(self) -> None:
         """As pid 1: reap every zombie child that is not one of this executor's zygotes (those are its Popen's to
@@ -526,6 +581,13 @@ class ZygoteExecutor(Executor):
             self._queue.put(None)
         for t in self._threads:
             t.join(timeout=30)
+        while True:  # a job put back by a failing worker after the threads stopped
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if item is not None:
+                item[1].set_result(JobResult(item[0].job_id, "sandbox_error", error="the executor was closed"))
         for w in self._workers:
             w.stop()
             w.log.close()

@@ -20,7 +20,6 @@ from services.sandbox.jail_runtime import MAGIC, encode
 from services.sandbox.seccomp import jail_filter, no_fork_filter
 from services.sandbox.subprocess_backend import SubprocessExecutor
 from services.sandbox.verdict import classify
-from services.sandbox.zygote import PIPELINE
 
 NONCE = b"n" * 16
 
@@ -164,7 +163,8 @@ def test_a_dead_zygote_is_replaced(zygote):
     os.killpg(victim.proc.pid, signal.SIGKILL)
     results = zygote.run([Job(str(i), "", calls=[f"{i} * 2"]) for i in range(20)])
     failed = [r for r in results if r.status != "ok"]
-    assert len(failed) <= PIPELINE and all(r.status == "sandbox_error" for r in failed)
+    # only the job the zygote was running when it died fails; those queued behind it run on a fresh one
+    assert len(failed) <= 1 and all(r.status == "sandbox_error" for r in failed)
     again = zygote.run([Job(str(i), "", calls=[f"{i} * 2"]) for i in range(20)])
     assert [r.values for r in again] == [[2 * i] for i in range(20)]
     assert all(w.proc.poll() is None for w in zygote._workers)

@@ -155,3 +155,34 @@ def test_a_tree_deeper_than_path_max_is_removed(tmp_path):
     os.close(fd)
     remove_tree(str(top))
     assert not top.exists() and (outside / "kept").read_text() == "x"
+
+
+def test_removing_a_tree_lists_each_entry_once(tmp_path, monkeypatch):
+    """Linear in what a job left: 1,000 subdirectories (each with a file) of one directory are listed once each,
+    not once per subdirectory removed (which made 4,000 of them take 16 s and failed the jobs queued behind)."""
+    from services.sandbox.jail_runtime import remove_tree
+
+    top = tmp_path / "job1"
+    top.mkdir()
+    for i in range(1000):
+        (top / f"d{i}").mkdir()
+        (top / f"d{i}" / "f").write_text("x")
+    listed = [0]
+    scandir = os.scandir
+
+    def counting(fd):
+        entries = list(scandir(fd))
+        listed[0] += len(entries)
+
+        class Listing:
+            def __enter__(self):
+                return iter(entries)
+
+            def __exit__(self, *exc):
+                return False
+
+        return Listing()
+
+    monkeypatch.setattr(os, "scandir", counting)
+    assert remove_tree(str(top)) == 2000
+    assert listed[0] == 2000 and not top.exists()
