@@ -94,7 +94,11 @@ def test_a_distributed_run_waits_out_postgres_and_redis(tmp_path, echo_model, ow
         def worker_holds(step: int, phase: str):
             """True once worker-a has taken the job of (step, phase) and not acknowledged it: the phase runs."""
             stream = f"{cluster.cfg.queue.stream_prefix}:steps:{run_id}"
-            for p in queue.xpending_range(stream, "workers", "-", "+", 10, consumername="worker-a"):
+            try:
+                pending = queue.xpending_range(stream, "workers", "-", "+", 10, consumername="worker-a")
+            except redis.ResponseError:  # the coordinator has not created the stream yet
+                return False
+            for p in pending:
                 job = json.loads(queue.xrange(stream, p["message_id"], p["message_id"])[0][1][b"job"])
                 if (job["step"], job["phase"]) == (step, phase):
                     return True
