@@ -101,9 +101,10 @@ class OwnPostgres:
 
 class OwnRedis:
     """A Redis with an append-only file, as the deployment runs it (docker-compose.yml): the step streams and their
-    pending entries survive a restart."""
+    pending entries survive a restart; with `persistent=False` a restart finds it empty."""
 
-    def __init__(self) -> None:
+    def __init__(self, persistent: bool = True) -> None:
+        self.persistent = persistent
         self.port = free_port()
         self.dir = Path(tempfile.mkdtemp(prefix="populora-redis-"))
         self.proc: subprocess.Popen | None = None
@@ -116,7 +117,8 @@ class OwnRedis:
     def start(self, timeout: float = 60.0) -> None:
         self.proc = subprocess.Popen(
             ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.dir),
-             "--appendonly", "yes", "--save", "", "--logfile", str(self.dir / "server.log")],
+             "--appendonly", "yes" if self.persistent else "no", "--save", "", "--logfile",
+             str(self.dir / "server.log")],
             stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + timeout
         while True:

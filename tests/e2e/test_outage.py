@@ -126,6 +126,8 @@ def test_a_distributed_run_waits_out_postgres_and_redis(tmp_path, echo_model, ow
             r = http.post(f"{sandbox_rest}/v1/verifiers", headers=auth,
                           json={"name": "outage-probe", "url": "http://127.0.0.1:9/v", "task_types": ["code_o"]})
             assert r.status_code == 503 and "database is unavailable" in r.json()["detail"], r.text
+            r = http.delete(f"{sandbox_rest}/v1/verifiers/outage-probe", headers=auth)
+            assert r.status_code == 503 and "database is unavailable" in r.json()["detail"], r.text
         # both the coordinator and the worker wait for the journal, and say so
         wait_for("the coordinator to retry the journal", lambda: retries_logged(train_log, "journal database"),
                  deadline, alive)
@@ -242,7 +244,7 @@ def test_a_league_call_waits_for_its_database_and_applies_once(own_postgres, cap
                 out["error"] = e
 
         caplog.set_level("WARNING", logger="populora.retry")
-        thread = threading.Thread(target=report)
+        thread = threading.Thread(target=report, daemon=True)
         thread.start()
         deadline = time.monotonic() + 120
         wait_for("two logged retries", lambda: len([r for r in caplog.records if "retry" in r.getMessage()]) >= 2,
@@ -275,3 +277,86 @@ def test_a_wait_that_runs_out_fails_naming_the_database(own_postgres):
         assert time.monotonic() - start < 30
         impatient.close()
     league.close()
+
+
+# ---- the sandbox over gRPC, the verifier registry's database away ------------------------------------------------
+def test_a_check_routed_to_an_external_verifier_waits_for_the_registry(own_postgres):
+    from populora.config import SandboxConfig, TasksConfig
+    from populora.pb import common_pb2, sandbox_pb2
+    from services.sandbox.registry import VerifierRegistry
+    from services.sandbox.service import SandboxService
+
+    registry = VerifierRegistry(own_postgres.url)
+    # every code_o attempt goes to the external verifier "ext", looked up in the registry: no job runs here
+    sandbox = SandboxService(None, TasksConfig(), SandboxConfig(verifiers={"code_o": "ext"}), registry)
+    request = sandbox_pb2.CheckAnswersRequest(attempts=[sandbox_pb2.Attempt(
+        attempt_id="a1", response_text="<answer>2</answer>", task=common_pb2.Task(
+            task_type="code_o", program="def f(a):\n    return a * 2", inputs=["1"], outputs=["2"]))])
+    with served(sandbox) as plain:
+        own_postgres.stop()
+        with pytest.raises(ServiceError) as refused:
+            plain.CheckAnswers(request)
+        assert refused.value.code == grpc.StatusCode.UNAVAILABLE
+        assert "verifier registry's database does not answer" in refused.value.message
+        waiting = connect("sandbox", plain.address, TEST_TOKEN, timeout=60, retries=0,
+                          backoff=Backoff(wait_s=300, initial_s=0.1, max_s=0.5))
+        out: dict = {}
+        thread = threading.Thread(target=lambda: out.setdefault("resp", waiting.CheckAnswers(request)), daemon=True)
+        thread.start()
+        time.sleep(1.0)  # the call keeps being refused while the database is away
+        assert thread.is_alive() and not out
+        own_postgres.start()
+        thread.join(120)
+        waiting.close()
+    [result] = out["resp"].results  # answered once the registry could be read: "ext" was never registered
+    assert result.outcome == "verifier_error" and "not registered" in result.detail
+    registry.close()
+
+
+# ---- the step queue, Redis restarted without its data -------------------------------------------------------------
+def test_a_queue_that_lost_its_data_is_recreated_and_the_awaited_job_published_again(tmp_path):
+    need_binaries()
+    from coordinator.journal import Journal
+    from coordinator.queue import RedisStreamQueue
+    from populora.records import Matched, Pairing, to_json
+
+    rd = OwnRedis(persistent=False)
+    backoff = Backoff(wait_s=120, initial_s=0.1, max_s=0.5)
+    try:
+        coordinator_q = RedisStreamQueue(rd.url, "r", backoff=backoff)
+        worker_q = RedisStreamQueue(rd.url, "r", backoff=backoff)
+        db = JournalDB(f"sqlite:///{tmp_path / 'journal.sqlite'}")
+        journal = Journal(db, "r", coordinator_q, poll_s=0.05)
+        journal.REPUBLISH_CHECK_S = 0.5
+        record = Matched([Pairing("r/1/m0", "r.T0", "r.S0", "code_o")])
+        published = threading.Event()
+        real_publish = coordinator_q.publish
+
+        def publish(job):
+            entry = real_publish(job)
+            published.set()
+            return entry
+
+        coordinator_q.publish = publish
+        out: dict = {}
+        waiting = threading.Thread(target=lambda: out.setdefault("got", journal.once(1, "match", None)), daemon=True)
+        waiting.start()
+        assert published.wait(60)
+        rd.stop()  # the job is lost with everything else
+        rd.start()
+        # a worker finds no group (recreated), then the job the coordinator publishes again
+        deadline = time.monotonic() + 120
+        delivery = None
+        while delivery is None:
+            assert time.monotonic() < deadline, "the job was never published again"
+            delivery = worker_q.consume("w", block_ms=200)
+        assert (delivery.job.step, delivery.job.phase) == (1, "match")
+        db.put("r", 1, "match", to_json(record), 0.1)
+        worker_q.ack(delivery)
+        waiting.join(60)
+        assert out["got"] == record
+        coordinator_q.close()
+        worker_q.close()
+        db.close()
+    finally:
+        rd.close()
