@@ -32,6 +32,8 @@ def need_binaries() -> None:
     missing = [n for n in ("initdb", "pg_ctl") if _postgres_bin(n) is None]
     missing += [n for n in ("redis-server", "redis-cli") if shutil.which(n) is None]
     if os.geteuid() == 0:
+        if shutil.which("runuser") is None:
+            missing.append("runuser (to run Postgres as the 'postgres' user)")
         try:
             pwd.getpwnam("postgres")
         except KeyError:
