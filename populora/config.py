@@ -366,8 +366,9 @@ class QueueConfig(Section):
 
 class OutageConfig(Section):
     wait_s: float = Field(300.0, ge=0)
-    """How long the coordinator, phase workers and services wait for Postgres, Redis or a service that went away,
-    retrying with exponential backoff, before the call fails naming what did not come back (0 = fail at once)."""
+    """How long the coordinator and the phase workers wait for Postgres, Redis or a service that went away (or
+    answers UNAVAILABLE while its own database is away), retrying with exponential backoff, before the call fails
+    naming what did not come back (0 = fail at once)."""
     backoff_initial_s: float = Field(0.5, gt=0)
     """Pause before the first retry; each next pause doubles, up to backoff_max_s."""
     backoff_max_s: float = Field(10.0, gt=0)

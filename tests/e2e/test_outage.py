@@ -105,8 +105,9 @@ def test_a_distributed_run_waits_out_postgres_and_redis(tmp_path, echo_model, ow
             return False
 
         # ---- Postgres goes away while step 1 proposes (the worker generating, the coordinator awaiting it)
+        population = sorted(wait_for("step 0's init phase", lambda: state.get(run_id, 0, "init"), deadline,
+                                     alive)["population"])
         wait_for("the worker to take step 1's propose job", lambda: worker_holds(1, "propose"), deadline, alive)
-        population = sorted(state.get(run_id, 0, "init")["population"])
         pg_stopped = time.time()
         pg.stop()
         with httpx.Client(timeout=30) as http:
