@@ -114,9 +114,11 @@ def test_a_distributed_run_waits_out_postgres_and_redis(tmp_path, echo_model, ow
             # reads: 503 with a body that names the database (the leaderboard once its 1 s cache has expired)
             for path in (f"/v1/runs/{run_id}/leaderboard", f"/v1/runs/{run_id}/matches",
                          f"/v1/adapters/{population[0]}/history", "/healthz"):
-                r = wait_for(f"503 from {path}", lambda p=path: (x := http.get(league_rest + p)).status_code == 503
-                             and x, deadline, every=0.2)
-                assert "league database does not answer" in r.json()["detail"], r.text
+                r = wait_for(f"{path} to stop answering from its cache",
+                             lambda p=path: (x := http.get(league_rest + p)).status_code != 200 and x, deadline,
+                             every=0.2)
+                assert r.status_code == 503 and "league database does not answer" in r.json()["detail"], r.text
+                assert r.headers["Retry-After"] == "5"
             # writes: refused, and (checked below) never applied
             probe = {"matches": [{"match_id": "outage-probe", "teacher_id": population[-1],
                                   "student_id": population[0], "task_type": "code_o", "step": 1, "rhos": [1.0]}]}
