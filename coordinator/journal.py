@@ -18,6 +18,7 @@ import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
 
 from populora.records import PHASE_RECORDS, from_json, to_json
+from populora.retry import Backoff, db_unavailable, retrying
 
 log = logging.getLogger(__name__)
 R = TypeVar("R")
@@ -53,15 +54,24 @@ class RunFailed(RuntimeError):
 class JournalDB:
     """The two journal tables. `put` is insert-once: a second writer of the same key keeps the first result."""
 
-    def __init__(self, url: str):
+    def __init__(self, url: str, backoff: Backoff | None = None):
         kwargs: dict[str, Any] = {"future": True}
         if url.startswith("sqlite"):
             kwargs["connect_args"] = {"timeout": 30, "check_same_thread": False}
         self.engine = sa.create_engine(url, pool_pre_ping=True, **kwargs)
-        metadata.create_all(self.engine)
+        self.backoff = backoff  # how long every call waits for the database to come back (None: not at all)
+        self._retry(lambda: metadata.create_all(self.engine), "create the journal tables")
+
+    def _retry(self, fn, what: str):
+        """`fn()`, retried while the database is away: each call is one transaction, rolled back whole when the
+        connection drops, and a put that did commit is recognised on the retry (insert-once)."""
+        return retrying(fn, f"the journal database ({what})", db_unavailable, self.backoff, log)
 
     # runs
     def create_run(self, run_id: str, mode: str, config_yaml: str) -> bool:
+        return self._retry(lambda: self._create_run(run_id, mode, config_yaml), f"create run {run_id}")
+
+    def _create_run(self, run_id: str, mode: str, config_yaml: str) -> bool:
         now = time.time()
         try:
             with self.engine.begin() as c:
@@ -72,23 +82,37 @@ class JournalDB:
             return False
 
     def get_run(self, run_id: str) -> dict | None:
-        with self.engine.connect() as c:
-            row = c.execute(sa.select(runs).where(runs.c.run_id == run_id)).mappings().first()
-        return dict(row) if row else None
+        def read() -> dict | None:
+            with self.engine.connect() as c:
+                row = c.execute(sa.select(runs).where(runs.c.run_id == run_id)).mappings().first()
+            return dict(row) if row else None
+
+        return self._retry(read, f"read run {run_id}")
 
     def set_status(self, run_id: str, status: str) -> None:
-        with self.engine.begin() as c:
-            c.execute(runs.update().where(runs.c.run_id == run_id).values(status=status, updated_at=time.time()))
+        def write() -> None:
+            with self.engine.begin() as c:
+                c.execute(runs.update().where(runs.c.run_id == run_id).values(status=status,
+                                                                              updated_at=time.time()))
+
+        self._retry(write, f"set run {run_id} {status}")
 
     # phase results (JSON)
     def get(self, run_id: str, step: int, phase: str) -> dict | None:
-        with self.engine.connect() as c:
-            row = c.execute(sa.select(phases.c.result).where(
-                (phases.c.run_id == run_id) & (phases.c.step == step) & (phases.c.phase == phase))).first()
+        def read():
+            with self.engine.connect() as c:
+                return c.execute(sa.select(phases.c.result).where(
+                    (phases.c.run_id == run_id) & (phases.c.step == step) & (phases.c.phase == phase))).first()
+
+        row = self._retry(read, f"read {phase} of step {step}")
         return json.loads(row[0]) if row else None
 
     def put(self, run_id: str, step: int, phase: str, result: dict, seconds: float, attempts: int = 1) -> bool:
         """Persist a phase result; False (and nothing changes) if one is already there."""
+        return self._retry(lambda: self._put(run_id, step, phase, result, seconds, attempts),
+                           f"store {phase} of step {step}")
+
+    def _put(self, run_id: str, step: int, phase: str, result: dict, seconds: float, attempts: int) -> bool:
         try:
             with self.engine.begin() as c:
                 c.execute(phases.insert().values(run_id=run_id, step=step, phase=phase,
@@ -103,9 +127,11 @@ class JournalDB:
         query = sa.select(phases).where(phases.c.run_id == run_id)
         if step is not None:
             query = query.where(phases.c.step == step)
-        with self.engine.connect() as c:
-            rows = c.execute(query.order_by(phases.c.step, phases.c.finished_at)).mappings().all()
-        return [dict(r) for r in rows]
+        def read() -> list[dict]:
+            with self.engine.connect() as c:
+                return [dict(r) for r in c.execute(query.order_by(phases.c.step, phases.c.finished_at)).mappings()]
+
+        return self._retry(read, "read the phase rows")
 
     def close(self) -> None:
         self.engine.dispose()
@@ -118,6 +144,8 @@ def failed_key(phase: str) -> str:
 
 class Journal:
     """One run's phase results, typed. `queue` set: phases are dispatched to workers (distributed)."""
+
+    REPUBLISH_CHECK_S = 5.0  # how often a dispatched job is looked for in the queue while its result is awaited
 
     def __init__(self, db: JournalDB, run_id: str, queue=None, poll_s: float = 0.2):
         self.db, self.run_id, self.queue, self.poll_s = db, run_id, queue, poll_s
@@ -153,11 +181,19 @@ class Journal:
     def _dispatch(self, step: int, phase: str) -> Any:
         from coordinator.queue import PhaseJob
 
-        self.queue.publish(PhaseJob(self.run_id, step, phase))
+        job = PhaseJob(self.run_id, step, phase)
+        entry = self.queue.publish(job)
+        checked = time.monotonic()
         while (got := self.get(step, phase)) is None:
             failed = self.db.get(self.run_id, step, failed_key(phase))
             if failed is not None:
                 raise RunFailed(f"phase {phase} of step {step} failed: {failed.get('error', 'see worker logs')}")
+            if time.monotonic() - checked > self.REPUBLISH_CHECK_S:
+                checked = time.monotonic()
+                if not self.queue.holds(entry):  # Redis came back without its data: the job is gone
+                    log.warning("the job of phase %s of step %d is no longer in the step queue (Redis lost its "
+                                "data?): publishing it again", phase, step)
+                    entry = self.queue.publish(job)
             time.sleep(self.poll_s)
         return got
 

@@ -4,12 +4,21 @@ phases directly and need no queue).
 A job names one phase of one step of one run. A consumer acknowledges a job only after the phase's result is
 persisted, so a worker killed mid-phase leaves its job pending; another consumer reclaims it after `claim_idle_ms`
 and runs the phase again (phases are idempotent: see coordinator.phases).
+
+While Redis is away every call waits for it (retries with backoff, `outage.wait_s` at most). Redis restarted
+without its data (no append-only file) loses the stream: a consumer recreates the group, and the coordinator
+publishes its job again when the entry it published is gone (coordinator.journal).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import asdict, dataclass
+
+from populora.retry import Backoff, redis_unavailable, retrying
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -41,32 +50,64 @@ class RedisStreamQueue:
 
     GROUP = "workers"
 
-    def __init__(self, url: str, run_id: str, prefix: str = "populora", claim_idle_ms: int = 60_000):
+    def __init__(self, url: str, run_id: str, prefix: str = "populora", claim_idle_ms: int = 60_000,
+                 backoff: Backoff | None = None):
         import redis
 
         self.client = redis.Redis.from_url(url)
         self.stream = f"{prefix}:steps:{run_id}"
         self.claim_idle_ms = claim_idle_ms
+        self.backoff = backoff  # how long every call waits for Redis to come back (None: not at all)
+        self._retry(self._ensure_group, "create the consumer group")
+
+    @classmethod
+    def from_config(cls, cfg, run_id: str) -> RedisStreamQueue:
+        q = cfg.queue
+        return cls(q.redis_url, run_id, q.stream_prefix, q.claim_idle_ms, Backoff.from_config(cfg))
+
+    def _retry(self, fn, what: str):
+        return retrying(fn, f"the step queue {self.stream} ({what})", redis_unavailable, self.backoff, log)
+
+    def _ensure_group(self) -> None:
+        import redis
+
         try:
             self.client.xgroup_create(self.stream, self.GROUP, id="0", mkstream=True)
         except redis.ResponseError as e:
             if "BUSYGROUP" not in str(e):
                 raise
 
-    @classmethod
-    def from_config(cls, cfg, run_id: str) -> RedisStreamQueue:
-        q = cfg.queue
-        return cls(q.redis_url, run_id, q.stream_prefix, q.claim_idle_ms)
-
     def publish(self, job: PhaseJob) -> str:
-        entry = self.client.xadd(self.stream, {"job": job.to_json()})
+        entry = self._retry(lambda: self.client.xadd(self.stream, {"job": job.to_json()}),
+                            f"publish {job.phase} of step {job.step}")
         return entry.decode() if isinstance(entry, bytes) else str(entry)
+
+    def holds(self, entry_id: str) -> bool:
+        """Whether the stream still has the entry (acknowledged or not): False once Redis lost its data."""
+        return bool(self._retry(lambda: self.client.xrange(self.stream, entry_id, entry_id, count=1),
+                                f"look up entry {entry_id}"))
 
     def _delivery(self, entry_id, fields, deliveries: int = 1) -> Delivery:
         eid = entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)
         return Delivery(eid, PhaseJob.from_json(fields[b"job"]), deliveries)
 
     def consume(self, consumer: str, block_ms: int = 1000) -> Delivery | None:
+        return self._retry(lambda: self._consume(consumer, block_ms), f"take a job as {consumer}")
+
+    def _consume(self, consumer: str, block_ms: int) -> Delivery | None:
+        import redis
+
+        try:
+            return self._take(consumer, block_ms)
+        except redis.ResponseError as e:
+            if "NOGROUP" not in str(e):
+                raise
+            log.warning("the step queue %s lost its consumer group (Redis restarted without its data): "
+                        "creating it again", self.stream)
+            self._ensure_group()
+            return None
+
+    def _take(self, consumer: str, block_ms: int) -> Delivery | None:
         claimed = self.client.xautoclaim(self.stream, self.GROUP, consumer, min_idle_time=self.claim_idle_ms,
                                          start_id="0-0", count=1)
         entries = claimed[1] if claimed else []
@@ -82,9 +123,23 @@ class RedisStreamQueue:
         return None
 
     def ack(self, delivery: Delivery) -> None:
-        self.client.xack(self.stream, self.GROUP, delivery.entry_id)
+        import redis
+
+        def ack() -> None:
+            try:
+                self.client.xack(self.stream, self.GROUP, delivery.entry_id)
+            except redis.ResponseError as e:  # the group is gone with Redis' data: nothing left to acknowledge
+                if "NOGROUP" not in str(e):
+                    raise
+                log.warning("acknowledging %s: the step queue %s has no consumer group any more (%s)",
+                            delivery.entry_id, self.stream, e)
+
+        self._retry(ack, f"acknowledge {delivery.job.phase} of step {delivery.job.step}")
 
     def depth(self) -> int:
+        return self._retry(self._depth, "read its depth")
+
+    def _depth(self) -> int:
         pending = self.client.xpending(self.stream, self.GROUP)
         n_pending = int(pending["pending"]) if pending else 0
         groups = self.client.xinfo_groups(self.stream)

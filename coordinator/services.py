@@ -8,6 +8,7 @@ from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
 from populora.config import Config
+from populora.retry import Backoff
 from populora.rpc import SERVICE_NAMES, connect, run_server
 
 if TYPE_CHECKING:
@@ -57,7 +58,7 @@ def remote(name: str, cfg: Config) -> Any:
     """The service `name` over gRPC at cfg.services.<name>, with the run's token, deadline and retries."""
     ep = getattr(cfg.services, name)
     return connect(name, f"{ep.host}:{ep.port}", cfg.services.token, cfg.services.grpc_timeout_s,
-                   cfg.services.grpc_retries)
+                   cfg.services.grpc_retries, Backoff.from_config(cfg))
 
 
 def open_services(cfg: Config) -> Services:

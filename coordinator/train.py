@@ -21,6 +21,7 @@ from coordinator.worker import start_worker_threads
 from populora.config import Config, ConfigError, config_from_yaml
 from populora.logs import run_id_var, setup_logging, step_var
 from populora.records import Usage
+from populora.retry import Backoff
 from populora.store import ArtifactStore
 
 log = logging.getLogger(__name__)
@@ -148,7 +149,7 @@ def resolve(args: argparse.Namespace, cfg: Config) -> tuple[Config, str, bool]:
     if args.resume:
         if not args.run_id:
             raise ConfigError("--resume needs --run-id RUN")
-        db = JournalDB(cfg.league_db_url)
+        db = JournalDB(cfg.league_db_url, Backoff.from_config(cfg))
         stored = db.get_run(args.run_id)
         db.close()
         if stored is not None:
@@ -196,7 +197,7 @@ def main(args: argparse.Namespace, cfg: Config) -> int:
     setup_logging()
     cfg, run_id, resume = resolve(args, cfg)
     run_id_var.set(run_id)
-    db = JournalDB(cfg.league_db_url)
+    db = JournalDB(cfg.league_db_url, Backoff.from_config(cfg))
     if not db.create_run(run_id, cfg.run.mode, cfg.to_yaml()) and not resume:
         print(f"error: run '{run_id}' exists; pass --resume to continue it or choose another --run-id",
               file=sys.stderr)

@@ -22,6 +22,7 @@ from coordinator.phases import Run
 from coordinator.queue import Delivery, RedisStreamQueue
 from coordinator.step import prepare, train_step
 from populora.logs import run_id_var, step_var
+from populora.retry import Backoff
 
 log = logging.getLogger(__name__)
 MAX_DELIVERIES = 4
@@ -96,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--wait-s", type=float, default=300.0, help="how long to wait for the run to be created")
     args = p.parse_args(argv)
     setup_logging(json_lines=True)
-    db = JournalDB(args.db_url)
+    db = JournalDB(args.db_url, Backoff())  # the run's own outage settings once its config is read
     deadline = time.monotonic() + args.wait_s
     stored = db.get_run(args.run_id)
     while stored is None and time.monotonic() < deadline:  # a worker may start before the coordinator
@@ -106,6 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: run '{args.run_id}' not found in {args.db_url} after {args.wait_s:.0f}s", file=sys.stderr)
         return 2
     cfg = config_from_yaml(stored["config_yaml"], f"the stored config of run {args.run_id}")
+    db.backoff = Backoff.from_config(cfg)
     run = Run(args.run_id, cfg, open_services(cfg), ArtifactStore(cfg.store_root))
     worker = Worker(run, db, RedisStreamQueue.from_config(cfg, args.run_id), args.name)
     stop = threading.Event()

@@ -373,6 +373,23 @@ class QueueConfig(Section):
     """Prefix of the stream and group names."""
 
 
+class OutageConfig(Section):
+    wait_s: float = Field(300.0, ge=0)
+    """How long the coordinator and the phase workers wait for Postgres, Redis or a service that went away (or
+    answers UNAVAILABLE while its own database is away), retrying with exponential backoff, before the call fails
+    naming what did not come back (0 = fail at once)."""
+    backoff_initial_s: float = Field(0.5, gt=0)
+    """Pause before the first retry; each next pause doubles, up to backoff_max_s."""
+    backoff_max_s: float = Field(10.0, gt=0)
+    """Longest pause between two retries."""
+
+    @model_validator(mode="after")
+    def _ordered(self) -> OutageConfig:
+        if self.backoff_max_s < self.backoff_initial_s:
+            raise ValueError("outage.backoff_max_s must be >= outage.backoff_initial_s")
+        return self
+
+
 class ServiceEndpoint(Section):
     host: str = "127.0.0.1"
     """Address clients connect to (a host name in containers: `league`, `sandbox`, ...)."""
@@ -456,6 +473,8 @@ class Config(Section):
     """The verifier: isolation, limits, external verifiers."""
     queue: QueueConfig = QueueConfig()
     """Step-phase queue."""
+    outage: OutageConfig = OutageConfig()
+    """Waiting out Postgres, Redis or a service going away (retries with exponential backoff, bounded)."""
     services: ServicesConfig = ServicesConfig()
     """Service endpoints (distributed mode)."""
     store: StoreConfig = StoreConfig()

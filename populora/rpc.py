@@ -24,6 +24,7 @@ from google.protobuf.message_factory import GetMessageClass
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from populora.pb import common_pb2, evolver_pb2, inference_pb2, league_pb2, sandbox_pb2, trainer_pb2
+from populora.retry import Backoff, retrying, service_unavailable
 
 if TYPE_CHECKING:
     from populora.store import AdapterRef
@@ -287,8 +288,9 @@ class Remote:
     iterator, as the service's own do."""
 
     def __init__(self, contract: ServiceDescriptor, address: str, token: str = "", timeout: float | None = 600.0,
-                 retries: int = 3):
+                 retries: int = 3, backoff: Backoff | None = None):
         self.contract, self.address, self.timeout = contract, address, timeout
+        self.backoff = backoff  # a call answered UNAVAILABLE is tried again for this long (None: not at all)
         self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
         self._channel = channel(address, retries)
         for m in contract.methods:
@@ -296,21 +298,42 @@ class Remote:
             request, response = GetMessageClass(m.input_type), GetMessageClass(m.output_type)
             kind = self._channel.unary_stream if m.server_streaming else self._channel.unary_unary
             rpc = kind(path, request_serializer=request.SerializeToString, response_deserializer=response.FromString)
-            setattr(self, m.name, self._streaming(rpc) if m.server_streaming else self._unary(rpc))
+            setattr(self, m.name, self._streaming(rpc, m.name) if m.server_streaming else self._unary(rpc, m.name))
 
-    def _unary(self, rpc) -> Callable:
-        def invoke(request):
+    def _what(self, rpc_name: str) -> str:
+        return f"{self.contract.name}.{rpc_name} at {self.address}"
+
+    def _unary(self, rpc, name: str) -> Callable:
+        def once(request):
             try:
                 return rpc(request, timeout=self.timeout, metadata=self._metadata)
             except grpc.RpcError as e:
                 raise _service_error(e) from None
 
+        def invoke(request):
+            # every write of the contracts is idempotent, so a call refused while a dependency is away is repeated
+            return retrying(lambda: once(request), self._what(name), service_unavailable, self.backoff, log)
+
         return invoke
 
-    def _streaming(self, rpc) -> Callable:
+    def _streaming(self, rpc, name: str) -> Callable:
         def invoke(request) -> Iterator:
+            # repeated only while nothing has arrived: a stream cut in the middle is the caller's to handle
+            def start():
+                stream = rpc(request, timeout=self.timeout, metadata=self._metadata)
+                try:
+                    return stream, next(stream)
+                except StopIteration:
+                    return stream, None
+                except grpc.RpcError as e:
+                    raise _service_error(e) from None
+
+            stream, first = retrying(start, self._what(name), service_unavailable, self.backoff, log)
+            if first is None:
+                return
+            yield first
             try:
-                yield from rpc(request, timeout=self.timeout, metadata=self._metadata)
+                yield from stream
             except grpc.RpcError as e:
                 raise _service_error(e) from None
 
@@ -320,10 +343,11 @@ class Remote:
         self._channel.close()
 
 
-def connect(name: str, address: str, token: str = "", timeout: float | None = 600.0, retries: int = 3) -> Any:
+def connect(name: str, address: str, token: str = "", timeout: float | None = 600.0, retries: int = 3,
+            backoff: Backoff | None = None) -> Any:
     """The remote `name` service (a key of CONTRACTS) at `address`. Callers hold it under the service's own type
     (coordinator.services.Services), so call sites are checked against the service's method signatures."""
-    return Remote(CONTRACTS[name], address, token, timeout, retries)
+    return Remote(CONTRACTS[name], address, token, timeout, retries, backoff)
 
 
 # ----------------------------------------------------------------------------------------------------- health

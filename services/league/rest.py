@@ -31,6 +31,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from populora.http import Number, answer_http_errors, http_status, require_token
 from populora.metrics import generate_latest
 from populora.pb import league_pb2
+from populora.retry import db_unavailable
 from populora.rpc import ServiceError
 from services.league import reads
 from services.league.engine import InvalidRequest, UnknownEntity
@@ -683,9 +684,14 @@ def create_app(service: LeagueService, read_only: bool = False) -> FastAPI:
 
     answer_http_errors(app)
 
-    @app.exception_handler(sa.exc.OperationalError)
-    def _database_down(_request: Request, e: sa.exc.OperationalError) -> JSONResponse:
-        return JSONResponse({"detail": f"the league database does not answer: {e.orig}"}, status_code=503)
+    @app.exception_handler(sa.exc.DBAPIError)
+    def _database_error(_request: Request, e: sa.exc.DBAPIError) -> JSONResponse:
+        if db_unavailable(e) or isinstance(e, sa.exc.OperationalError):
+            return JSONResponse({"detail": f"the league database does not answer ({type(e.orig).__name__}: "
+                                           f"{' '.join(str(e.orig).split())}); try again once it is back (every write "
+                                           "is idempotent: sending one again is safe)"},
+                                status_code=503, headers={"Retry-After": "5"})
+        return JSONResponse({"detail": f"database error: {type(e.orig).__name__}"}, status_code=500)
 
     token_check = require_token(lambda: service.token)
 

@@ -8,13 +8,16 @@ import random
 import time
 from dataclasses import dataclass
 
+import grpc
 import numpy as np
+import sqlalchemy as sa
 from google.protobuf.message import Message
 
 from populora.config import ROLES, TASK_TYPES, Config
 from populora.metrics import BATCH_SIZE
 from populora.pb import league_pb2
-from populora.rpc import CONTRACTS, invalid, not_found, nul_field, precondition
+from populora.retry import db_unavailable
+from populora.rpc import CONTRACTS, ServiceError, invalid, not_found, nul_field, precondition
 from populora.seeds import derive_seed
 from services.league.db import LeagueDB
 from services.league.engine import (
@@ -41,7 +44,8 @@ ROW_BLOCK = 128  # teachers per block in matchmaking: (128, S) float32 temporari
 
 def _status_codes(method):
     """The league's plain errors as the service's: a refused request is INVALID_ARGUMENT, an unknown run or
-    adapter NOT_FOUND (the gRPC server and the REST app both map ServiceError further)."""
+    adapter NOT_FOUND, a database that does not answer UNAVAILABLE (the gRPC server and the REST app both map
+    ServiceError further)."""
 
     @functools.wraps(method)
     def mapped(*args, **kwargs):
@@ -56,6 +60,14 @@ def _status_codes(method):
             raise invalid(str(e)) from None
         except UnknownEntity as e:
             raise not_found(str(e)) from None
+        except sa.exc.DBAPIError as e:
+            if not db_unavailable(e):
+                raise
+            # the transaction was rolled back whole: the caller may send the same request again (all are idempotent)
+            why = " ".join(str(e.orig).split())
+            raise ServiceError(grpc.StatusCode.UNAVAILABLE, f"the league database does not answer "
+                                                            f"({type(e.orig).__name__}: {why}); try again (every "
+                                                            "write is idempotent)") from None
 
     return mapped
 

@@ -209,8 +209,9 @@ def create_app(service: SandboxService) -> FastAPI:
 
     @app.exception_handler(SQLAlchemyError)
     def _database_error(_request: Request, e: SQLAlchemyError) -> JSONResponse:
-        return JSONResponse({"detail": f"the verifier registry's database is unavailable: {type(e).__name__}"},
-                            status_code=503)
+        return JSONResponse({"detail": f"the verifier registry's database is unavailable ({type(e).__name__}); "
+                                       "try again once it is back (registering or deleting again is safe)"},
+                            status_code=503, headers={"Retry-After": "5"})
 
     @app.exception_handler(RequestValidationError)
     def _invalid(_request: Request, e: RequestValidationError) -> Response:

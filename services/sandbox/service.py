@@ -6,10 +6,14 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable
 
+import grpc
+from sqlalchemy.exc import SQLAlchemyError
+
 from populora.config import Config, SandboxConfig, TasksConfig
 from populora.metrics import BATCH_SIZE, SANDBOX_STATUS
 from populora.pb import sandbox_pb2
-from populora.rpc import CONTRACTS, exhausted, invalid
+from populora.retry import db_unavailable
+from populora.rpc import CONTRACTS, ServiceError, exhausted, invalid
 from populora.tasks.jobs import Job, JobResult
 from populora.tasks.triplet import TASK_TYPES, Triplet
 from populora.tasks.verify import Attempt, Check, Proposal, check_answers, validate_proposals
@@ -123,7 +127,14 @@ class SandboxService:
         return [verdicts[i] for i in range(len(attempts))]
 
     def _check_external(self, name: str, attempts: list[Attempt]) -> list[Check]:
-        rec = self.registry.get(name) if self.registry is not None else None
+        try:
+            rec = self.registry.get(name) if self.registry is not None else None
+        except SQLAlchemyError as e:
+            if not db_unavailable(e):
+                raise
+            # checking is pure: the caller may send the same attempts again once the database is back
+            raise ServiceError(grpc.StatusCode.UNAVAILABLE, f"the verifier registry's database does not answer "
+                                                            f"({type(e).__name__}); try again") from None
         if rec is None:
             return [Check(a.attempt_id, "verifier_error", f"external verifier {name!r} is not registered "
                                                           "(POST /v1/verifiers)", name) for a in attempts]
