@@ -96,7 +96,11 @@ class AdapterHost(ABC):
         adapters. With a transformers KV `cache`, the tokens continue the sequence it holds (and are appended)."""
 
     def lm_head(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.causal_lm.get_output_embeddings()(hidden)
+        return self.output_layer()(hidden)
+
+    def output_layer(self) -> nn.Module:
+        """The LM head (hidden -> vocabulary logits), a linear layer shared by every adapter."""
+        return self.causal_lm.get_output_embeddings()
 
     def _cache_kw(self, cache) -> dict:
         return {} if cache is None else {self.cache_arg: cache, "use_cache": True}

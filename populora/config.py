@@ -180,6 +180,9 @@ class TrainerConfig(Section):
     """Passes over a batch of rollouts (1 = on-policy, the clip is a no-op)."""
     micro_batch_tokens: int = Field(4096, ge=16)
     """Memory budget: tokens (prompt + response) in one forward/backward; gradients accumulate across them."""
+    logprob_chunk_tokens: int = Field(1024, ge=1)
+    """Response tokens whose logits (tokens x vocabulary, float32) exist at once, in the forward and the backward
+    pass of the log-probabilities; the results do not depend on it (docs/trainer.md, Memory)."""
     batch_mode: Literal["auto", "batched", "sequential"] = "auto"
     """Several adapters' updates in one pass (`batched`) or one by one; `auto`: batched on GPU, sequential on CPU."""
     adv_eps: float = 1e-6

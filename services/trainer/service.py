@@ -54,7 +54,8 @@ def trainer_host(mode: str, causal_lm: torch.nn.Module, cfg: Config) -> AdapterH
 def trr_settings(cfg: Config) -> TrrSettings:
     t = cfg.trainer
     return TrrSettings(grad_clip=t.grad_clip, entropy_coef=t.entropy_coef, ppo_clip=t.ppo_clip, epochs=t.epochs,
-                       micro_batch_tokens=t.micro_batch_tokens, adv_eps=t.adv_eps)
+                       micro_batch_tokens=t.micro_batch_tokens, adv_eps=t.adv_eps,
+                       logprob_chunk_tokens=t.logprob_chunk_tokens)
 
 
 @contextmanager
