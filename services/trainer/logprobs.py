@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-DEFAULT_CHUNK_TOKENS = 1024
+DEFAULT_CHUNK_TOKENS = 256
 
 
 def _chunk_logits(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:

@@ -55,7 +55,7 @@ def trr_settings(cfg: Config) -> TrrSettings:
     t = cfg.trainer
     return TrrSettings(grad_clip=t.grad_clip, entropy_coef=t.entropy_coef, ppo_clip=t.ppo_clip, epochs=t.epochs,
                        micro_batch_tokens=t.micro_batch_tokens, adv_eps=t.adv_eps,
-                       logprob_chunk_tokens=t.logprob_chunk_tokens)
+                       logprob_chunk_tokens=t.logprob_chunk_tokens, activation_checkpointing=t.activation_checkpointing)
 
 
 @contextmanager
@@ -88,6 +88,8 @@ class TrainerService:
         from populora.models import load_from_config
 
         base = base or load_from_config(cfg)
+        if cfg.trainer.attention != "auto":  # the trainer owns this copy of the base (see docs/trainer.md, Memory)
+            base.model.set_attn_implementation(cfg.trainer.attention)
         device = next(base.model.parameters()).device
         mode = resolve_batch_mode(cfg.trainer.batch_mode, device)
         host = trainer_host(mode, base.model, cfg)

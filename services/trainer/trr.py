@@ -47,6 +47,7 @@ class TrrSettings:
     micro_batch_tokens: int = 4096
     adv_eps: float = 1e-6
     logprob_chunk_tokens: int = DEFAULT_CHUNK_TOKENS
+    activation_checkpointing: bool = False
 
 
 @dataclass
@@ -234,27 +235,28 @@ def trr_update(policy: AdapterHost, jobs: Sequence[UpdateJob], settings: TrrSett
     stats = [StepStats(rollouts=len(job.rollouts), tokens=sum(len(r.response) for r in job.rollouts),
                        mean_abs_advantage=float(adv.abs().mean())) for job, adv in zip(jobs, advantages, strict=True)]
     use_old = settings.epochs > 1
-    for epoch in range(settings.epochs):
-        losses = torch.zeros(len(jobs), dtype=torch.float64)
-        for rows_mb in batches:
-            mb = collate(rows_mb, adapters, device)
-            logp, entropy = response_logprobs(policy, mb, settings.entropy_coef > 0, settings.logprob_chunk_tokens)
-            old = _old_logprobs(mb, logp) if use_old else None
-            bonus = settings.entropy_coef * mb.inv_tokens * entropy
-            per_token = -mb.inv_tokens * token_objective(logp, old, mb.advantages, settings.ppo_clip) - bonus
-            per_token.sum().backward()
-            # reported: the on-policy loss of spec §5 (PPO's surrogate at rho = 1 has the same gradient, not value)
-            reported = -mb.inv_tokens * mb.advantages * logp.detach() - bonus.detach()
-            losses.index_add_(0, mb.token_job.cpu(), reported.double().cpu())
-        for j, job in enumerate(jobs):
-            for p in job.params:  # an adapter whose rows all had A = 0 still takes its (zero-gradient) Adam step
-                if p.grad is None:
-                    p.grad = torch.zeros_like(p)
-            norm = torch.nn.utils.clip_grad_norm_(job.params, settings.grad_clip)
-            job.optimizer.step()
-            job.optimizer.zero_grad(set_to_none=True)
-            if epoch == 0:
-                stats[j].loss, stats[j].grad_norm = float(losses[j]), float(norm)
+    with policy.layer_checkpointing(settings.activation_checkpointing):  # one layer's activations at a time
+        for epoch in range(settings.epochs):
+            losses = torch.zeros(len(jobs), dtype=torch.float64)
+            for rows_mb in batches:
+                mb = collate(rows_mb, adapters, device)
+                logp, entropy = response_logprobs(policy, mb, settings.entropy_coef > 0, settings.logprob_chunk_tokens)
+                old = _old_logprobs(mb, logp) if use_old else None
+                bonus = settings.entropy_coef * mb.inv_tokens * entropy
+                per_token = -mb.inv_tokens * token_objective(logp, old, mb.advantages, settings.ppo_clip) - bonus
+                per_token.sum().backward()
+                # reported: the on-policy loss of spec §5 (PPO's surrogate at rho = 1 has the same gradient, not value)
+                reported = -mb.inv_tokens * mb.advantages * logp.detach() - bonus.detach()
+                losses.index_add_(0, mb.token_job.cpu(), reported.double().cpu())
+            for j, job in enumerate(jobs):
+                for p in job.params:  # an adapter whose rows all had A = 0 still takes its (zero-gradient) Adam step
+                    if p.grad is None:
+                        p.grad = torch.zeros_like(p)
+                norm = torch.nn.utils.clip_grad_norm_(job.params, settings.grad_clip)
+                job.optimizer.step()
+                job.optimizer.zero_grad(set_to_none=True)
+                if epoch == 0:
+                    stats[j].loss, stats[j].grad_norm = float(losses[j]), float(norm)
     seconds = time.perf_counter() - start
     for s in stats:
         s.seconds = seconds
