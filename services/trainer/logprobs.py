@@ -31,12 +31,12 @@ class _ChunkedLogprobs(torch.autograd.Function):
         logp = torch.empty(n, dtype=torch.float32, device=hidden.device)
         entropy = torch.zeros(n, dtype=torch.float32, device=hidden.device)
         for i in range(0, n, chunk):
-            z = _chunk_logits(hidden[i: i + chunk], weight, bias)  # (c, V)
-            lse = torch.logsumexp(z, dim=-1)  # (c,)
-            logp[i: i + chunk] = z.gather(-1, targets[i: i + chunk, None]).squeeze(-1) - lse
+            # log_softmax, not z_y - logsumexp(z): the same kernel as the whole-logits computation, the same rounding
+            logp_all = torch.log_softmax(_chunk_logits(hidden[i: i + chunk], weight, bias), dim=-1)  # (c, V)
+            logp[i: i + chunk] = logp_all.gather(-1, targets[i: i + chunk, None]).squeeze(-1)
             if with_entropy:
-                z.sub_(lse[:, None])  # log p, in place: one (c, V) tensor per chunk
-                entropy[i: i + chunk] = -(z.exp() * z).sum(-1)
+                entropy[i: i + chunk] = -(logp_all.exp() * logp_all).sum(-1)
+            del logp_all
         ctx.save_for_backward(hidden, weight, bias, targets, entropy)
         ctx.chunk, ctx.with_entropy = chunk, with_entropy
         return logp, entropy
