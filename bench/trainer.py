@@ -13,8 +13,9 @@ Memory of an update (docs/trainer.md, Memory): each figure comes from a fresh pr
 mix. The probe holds 4 adapters, 2 rollouts each of micro_batch_tokens / 8 tokens (a quarter prompt), and makes one
 batched update whose only micro-batch holds all 8 rows, after a small first update (lazy imports, Adam state); its
 peak is the process's peak resident set (VmHWM, reset just before it). peak_mb_1k / peak_mb_4k: 1,024- and 4,096-token micro-batches with the
-memory settings on (the defaults: chunked log-probabilities, per-layer activation checkpointing, SDPA attention);
-*_plain: all three off (whole logits, no checkpointing, eager attention). mb_per_1k_tokens = (peak_mb_4k -
+memory settings on (the defaults: chunked log-probabilities, per-layer activation checkpointing, SDPA attention,
+freed memory returned to the system); *_plain: all four off (whole logits, no checkpointing, eager attention,
+glibc's own mmap threshold). mb_per_1k_tokens = (peak_mb_4k -
 peak_mb_1k) / 3; tokens_per_s_saving / tokens_per_s_plain: the 1,024-token updates' response tokens per second.
 max_abs_logprob_diff: chunked against whole-logits log-probabilities of the 1,024-token probe's rows.
 """
@@ -89,7 +90,8 @@ def run_mode(mode: str, args, workdir: Path, measure_memory: bool) -> dict:
 
     def add_and_update(i: int):
         ref = svc.InitAdapter(trainer_pb2.InitAdapterRequest(adapter_id=f"a{i}", role="student", seed=i)).adapter
-        refs.append(svc.Update(trainer_pb2.UpdateRequest(adapter=ref, rollouts=rows[i], seed=0, step=0)).adapter)
+        refs.append(svc.UpdateBatch(trainer_pb2.UpdateBatchRequest(updates=[
+            trainer_pb2.UpdateRequest(adapter=ref, rollouts=rows[i], seed=0, step=0)])).results[0].adapter)
         _prune(store.root, refs[-1:])
 
     add_and_update(0)
@@ -141,7 +143,7 @@ def memory_overrides(saving: bool, micro_batch_tokens: int) -> list[str]:
     if saving:
         return []
     return ["trainer.activation_checkpointing=false", "trainer.attention=eager",
-            f"trainer.logprob_chunk_tokens={micro_batch_tokens}"]
+            f"trainer.logprob_chunk_tokens={micro_batch_tokens}", "trainer.mmap_threshold_kb=0"]
 
 
 def _peak_mb() -> float:

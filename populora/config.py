@@ -186,6 +186,11 @@ class TrainerConfig(Section):
     activation_checkpointing: bool = True
     """Keep only each decoder layer's input for the backward pass and run the layer again there: a pass holds one
     layer's activations instead of every layer's, for about a third more compute (docs/trainer.md, Memory)."""
+    mmap_threshold_kb: int = Field(1024, ge=0)
+    """Linux (glibc): allocations of at least this many KB get their own pages, returned to the system when freed;
+    0 = glibc's own threshold, which rises to 32 MB after the first large free, so the freed activations of an update
+    stay in the heap, fragmented (1.1 GB more resident memory per 1,024 tokens measured on SmolLM2; docs/trainer.md).
+    Set once for the whole process when the trainer starts."""
     attention: Literal["auto", "sdpa", "eager"] = "sdpa"
     """Attention of the trainer's passes: `sdpa` (torch's scaled_dot_product_attention, which does not keep the
     (T x T) score matrix where torch has a fused kernel for the device), `eager` (transformers' matmul-softmax), or

@@ -14,7 +14,8 @@ def _args(**kw):
 def test_the_plain_probe_turns_every_memory_setting_off():
     assert trainer.memory_overrides(True, 4096) == []
     assert trainer.memory_overrides(False, 4096) == ["trainer.activation_checkpointing=false",
-                                                      "trainer.attention=eager", "trainer.logprob_chunk_tokens=4096"]
+                                                      "trainer.attention=eager", "trainer.logprob_chunk_tokens=4096",
+                                                      "trainer.mmap_threshold_kb=0"]
 
 
 def test_a_probe_updates_four_adapters_in_one_micro_batch_and_reports_its_peak():

@@ -69,3 +69,10 @@ def test_the_attention_setting_reaches_the_model_and_keeps_the_gradients(fresh_b
     assert s1.grad_norm > 0
     for key in w1:
         assert (w1[key] - w2[key]).abs().max() <= 1e-5
+
+
+def test_the_mmap_threshold_is_set_through_glibc_and_zero_leaves_it():
+    from services.trainer.service import set_mmap_threshold
+
+    assert set_mmap_threshold(0) is False
+    assert set_mmap_threshold(1024) is True  # Linux with glibc, as the trainer's images are
