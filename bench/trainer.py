@@ -8,6 +8,16 @@ tokens_per_s counts response tokens trained on (UpdateStats.tokens) per second o
 mode (`trainer.batch_mode=auto`: batched on GPU, sequential on CPU); store writes are timed apart (store_write_s).
 per_adapter_mb_expected = LoRA parameters x (weight + grad + 2 Adam moments) x bytes per element; the measured value
 is (RSS with N adapters - RSS with 1) / (N - 1), each adapter having made one update (its Adam state allocated).
+
+Memory of an update (docs/trainer.md, Memory): each figure comes from a fresh process (`--probe`), so peaks do not
+mix. The probe holds 4 adapters, 2 rollouts each of micro_batch_tokens / 8 tokens (a quarter prompt), and makes one
+batched update whose only micro-batch holds all 8 rows, after a small first update (lazy imports, Adam state); its
+peak is the process's peak resident set (VmHWM, reset just before it). peak_mb_1k / peak_mb_4k: 1,024- and 4,096-token micro-batches with the
+memory settings on (the defaults: chunked log-probabilities, per-layer activation checkpointing, SDPA attention,
+freed memory returned to the system); *_plain: all four off (whole logits, no checkpointing, eager attention,
+glibc's own mmap threshold). mb_per_1k_tokens = (peak_mb_4k -
+peak_mb_1k) / 3; tokens_per_s_saving / tokens_per_s_plain: the 1,024-token updates' response tokens per second.
+max_abs_logprob_diff: chunked against whole-logits log-probabilities of the 1,024-token probe's rows.
 """
 
 from __future__ import annotations
@@ -16,7 +26,9 @@ import argparse
 import ctypes
 import gc
 import json
+import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -78,7 +90,8 @@ def run_mode(mode: str, args, workdir: Path, measure_memory: bool) -> dict:
 
     def add_and_update(i: int):
         ref = svc.InitAdapter(trainer_pb2.InitAdapterRequest(adapter_id=f"a{i}", role="student", seed=i)).adapter
-        refs.append(svc.Update(trainer_pb2.UpdateRequest(adapter=ref, rollouts=rows[i], seed=0, step=0)).adapter)
+        refs.append(svc.UpdateBatch(trainer_pb2.UpdateBatchRequest(updates=[
+            trainer_pb2.UpdateRequest(adapter=ref, rollouts=rows[i], seed=0, step=0)])).results[0].adapter)
         _prune(store.root, refs[-1:])
 
     add_and_update(0)
@@ -120,6 +133,123 @@ def run_mode(mode: str, args, workdir: Path, measure_memory: bool) -> dict:
     return out
 
 
+MEMORY_ADAPTERS = 4
+TARGETS = {"mb_per_1k_tokens<=400": ("mb_per_1k_tokens", lambda v: v <= 400),
+           "max_abs_logprob_diff<=1e-5": ("max_abs_logprob_diff", lambda v: v <= 1e-5)}
+
+
+def memory_overrides(saving: bool, micro_batch_tokens: int) -> list[str]:
+    """The trainer settings of a probe: the memory settings at their defaults (on), or all off."""
+    if saving:
+        return []
+    return ["trainer.activation_checkpointing=false", "trainer.attention=eager",
+            f"trainer.logprob_chunk_tokens={micro_batch_tokens}", "trainer.mmap_threshold_kb=0"]
+
+
+def _peak_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _reset_peak() -> None:
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+        Path("/proc/self/clear_refs").write_text("5")  # VmHWM := current RSS
+    except OSError:  # not Linux: the peak then includes loading, the same in every probe
+        pass
+
+
+def probe(args) -> dict:
+    """One update of MEMORY_ADAPTERS adapters whose rows fill one micro-batch of args.probe tokens; its peak RSS."""
+    from populora.config import load_config
+    from populora.models import load_base_model
+    from populora.pb import trainer_pb2
+    from populora.store import ArtifactStore
+    from services.trainer.service import TrainerService
+
+    tokens = args.probe
+    cfg = load_config(overrides=[f"model.name={args.model}", f"lora.rank={args.rank}", f"lora.alpha={2 * args.rank}",
+                                 "trainer.batch_mode=batched", "trainer.lr=1e-5",
+                                 f"trainer.micro_batch_tokens={tokens}",
+                                 *memory_overrides(args.probe_settings == "saving", tokens)], env=False)
+    with tempfile.TemporaryDirectory(prefix="bench-trainer-probe-") as tmp:
+        base = load_base_model(args.model, device=args.device)
+        svc = TrainerService.from_config(cfg, base=base, store=ArtifactStore(Path(tmp)))
+        rows = _rollouts(MEMORY_ADAPTERS, 2, tokens // 8, svc.pool.host.vocab_size, seed=1)
+        refs = [svc.InitAdapter(trainer_pb2.InitAdapterRequest(adapter_id=f"m{i}", role="student", seed=i)).adapter
+                for i in range(MEMORY_ADAPTERS)]
+        # a small first update: lazy imports, Adam state, store writes; the measured one is a steady-state update
+        small = _rollouts(MEMORY_ADAPTERS, 2, 16, svc.pool.host.vocab_size, seed=2)
+        refs = [r.adapter for r in svc.UpdateBatch(trainer_pb2.UpdateBatchRequest(updates=[
+            trainer_pb2.UpdateRequest(adapter=ref, rollouts=small[i], seed=0, step=1)
+            for i, ref in enumerate(refs)])).results]
+        req = trainer_pb2.UpdateBatchRequest(updates=[
+            trainer_pb2.UpdateRequest(adapter=ref, rollouts=rows[i], seed=0, step=2) for i, ref in enumerate(refs)])
+        before = _rss_mb()
+        _reset_peak()
+        resp = svc.UpdateBatch(req)
+        peak = _peak_mb()
+        seconds = max(r.stats.seconds for r in resp.results)
+        out = {"micro_batch_tokens": tokens, "settings": args.probe_settings, "peak_mb": peak, "rss_mb_before": before,
+               "seconds": seconds, "response_tokens": sum(r.stats.tokens for r in resp.results)}
+        out["tokens_per_s"] = out["response_tokens"] / seconds
+        if args.probe_settings == "saving":
+            out["max_abs_logprob_diff"] = logprob_diff(svc, [r for rs in rows for r in rs])
+    return out
+
+
+def logprob_diff(svc, rollouts) -> float:
+    """max |chunked - whole| over the response tokens of `rollouts` under the trainer's first adapter."""
+    from services.trainer.logprobs import token_logprobs_whole
+    from services.trainer.trr import Row, collate, response_logprobs
+
+    host, slot = svc.pool.host, next(iter(svc.pool.held.values())).slot
+    rows = [Row(0, list(r.prompt_token_ids) + list(r.response_token_ids), len(r.prompt_token_ids), 1.0, 1.0)
+            for r in rollouts[:2]]
+    mb = collate(rows, [slot], host.device)
+    with torch.no_grad():
+        chunked, _ = response_logprobs(host, mb, False, svc.pool.trr.logprob_chunk_tokens)
+        hidden = host.hidden_states(mb.adapters, mb.input_ids, mb.attention_mask)[mb.pred_rows, mb.pred_pos]
+        whole, _ = token_logprobs_whole(host.output_layer(), hidden, mb.targets)
+    return float((chunked - whole).abs().max())
+
+
+def run_probe(args, tokens: int, settings: str) -> dict:
+    """`probe` in a fresh Python process (peaks of different settings never mix)."""
+    cmd = [sys.executable, "-m", "bench.trainer", "--probe", str(tokens), "--probe-settings", settings,
+           "--model", args.model, "--rank", str(args.rank), "--device", args.device]
+    if args.threads:
+        cmd += ["--threads", str(args.threads)]
+    done = subprocess.run(cmd, capture_output=True, text=True, env=os.environ.copy())
+    if done.returncode != 0:
+        raise RuntimeError(f"memory probe ({tokens} tokens, {settings}) failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def memory(args) -> dict:
+    probes = {}
+    for settings, sizes in (("saving", (1024, 4096)), ("plain", args.plain_tokens)):
+        for tokens in sizes:
+            probes[f"{settings}_{tokens}"] = run_probe(args, tokens, settings)
+            if not args.json:
+                print("probe", json.dumps(probes[f"{settings}_{tokens}"]), file=sys.stderr)
+    out = {"peak_mb_1k": probes["saving_1024"]["peak_mb"], "peak_mb_4k": probes["saving_4096"]["peak_mb"]}
+    out["mb_per_1k_tokens"] = (out["peak_mb_4k"] - out["peak_mb_1k"]) / 3
+    for tokens in args.plain_tokens:
+        out[f"peak_mb_{tokens // 1024}k_plain"] = probes[f"plain_{tokens}"]["peak_mb"]
+    out["tokens_per_s_saving"] = probes["saving_1024"]["tokens_per_s"]
+    if "plain_1024" in probes:
+        out["tokens_per_s_plain"] = probes["plain_1024"]["tokens_per_s"]
+    out["max_abs_logprob_diff"] = max(p["max_abs_logprob_diff"] for p in probes.values() if "max_abs_logprob_diff" in p)
+    out["memory_probes"] = probes
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--json", action="store_true", help="print only the JSON object")
@@ -131,7 +261,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=2, help="timed UpdateBatch calls per mode (the best counts)")
     p.add_argument("--device", default="auto")
     p.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0 = torch's default)")
+    p.add_argument("--plain-tokens", type=lambda v: [int(x) for x in v.split(",") if x], default=[1024, 4096],
+                   help="micro-batch sizes probed with the memory settings off (comma-separated; empty = none)")
+    p.add_argument("--skip-modes", action="store_true", help="only the memory probes (no sequential/batched runs)")
+    p.add_argument("--probe", type=int, default=0, help=argparse.SUPPRESS)
+    p.add_argument("--probe-settings", choices=("saving", "plain"), default="saving", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.probe:
+        if args.threads:
+            torch.set_num_threads(args.threads)
+        print(json.dumps(probe(args)))
+        return 0
+    if any(t < 16 for t in args.plain_tokens):
+        p.error("--plain-tokens are micro-batch sizes of at least 16 tokens")
     if args.adapters < 2:
         p.error("--adapters must be at least 2 (memory is measured between 1 and N)")
     if args.threads:
@@ -144,6 +286,11 @@ def main(argv: list[str] | None = None) -> int:
     result = {"model": args.model, "device": str(device), "adapters": args.adapters, "rank": args.rank,
               "rollouts_per_adapter": args.rollouts, "tokens_per_rollout": args.tokens,
               "torch_threads": torch.get_num_threads(), "default_mode": default}
+    result.update(memory(args))
+    result["targets_met"] = {name: check(result[key]) for name, (key, check) in TARGETS.items()}
+    if args.skip_modes:
+        print(json.dumps(result, indent=None if args.json else 2))
+        return 0
     with tempfile.TemporaryDirectory(prefix="bench-trainer-") as tmp:
         modes = {}
         for mode in ("sequential", "batched"):

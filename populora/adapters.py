@@ -18,10 +18,13 @@ from __future__ import annotations
 import dataclasses
 import math
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from typing import Literal
 
 import torch
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from populora.lora import LoraError, MultiLoraModel, cache_kwarg, lora_keys
 
@@ -96,10 +99,57 @@ class AdapterHost(ABC):
         adapters. With a transformers KV `cache`, the tokens continue the sequence it holds (and are appended)."""
 
     def lm_head(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.causal_lm.get_output_embeddings()(hidden)
+        return self.output_layer()(hidden)
+
+    def output_layer(self) -> nn.Module:
+        """The LM head (hidden -> vocabulary logits), a linear layer shared by every adapter."""
+        return self.causal_lm.get_output_embeddings()
 
     def _cache_kw(self, cache) -> dict:
-        return {} if cache is None else {self.cache_arg: cache, "use_cache": True}
+        # no cache asked for: none is built (a training pass needs none, and a checkpointed layer that appended to
+        # one would append again when it runs a second time in the backward pass)
+        return {"use_cache": False} if cache is None else {self.cache_arg: cache, "use_cache": True}
+
+    @contextmanager
+    def layer_checkpointing(self, enabled: bool = True) -> Iterator[None]:
+        """Activation checkpointing per decoder layer, inside: a layer in a pass with gradients keeps only its input
+        for the backward pass and runs again there, so a pass holds one layer's activations instead of every
+        layer's, for about one more forward of compute. Passes with a KV cache, or without gradients, run as usual.
+        The row-to-adapter assignment of the pass is restored for the second run (the backward may run later, or
+        in another thread)."""
+        if not enabled:
+            yield
+            return
+        layers = decoder_layers(self.causal_lm)
+        own = [vars(layer).get("forward") for layer in layers]  # a forward set on the instance, kept as it was
+        for layer in layers:
+            layer.forward = self._checkpointed(layer.forward)
+        try:
+            yield
+        finally:
+            for layer, forward in zip(layers, own, strict=True):
+                if forward is None:
+                    del layer.forward  # the class's forward again
+                else:
+                    layer.forward = forward
+
+    def _checkpointed(self, forward):
+        def run(*args, **kw):
+            if not torch.is_grad_enabled() or kw.get("past_key_values") is not None:
+                return forward(*args, **kw)
+            rows = self._row_state()
+
+            def again(*a, **k):
+                with rows():
+                    return forward(*a, **k)
+
+            return checkpoint(again, *args, use_reentrant=False, **kw)
+
+        return run
+
+    def _row_state(self):
+        """A context that puts back which adapter each row of the current pass uses."""
+        return nullcontext
 
     @staticmethod
     def _check_weights(weights: dict[str, torch.Tensor], params: dict[str, nn.Parameter]) -> None:
@@ -146,7 +196,11 @@ class BatchedHost(AdapterHost):
         return list(self.multi.adapter_names())
 
     def row_key(self, name: str | None) -> int:
-        return self.multi.slot_of(name)  # rows in slot order: k rows per adapter run as one matmul
+        return self.multi.slot_of(name)
+
+    def _row_state(self):
+        plan = self.multi.current_plan()
+        return lambda: self.multi.restore_plan(plan)  # rows in slot order: k rows per adapter run as one matmul
 
     def forward(self, names: list[str | None], **kw):
         with self.multi.use_rows(names):
@@ -228,6 +282,15 @@ class PeftHost(AdapterHost):
             self._active = names[0]
         return self.causal_lm.model(input_ids=input_ids, attention_mask=attention_mask,
                                     **self._cache_kw(cache)).last_hidden_state
+
+
+def decoder_layers(causal_lm: nn.Module) -> nn.ModuleList:
+    """The decoder layers of a transformers causal LM (`model.layers` of Llama, Qwen2, Mistral, ...)."""
+    layers = getattr(getattr(causal_lm, "model", None), "layers", None)
+    if not isinstance(layers, nn.ModuleList):
+        raise ValueError(f"{type(causal_lm).__name__} has no decoder layers at .model.layers; activation "
+                         "checkpointing (trainer.activation_checkpointing) needs them: turn it off for this model")
+    return layers
 
 
 HOSTS: dict[str, type[AdapterHost]] = {"batched": BatchedHost, "peft": PeftHost}

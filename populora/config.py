@@ -180,6 +180,21 @@ class TrainerConfig(Section):
     """Passes over a batch of rollouts (1 = on-policy, the clip is a no-op)."""
     micro_batch_tokens: int = Field(4096, ge=16)
     """Memory budget: tokens (prompt + response) in one forward/backward; gradients accumulate across them."""
+    logprob_chunk_tokens: int = Field(256, ge=1)
+    """Response tokens whose logits (tokens x vocabulary, float32) exist at once, in the forward and the backward
+    pass of the log-probabilities; the results do not depend on it (docs/trainer.md, Memory)."""
+    activation_checkpointing: bool = True
+    """Keep only each decoder layer's input for the backward pass and run the layer again there: a pass holds one
+    layer's activations instead of every layer's, for about a third more compute (docs/trainer.md, Memory)."""
+    mmap_threshold_kb: int = Field(1024, ge=0)
+    """Linux (glibc): allocations of at least this many KB get their own pages, returned to the system when freed;
+    0 = glibc's own threshold, which rises to 32 MB after the first large free, so the freed activations of an update
+    stay in the heap, fragmented (1.1 GB more resident memory per 1,024 tokens measured on SmolLM2; docs/trainer.md).
+    Set once for the whole process when the trainer starts."""
+    attention: Literal["auto", "sdpa", "eager"] = "sdpa"
+    """Attention of the trainer's passes: `sdpa` (torch's scaled_dot_product_attention, which does not keep the
+    (T x T) score matrix where torch has a fused kernel for the device), `eager` (transformers' matmul-softmax), or
+    `auto` (what transformers picks for the model)."""
     batch_mode: Literal["auto", "batched", "sequential"] = "auto"
     """Several adapters' updates in one pass (`batched`) or one by one; `auto`: batched on GPU, sequential on CPU."""
     adv_eps: float = 1e-6

@@ -518,6 +518,17 @@ class MultiLoraModel(nn.Module):
         return getattr(self._state, "plan", None)
 
     @contextmanager
+    def restore_plan(self, plan: RowPlan | None) -> Iterator[None]:
+        """Inside, this thread's forwards use `plan` (a `current_plan()` taken earlier): a layer run again in the
+        backward pass (activation checkpointing) uses the rows its first run used."""
+        previous = self.current_plan()
+        self._state.plan = plan
+        try:
+            yield
+        finally:
+            self._state.plan = previous
+
+    @contextmanager
     def use_rows(self, names: Sequence[str | None]) -> Iterator[RowPlan]:
         """Row b of the forwards inside uses adapter names[b] (None = the base). Per thread; nests."""
         unknown = sorted({n for n in names if n is not None and n not in self._configs})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import math
 import threading
@@ -28,6 +29,7 @@ log = logging.getLogger(__name__)
 ROLLOUT_ROLES = {"teacher": ("teacher",), "student": ("student",), "both": ("teacher", "student")}
 # Room the batched layer keeps for the largest rank (only the `gather` layout pads to it; we use `segments`).
 MAX_RANK = 512
+M_MMAP_THRESHOLD = -3  # glibc malloc.h
 
 
 def resolve_batch_mode(mode: str, device: torch.device) -> str:
@@ -51,10 +53,23 @@ def trainer_host(mode: str, causal_lm: torch.nn.Module, cfg: Config) -> AdapterH
     return make_host(kind, causal_lm, targets, MAX_RANK)
 
 
+def set_mmap_threshold(kb: int) -> bool:
+    """glibc's mallopt(M_MMAP_THRESHOLD): allocations of >= kb KB are mmapped and go back to the system when freed
+    (`trainer.mmap_threshold_kb`); a fixed threshold also stops glibc raising it. False where there is no glibc."""
+    if kb <= 0:
+        return False
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return False
+    return bool(libc.mallopt(M_MMAP_THRESHOLD, kb * 1024))
+
+
 def trr_settings(cfg: Config) -> TrrSettings:
     t = cfg.trainer
     return TrrSettings(grad_clip=t.grad_clip, entropy_coef=t.entropy_coef, ppo_clip=t.ppo_clip, epochs=t.epochs,
-                       micro_batch_tokens=t.micro_batch_tokens, adv_eps=t.adv_eps)
+                       micro_batch_tokens=t.micro_batch_tokens, adv_eps=t.adv_eps,
+                       logprob_chunk_tokens=t.logprob_chunk_tokens, activation_checkpointing=t.activation_checkpointing)
 
 
 @contextmanager
@@ -86,7 +101,10 @@ class TrainerService:
         """Load the base once (or take `base`, which the trainer then owns: its layers get LoRA injected)."""
         from populora.models import load_from_config
 
+        set_mmap_threshold(cfg.trainer.mmap_threshold_kb)
         base = base or load_from_config(cfg)
+        if cfg.trainer.attention != "auto":  # the trainer owns this copy of the base (see docs/trainer.md, Memory)
+            base.model.set_attn_implementation(cfg.trainer.attention)
         device = next(base.model.parameters()).device
         mode = resolve_batch_mode(cfg.trainer.batch_mode, device)
         host = trainer_host(mode, base.model, cfg)

@@ -18,16 +18,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
-from torch.utils.checkpoint import checkpoint
 
 from populora.adapters import AdapterHost
+from services.trainer.logprobs import DEFAULT_CHUNK_TOKENS, token_logprobs
 
 log = logging.getLogger(__name__)
-
-# Logit elements (tokens x vocab) materialised at once by the LM head (64M floats = 256 MB per copy); beyond it the
-# head runs in chunks under activation checkpointing.
-HEAD_CHUNK_ELEMENTS = 1 << 26
-
 
 @dataclass
 class Rollout:
@@ -51,6 +46,8 @@ class TrrSettings:
     epochs: int = 1
     micro_batch_tokens: int = 4096
     adv_eps: float = 1e-6
+    logprob_chunk_tokens: int = DEFAULT_CHUNK_TOKENS
+    activation_checkpointing: bool = False
 
 
 @dataclass
@@ -193,30 +190,17 @@ def collate(rows: list[Row], adapter_names: list[str], device: torch.device) -> 
 
 # ---------------------------------------------------------------- log pi of the response tokens
 
-def _head_logprobs(lm_head, hidden: torch.Tensor, targets: torch.Tensor,
-                   with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    logits = lm_head(hidden).float()  # (n, V)
-    logp_all = torch.log_softmax(logits, dim=-1)
-    logp = logp_all.gather(-1, targets[:, None]).squeeze(-1)  # (n,)
-    entropy = -(logp_all.exp() * logp_all).sum(-1) if with_entropy else torch.zeros_like(logp)
-    return logp, entropy
-
-
-def response_logprobs(policy: AdapterHost, mb: MicroBatch, with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor]:
+def response_logprobs(policy: AdapterHost, mb: MicroBatch, with_entropy: bool,
+                      chunk: int = DEFAULT_CHUNK_TOKENS) -> tuple[torch.Tensor, torch.Tensor]:
     """log pi(y_t | x, y_<t) of every response token (N,), and the entropy of pi at that position (N,).
 
-    Only response positions go through the LM head. When their logits would pass HEAD_CHUNK_ELEMENTS, the head
-    runs a chunk at a time under activation checkpointing, so the (tokens x vocab) logits never exist all at once
-    (with a 150k vocabulary and a small model they are the largest tensor by far).
+    Only response positions go through the LM head, `chunk` tokens at a time in the forward and the backward pass
+    (services/trainer/logprobs.py), so the (tokens x vocab) logits never exist all at once: with a 150k vocabulary
+    and a small model they would be the largest tensors of the update by far.
     """
     hidden = policy.hidden_states(mb.adapters, mb.input_ids, mb.attention_mask)  # (B, T, H)
     h = hidden[mb.pred_rows, mb.pred_pos]  # (N, H)
-    chunk = max(1, HEAD_CHUNK_ELEMENTS // policy.vocab_size)
-    if h.shape[0] <= chunk:  # fits: no recomputation
-        return _head_logprobs(policy.lm_head, h, mb.targets, with_entropy)
-    parts = [checkpoint(_head_logprobs, policy.lm_head, h[i: i + chunk], mb.targets[i: i + chunk], with_entropy,
-                        use_reentrant=False) for i in range(0, h.shape[0], chunk)]
-    return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
+    return token_logprobs(policy.output_layer(), h, mb.targets, with_entropy, chunk)
 
 
 # ---------------------------------------------------------------- the loss (spec §5)
@@ -251,27 +235,28 @@ def trr_update(policy: AdapterHost, jobs: Sequence[UpdateJob], settings: TrrSett
     stats = [StepStats(rollouts=len(job.rollouts), tokens=sum(len(r.response) for r in job.rollouts),
                        mean_abs_advantage=float(adv.abs().mean())) for job, adv in zip(jobs, advantages, strict=True)]
     use_old = settings.epochs > 1
-    for epoch in range(settings.epochs):
-        losses = torch.zeros(len(jobs), dtype=torch.float64)
-        for rows_mb in batches:
-            mb = collate(rows_mb, adapters, device)
-            logp, entropy = response_logprobs(policy, mb, settings.entropy_coef > 0)
-            old = _old_logprobs(mb, logp) if use_old else None
-            bonus = settings.entropy_coef * mb.inv_tokens * entropy
-            per_token = -mb.inv_tokens * token_objective(logp, old, mb.advantages, settings.ppo_clip) - bonus
-            per_token.sum().backward()
-            # reported: the on-policy loss of spec §5 (PPO's surrogate at rho = 1 has the same gradient, not value)
-            reported = -mb.inv_tokens * mb.advantages * logp.detach() - bonus.detach()
-            losses.index_add_(0, mb.token_job.cpu(), reported.double().cpu())
-        for j, job in enumerate(jobs):
-            for p in job.params:  # an adapter whose rows all had A = 0 still takes its (zero-gradient) Adam step
-                if p.grad is None:
-                    p.grad = torch.zeros_like(p)
-            norm = torch.nn.utils.clip_grad_norm_(job.params, settings.grad_clip)
-            job.optimizer.step()
-            job.optimizer.zero_grad(set_to_none=True)
-            if epoch == 0:
-                stats[j].loss, stats[j].grad_norm = float(losses[j]), float(norm)
+    with policy.layer_checkpointing(settings.activation_checkpointing):  # one layer's activations at a time
+        for epoch in range(settings.epochs):
+            losses = torch.zeros(len(jobs), dtype=torch.float64)
+            for rows_mb in batches:
+                mb = collate(rows_mb, adapters, device)
+                logp, entropy = response_logprobs(policy, mb, settings.entropy_coef > 0, settings.logprob_chunk_tokens)
+                old = _old_logprobs(mb, logp) if use_old else None
+                bonus = settings.entropy_coef * mb.inv_tokens * entropy
+                per_token = -mb.inv_tokens * token_objective(logp, old, mb.advantages, settings.ppo_clip) - bonus
+                per_token.sum().backward()
+                # reported: the on-policy loss of spec §5 (PPO's surrogate at rho = 1 has the same gradient, not value)
+                reported = -mb.inv_tokens * mb.advantages * logp.detach() - bonus.detach()
+                losses.index_add_(0, mb.token_job.cpu(), reported.double().cpu())
+            for j, job in enumerate(jobs):
+                for p in job.params:  # an adapter whose rows all had A = 0 still takes its (zero-gradient) Adam step
+                    if p.grad is None:
+                        p.grad = torch.zeros_like(p)
+                norm = torch.nn.utils.clip_grad_norm_(job.params, settings.grad_clip)
+                job.optimizer.step()
+                job.optimizer.zero_grad(set_to_none=True)
+                if epoch == 0:
+                    stats[j].loss, stats[j].grad_norm = float(losses[j]), float(norm)
     seconds = time.perf_counter() - start
     for s in stats:
         s.seconds = seconds

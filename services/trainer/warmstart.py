@@ -24,6 +24,7 @@ import torch
 
 from populora.adapters import AdapterHost
 from populora.store import AdapterVersion, ArtifactStore, StoreError
+from services.trainer.logprobs import token_logprobs
 from services.trainer.optim import AdapterAdamW
 from services.trainer.trr import Row, collate, pack, response_logprobs
 
@@ -168,9 +169,8 @@ def _response_logprobs_after_prompt(policy: AdapterHost, slot: str, row: SftRow,
         with torch.no_grad():
             policy.hidden_states([slot], head, None, cache=cache)
     hidden = policy.hidden_states([slot], rest, None, cache=cache)[0, len(row.prompt) - cut - 1:]  # (R, H)
-    logits = policy.lm_head(hidden).float()  # (R, V)
     targets = torch.tensor(row.response, device=device)
-    return torch.log_softmax(logits, dim=-1).gather(-1, targets[:, None]).squeeze(-1)
+    return token_logprobs(policy.output_layer(), hidden, targets)[0]  # never (R x vocab) logits at once
 
 
 # ---------------------------------------------------------------- the cache
