@@ -49,9 +49,12 @@ def site(browser, short_run):
 
 @pytest.fixture
 def page(browser):
-    """The browser, its console emptied before the test and checked after it: no error of any kind."""
+    """The browser, its console emptied before the test and checked after it: no error of any kind. The page is left
+    (for about:blank) before the check, so that its polling stops and nothing it does later is charged to another
+    test."""
     browser.console_errors()
     yield browser
+    browser.open("about:blank")
     errors = browser.console_errors()
     assert not errors, errors
 
@@ -162,6 +165,7 @@ def test_leaderboard_shows_the_latest_held_out_scores(page, site, short_run):
         shown = {c[1]: c[-1] for c in _rows(page)}
         base = page.js("return document.getElementById('eval-base').textContent")
     finally:
+        page.open("about:blank")  # stop the page's polling before its server goes: a refused poll is a console error
         fresh.stop()
     assert shown == {r["adapter_id"]: f"{(i + 1) / 8:.3f}" for i, r in enumerate(rest)}
     assert base == "bare base model: heldout pass@1 0.250"
