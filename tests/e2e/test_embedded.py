@@ -1,6 +1,7 @@
 """End-to-end, embedded: one process, in-process clients, SQLite; a few real steps including one evolution."""
 
 import json
+import os
 
 import sqlalchemy as sa
 
@@ -10,6 +11,7 @@ from coordinator.train import run_training
 from populora.config import load_config
 from populora.store import ArtifactStore
 from tests.e2e.conftest import e2e_overrides
+from tests.e2e.records import GOLDEN, differences, run_records
 
 STEP_PHASES = ["match", "propose", "validate", "solve", "check", "rate", "update"]
 
@@ -98,6 +100,13 @@ def test_population_run_agrees_with_itself(tmp_path, echo_model):
     for png in ("solve_rate.png", "complexity.png", "ratings.png", "lineage.png"):
         assert (run_dir / png).stat().st_size > 1000
     assert "lineage.png" in report.read_text()
+
+    # and it is the run it always was: the same records as the ones kept (tests/e2e/records.py says when to renew)
+    got = run_records(state, cfg.league_db_url, "e2e")
+    if os.environ.get("POPULORA_UPDATE_GOLDEN"):
+        GOLDEN.write_text(json.dumps(got, indent=1, sort_keys=True) + "\n")
+    diff = differences(json.loads(GOLDEN.read_text()), got)
+    assert not diff, "the seeded run's records changed:\n" + "\n".join(diff)
 
 
 def test_baseline_and_resume(tmp_path, echo_model):
