@@ -31,20 +31,22 @@ TIMEOUT = 600.0  # generous: CI runs the whole suite at once on two cores
 STEP_PHASES = ["match", "propose", "validate", "solve", "check", "rate", "update"]
 
 
+def _own(server_class):
+    """A server of the test's own (started on a free port in a temporary directory), stopped afterwards."""
+    need_binaries()
+    server = server_class()
+    yield server
+    server.close()
+
+
 @pytest.fixture
 def own_postgres():
-    need_binaries()
-    pg = OwnPostgres()
-    yield pg
-    pg.close()
+    yield from _own(OwnPostgres)
 
 
 @pytest.fixture
 def own_redis():
-    need_binaries()
-    rd = OwnRedis()
-    yield rd
-    rd.close()
+    yield from _own(OwnRedis)
 
 
 def wait_for(what: str, ready, deadline: float, alive=None, every: float = 0.1):
