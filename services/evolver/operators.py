@@ -131,7 +131,10 @@ def _row_norm(lora_a: torch.Tensor) -> float:
           defaults=lambda e: {"epsilon": e.epsilon})
 def m1_svd_structured(parents: Sequence[FactoredUpdate], ctx: ModuleContext) -> FactoredUpdate:
     """M1 (§9): ΔW = U·S·Vᵀ -> (U·R_u)·diag(S ⊙ exp(ε·z))·(V·R_v)ᵀ, z ~ N(0, I), R = (I - K)(I + K)⁻¹ with
-    K = ε·(M - Mᵀ)/2, M ~ N(0, 1) r x r. R_u and R_v are independent draws; ε = 0 returns ΔW unchanged."""
+    K = ε·(M - Mᵀ)/(2·sqrt(n)), M ~ N(0, 1) n x n, n the dimension of the span rotated (r for a full-rank factor).
+    R_u and R_v are independent draws; ε = 0 returns ΔW unchanged. The 1/sqrt(n) keeps the child's relative change of
+    order ε at every rank: an unscaled K moves each column by about ε·sqrt(n/2), so a rank-64 child moved 1.16 from
+    its parent at ε = 0.1."""
     (p,) = parents
     eps = ctx.params["epsilon"]
     sp = p.spectrum()
@@ -139,8 +142,9 @@ def m1_svd_structured(parents: Sequence[FactoredUpdate], ctx: ModuleContext) -> 
     z = torch.randn(ctx.rank, generator=ctx.gen, dtype=torch.float64)
     s_new = s * torch.exp(eps * z[:s.numel()])
     # Rotate each basis inside the span it has: r columns for a full-rank factor, fewer for a deficient one.
-    rot_u = random_rotation(min(sp.u_map.shape[1], ctx.rank), eps, ctx.gen)
-    rot_v = random_rotation(min(sp.v_map.shape[1], ctx.rank), eps, ctx.gen)
+    n_u, n_v = min(sp.u_map.shape[1], ctx.rank), min(sp.v_map.shape[1], ctx.rank)
+    rot_u = random_rotation(n_u, eps / math.sqrt(max(n_u, 1)), ctx.gen)
+    rot_v = random_rotation(n_v, eps / math.sqrt(max(n_v, 1)), ctx.gen)
     comp = compose(sp, s_new, ctx.rank, [(1.0, p)], ctx.gen, rot_u=rot_u, rot_v=rot_v,
                    fallback_a_norm=_row_norm(p.lora_a))
     return comp.result(parent=p)

@@ -10,7 +10,7 @@ from populora.lora import lora_keys
 from services.evolver.adapters import open_parent
 from services.evolver.breed import breed, generator
 from services.evolver.operators import OPERATORS, FactoredUpdate, ModuleContext
-from tests.evolver.conftest import SMALL_MODULES, delta_w
+from tests.evolver.conftest import SMALL_MODULES, delta_w, save_parent
 
 EVO = EvolutionConfig()
 MODULES = [m for m, _, _ in SMALL_MODULES]
@@ -234,3 +234,20 @@ def test_stats_from_maps_equal_stats_from_factors(operator):
     assert fast.diff_sq == pytest.approx(slow.diff_sq, rel=1e-5)
     assert fast.child_sq == pytest.approx(slow.child_sq, rel=1e-5)
     assert torch.allclose(fast.child_s, slow.child_s, rtol=1e-5, atol=1e-5 * float(slow.child_s[0]))
+
+
+@pytest.mark.parametrize("rank", [8, 16, 32, 64])
+def test_mutations_at_their_defaults_move_a_child_by_about_epsilon_at_every_rank(store, rank):
+    """Spec §9: a mutation's child starts near its parent whatever the rank: its relative change
+    |ΔW' - ΔW| / |ΔW| stays within a factor 3 of the operator's ε at its defaults (M1's Cayley rotation is scaled
+    by 1/sqrt(r) for this: unscaled, a rank-64 child moved 1.16 at ε = 0.1). M3 has no ε: it drops a fixed share of
+    the spectrum."""
+    modules = [(f"model.layers.{i}.self_attn.q_proj", 192, 160) for i in range(3)]
+    ref = save_parent(store, f"R{rank}", rank=rank, seed=rank, modules=modules, targets=["q_proj"])
+    parent = open_parent(store.path_of(ref), ref.key)
+    for operator in ("M1", "M2", "M4"):
+        for seed in range(3):
+            child = breed([parent], operator, {}, seed, EVO)
+            assert child.epsilon > 0
+            assert child.epsilon / 3 <= child.relative_change <= 3 * child.epsilon, (operator, seed, child.epsilon,
+                                                                                     child.relative_change)
