@@ -30,10 +30,10 @@ LoRA layer and its slot banks), `model` (`MultiLoraModel`, the wrapper); every p
 from populora.lora.layer import MultiLoraLinear
 from populora.lora.model import MODES, MultiLoraModel, cache_kwarg, random_lora_weights
 from populora.lora.rows import PAD_ROWS_PER_SLOT, RowPlan, SpanPlan, grouped_mm_works, plan_rows
-from populora.lora.weights import PEFT_PREFIX, LoraError, LoraFactors, lora_keys, lora_scaling
+from populora.lora.weights import PEFT_PREFIX, LoraConfigured, LoraError, LoraFactors, lora_keys, lora_scaling
 
 __all__ = [
-    "MODES", "PAD_ROWS_PER_SLOT", "PEFT_PREFIX", "LoraError", "LoraFactors", "MultiLoraLinear", "MultiLoraModel",
+    "MODES", "PAD_ROWS_PER_SLOT", "PEFT_PREFIX", "LoraConfigured", "LoraError", "LoraFactors", "MultiLoraLinear", "MultiLoraModel",
     "RowPlan", "SpanPlan", "cache_kwarg", "grouped_mm_works", "lora_keys", "lora_scaling", "plan_rows",
     "random_lora_weights",
 ]

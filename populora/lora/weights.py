@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -23,6 +24,21 @@ def lora_scaling(config: dict) -> float:
     r = int(config["r"])
     alpha = float(config.get("lora_alpha", r))
     return alpha / (r ** 0.5) if config.get("use_rslora") else alpha / r
+
+
+class LoraConfigured:
+    """Base of anything that holds an adapter's adapter_config.json dict as `config`: its rank and scaling."""
+
+    config: dict[str, Any]
+
+    @property
+    def rank(self) -> int:
+        return int(self.config["r"])
+
+    @property
+    def scaling(self) -> float:
+        """The factor of B A^T in the layer's update (`lora_scaling`)."""
+        return lora_scaling(self.config)
 
 
 @dataclass
