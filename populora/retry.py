@@ -112,6 +112,6 @@ def service_unavailable(e: BaseException) -> bool:
     """A service answered (or its address answered) UNAVAILABLE: restarting, or its database is away."""
     import grpc
 
-    from populora.rpc import ServiceError
+    from populora.service_errors import ServiceError
 
     return isinstance(e, ServiceError) and e.code == grpc.StatusCode.UNAVAILABLE

@@ -25,6 +25,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from populora.pb import common_pb2, evolver_pb2, inference_pb2, league_pb2, sandbox_pb2, trainer_pb2
 from populora.retry import Backoff, retrying, service_unavailable
+from populora.service_errors import ServiceError, exhausted, invalid, not_found, precondition  # noqa: F401
 
 if TYPE_CHECKING:
     from populora.store import AdapterRef
@@ -41,31 +42,6 @@ CONTRACTS: dict[str, ServiceDescriptor] = {
     "evolver": evolver_pb2.DESCRIPTOR.services_by_name["Evolver"],
 }
 SERVICE_NAMES = tuple(CONTRACTS)
-
-
-class ServiceError(Exception):
-    """An error a service raises for its caller: `code` is a grpc.StatusCode, the message is for the user."""
-
-    def __init__(self, code: grpc.StatusCode, message: str):
-        super().__init__(message)
-        self.code = code
-        self.message = message
-
-
-def invalid(message: str) -> ServiceError:
-    return ServiceError(grpc.StatusCode.INVALID_ARGUMENT, message)
-
-
-def not_found(message: str) -> ServiceError:
-    return ServiceError(grpc.StatusCode.NOT_FOUND, message)
-
-
-def precondition(message: str) -> ServiceError:
-    return ServiceError(grpc.StatusCode.FAILED_PRECONDITION, message)
-
-
-def exhausted(message: str) -> ServiceError:
-    return ServiceError(grpc.StatusCode.RESOURCE_EXHAUSTED, message)
 
 
 def ref_to_pb(ref: AdapterRef) -> common_pb2.AdapterRef:

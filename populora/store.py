@@ -21,7 +21,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from populora.lora import PEFT_PREFIX, lora_keys, lora_scaling
+from populora.lora import PEFT_PREFIX, LoraConfigured, lora_keys
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
@@ -50,22 +50,13 @@ class AdapterRef:
 
 
 @dataclass
-class AdapterVersion:
-    """An adapter version read from the store."""
+class AdapterVersion(LoraConfigured):
+    """An adapter version read from the store (its rank and scaling from `config`)."""
 
     ref: AdapterRef
     config: dict[str, Any]
     weights: dict[str, torch.Tensor]
     meta: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def rank(self) -> int:
-        return int(self.config["r"])
-
-    @property
-    def scaling(self) -> float:
-        """The factor of B A^T in the layer's update (populora.lora.lora_scaling)."""
-        return lora_scaling(self.config)
 
 
 def validate_adapter_id(adapter_id: str) -> str:

@@ -169,11 +169,12 @@ def test_slots_are_reused_and_banks_grow(base):
 def test_decode_step_with_uneven_rows_equals_rows_alone(base, monkeypatch, kind):
     """A one-token step with uneven rows per adapter (slot 1 without rows) runs as batched matmuls over the slot
     banks, padded or grouped, and gives every row what it gets alone; a longer pass keeps the per-adapter path."""
-    import populora.lora as lora
+    import populora.lora.paths as paths
+    import populora.lora.rows as rows_module
 
     if kind == "grouped":
-        assert lora.grouped_mm_works(torch.device("cpu"), torch.float32)  # the CPU path is real, not skipped
-    monkeypatch.setattr(lora, "PAD_ROWS_PER_SLOT", 10**6 if kind == "padded" else -1)
+        assert rows_module.grouped_mm_works(torch.device("cpu"), torch.float32)  # the CPU path is real, not skipped
+    monkeypatch.setattr(rows_module, "PAD_ROWS_PER_SLOT", 10**6 if kind == "padded" else -1)
     mlm = _model(base, n=4)
     rows = [None, "a0", "a0", "a0", "a2", "a3", "a3"]
     ids = _inputs(len(rows), length=1)
@@ -182,7 +183,7 @@ def test_decode_step_with_uneven_rows_equals_rows_alone(base, monkeypatch, kind)
             assert plan.uniform is None and plan.span is not None and plan.span.kind == kind
             assert (plan.span.start, plan.span.end, plan.span.first, plan.span.slots) == (1, 7, 0, 4)
         with monkeypatch.context() as m:  # the step must not fall back to the per-adapter matmuls
-            m.setattr(lora.MultiLoraLinear, "_slices", lambda *a: pytest.fail("decode step took the slices path"))
+            m.setattr(paths, "slices", lambda *a: pytest.fail("decode step took the slices path"))
             mixed = mlm(ids, adapter_names=rows).logits
         for i, name in enumerate(rows):
             torch.testing.assert_close(mixed[i:i + 1], mlm(ids[i:i + 1], adapter_names=[name]).logits,

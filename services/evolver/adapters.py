@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from populora.lora import lora_scaling
+from populora.lora import LoraConfigured
 from populora.store import ADAPTER_CONFIG, ADAPTER_WEIGHTS, META
 from populora.store import write_adapter_dir as store_write_adapter_dir
 
@@ -86,10 +86,11 @@ class SafetensorsReader:
 
 
 @dataclass
-class ParentAdapter:
+class ParentAdapter(LoraConfigured):
     """A PEFT LoRA adapter directory opened for reading one module at a time (the weights stay on disk).
 
-    `modules` maps a module path to its (lora_A key, lora_B key). ΔW of a module = scaling · lora_B @ lora_A.
+    `modules` maps a module path to its (lora_A key, lora_B key). ΔW of a module = scaling · lora_B @ lora_A; the
+    scaling (from `config`) is the same for parents and child, so operators ignore it.
     """
 
     label: str
@@ -100,15 +101,6 @@ class ParentAdapter:
     shapes: dict[str, tuple[tuple[int, ...], tuple[int, ...]]]
     dtype: torch.dtype
     _handle: Any = field(repr=False, default=None)
-
-    @property
-    def rank(self) -> int:
-        return int(self.config["r"])
-
-    @property
-    def scaling(self) -> float:
-        """The same for parents and child (populora.lora.lora_scaling), so operators ignore it."""
-        return lora_scaling(self.config)
 
     def factors(self, module: str) -> tuple[torch.Tensor, torch.Tensor]:
         """(lora_b d_out x r, lora_a r x d_in) of one module, read from disk now."""

@@ -14,7 +14,8 @@ import torch
 
 from populora.config import EvolutionConfig
 from services.evolver.adapters import EvolverError, ParentAdapter, check_compatible
-from services.evolver.factored import FactoredUpdate, compare, effective_rank
+from services.evolver.factored import FactoredUpdate, compare
+from services.evolver.linalg import effective_rank
 from services.evolver.operators import OPERATORS, PARAM_RULES, ModuleContext, Operator
 
 EPSILON_META_KEY = "epsilon"

@@ -16,16 +16,9 @@ from dataclasses import dataclass
 import torch
 
 from populora.config import EvolutionConfig
-from services.evolver.factored import (
-    Components,
-    FactoredUpdate,
-    compose,
-    concat,
-    joint_grams,
-    random_rotation,
-    spectrum_from_grams,
-    stacked_grams,
-)
+from services.evolver.components import Components, compose, concat, stacked_grams
+from services.evolver.factored import FactoredUpdate, joint_grams
+from services.evolver.linalg import random_rotation, spectrum_from_grams
 
 
 @dataclass

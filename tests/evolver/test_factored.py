@@ -3,15 +3,8 @@
 import pytest
 import torch
 
-from services.evolver.factored import (
-    FactoredUpdate,
-    cayley,
-    compare,
-    effective_rank,
-    factored_svd,
-    random_rotation,
-    singular_values,
-)
+from services.evolver.factored import FactoredUpdate, compare, factored_svd, singular_values
+from services.evolver.linalg import cayley, effective_rank, random_rotation
 
 
 @pytest.mark.parametrize("d_out,d_in,k", [(30, 40, 8), (8, 24, 8), (40, 5, 8), (64, 48, 16), (3, 3, 6)])

@@ -7,7 +7,8 @@ import torch
 from populora.config import EvolutionConfig
 from services.evolver.adapters import EvolverError
 from services.evolver.breed import generator, resolve_device
-from services.evolver.factored import FactoredUpdate, compare, gram_blocks, joint_grams
+from services.evolver.factored import FactoredUpdate, compare, joint_grams
+from services.evolver.linalg import gram_blocks
 from services.evolver.operators import OPERATORS, ModuleContext, gaussian_perturb
 
 

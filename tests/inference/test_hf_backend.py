@@ -147,7 +147,7 @@ def test_bad_requests(make_backend, adapters):
 
 
 def test_prefill_groups_sort_by_length_within_the_budget():
-    from services.inference.hf import prefill_groups
+    from services.inference.decoder import prefill_groups
 
     lengths = [30, 5, 12, 31, 6, 100, 11]
     groups = prefill_groups(lengths, budget=40)
@@ -167,7 +167,7 @@ def test_grouped_prompt_pass_and_growing_cache_change_no_token(make_backend, ada
     cannot be merged: greedy rows token for token what one pass over the whole batch, and each request alone, give.
     (A row's logits move by float rounding, about 1e-6 here, with its padding, so a sampled row is only checked to
     repeat itself: a uniform draw landing within that of a token's edge picks its neighbour.)"""
-    import services.inference.hf as hf
+    import services.inference.kv_cache as kv_cache
 
     backend = make_backend()
     requests = []
@@ -180,10 +180,10 @@ def test_grouped_prompt_pass_and_growing_cache_change_no_token(make_backend, ada
     backend.decoder.prefill_tokens = 10**9
     one_pass = _tokens(backend.generate(requests))
     if not merge:
-        monkeypatch.setattr(hf, "mergeable", lambda cache: False)
+        monkeypatch.setattr(kv_cache, "mergeable", lambda cache: False)
     made = []
-    real_slab_cache = hf.slab_cache
-    monkeypatch.setattr(hf, "slab_cache", lambda *a: made.append(real_slab_cache(*a)) or made[-1])
+    real_slab_cache = kv_cache.slab_cache
+    monkeypatch.setattr(kv_cache, "slab_cache", lambda *a: made.append(real_slab_cache(*a)) or made[-1])
     backend.decoder.prefill_tokens = 64
     grouped = _tokens(backend.generate(requests))
     assert bool(made and made[-1] is not None) == merge  # the slab cache, or transformers' own in one pass
@@ -193,13 +193,13 @@ def test_grouped_prompt_pass_and_growing_cache_change_no_token(make_backend, ada
     for req in (requests[0], requests[8]):
         assert _tokens(backend.generate([req]))[req.request_id] == grouped[req.request_id]
     assert [len(t) for t in sampled] == [45, 45, 45] and len({tuple(t) for t in sampled}) == 3
-    assert len(grouped["g8"][0]) == 5 + 9 * 8 > hf.CACHE_GROWTH
+    assert len(grouped["g8"][0]) == 5 + 9 * 8 > kv_cache.CACHE_GROWTH
 
 
 def test_slab_layer_grows_in_place_and_selects_rows():
     import torch
 
-    from services.inference.hf import CACHE_GROWTH, SlabLayer
+    from services.inference.kv_cache import CACHE_GROWTH, SlabLayer
 
     k = torch.zeros(3, 2, 4 + CACHE_GROWTH, 5)
     layer = SlabLayer(k.clone(), k.clone(), filled=4, limit=4 + 3 * CACHE_GROWTH)

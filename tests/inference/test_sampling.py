@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from services.inference.backend import Request, Sampling
-from services.inference.hf import TOP_P_CANDIDATES, Row, choose_tokens
+from services.inference.sampling import TOP_P_CANDIDATES, Row, choose_tokens
 
 
 def _rows(n: int, temperature: float, top_p: float, seed: int = 0) -> list[Row]:

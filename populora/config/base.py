@@ -1,0 +1,16 @@
+"""What every configuration section shares: the project's vocabulary, the config error and the section base."""
+
+from pydantic import BaseModel, ConfigDict
+
+TASK_TYPES = ("code_i", "code_o", "code_f")  # spec 2
+ROLES = ("teacher", "student", "both")  # spec 1; "both": the baseline's single adapter
+ALL_TARGET_MODULES = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+OPERATORS = ("M1", "M2", "M3", "M4", "X1", "X2", "X3", "X4")
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot be used; the message names the field and what is allowed."""
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, use_attribute_docstrings=True)

@@ -1,0 +1,121 @@
+"""Config sections of how a run is deployed: the sandbox, the step queue, outages, service endpoints, the store."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+
+from populora.config.base import Section
+
+
+class SandboxConfig(Section):
+    backend: Literal["zygote", "subprocess", "gvisor"] = "zygote"
+    """Executor: warm forking zygotes in a jail (default), one plain subprocess per job, or zygotes each inside
+    one long-lived gVisor sandbox (runsc, ptrace platform) started by this service."""
+    workers: int = Field(0, ge=0)
+    """Worker processes; 0 = one per core."""
+    timeout_s: float = Field(5.0, gt=0)
+    """[choice] Wall-clock limit of one job (spec 3.5)."""
+    memory_mb: int = Field(256, ge=16)
+    """Address-space limit of one job."""
+    output_kb: int = Field(64, ge=1)
+    """Largest stdout + result of one job."""
+    isolation: Literal["auto", "bwrap", "unshare", "gvisor", "none"] = "auto"
+    """Jail of the zygote backend; `auto` = bwrap, else unshare; `gvisor` when the sandbox itself runs inside
+    gVisor (a container under runsc: no namespaces there, uid, rlimits and seccomp checked at start-up);
+    `none` only for development."""
+    seccomp: bool = True
+    """Install the seccomp filter in every job."""
+    verifiers: dict[str, str] = Field(default_factory=dict)
+    """External verifier name per task type (registered over REST); a task type not named uses the sandbox."""
+    verifier_timeout_s: float = Field(10.0, gt=0)
+    """Timeout of one call to an external verifier."""
+    verifier_retries: int = Field(2, ge=0)
+    """Retries of a failed external-verifier call."""
+    breaker_failures: int = Field(5, ge=1)
+    """Consecutive failures that open an external verifier's circuit breaker."""
+    breaker_reset_s: float = Field(30.0, gt=0)
+    """Seconds an open circuit breaker waits before it lets one call through."""
+    db_url: str = ""
+    """Database of the external-verifier registry; empty = league.db_url (one shared database)."""
+
+
+class QueueConfig(Section):
+    backend: Literal["inprocess", "redis"] = "inprocess"
+    """Step-phase queue: in-process (embedded) or Redis Streams (distributed)."""
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    """Redis server of the streams."""
+    claim_idle_ms: int = Field(60_000, ge=100)
+    """A pending entry idle this long is reclaimed by another consumer."""
+    stream_prefix: str = "populora"
+    """Prefix of the stream and group names."""
+
+
+class OutageConfig(Section):
+    wait_s: float = Field(300.0, ge=0)
+    """How long the coordinator and the phase workers wait for Postgres, Redis or a service that went away (or
+    answers UNAVAILABLE while its own database is away), retrying with exponential backoff, before the call fails
+    naming what did not come back (0 = fail at once)."""
+    backoff_initial_s: float = Field(0.5, gt=0)
+    """Pause before the first retry; each next pause doubles, up to backoff_max_s."""
+    backoff_max_s: float = Field(10.0, gt=0)
+    """Longest pause between two retries."""
+
+    @model_validator(mode="after")
+    def _ordered(self) -> OutageConfig:
+        if self.backoff_max_s < self.backoff_initial_s:
+            raise ValueError("outage.backoff_max_s must be >= outage.backoff_initial_s")
+        return self
+
+
+class ServiceEndpoint(Section):
+    host: str = "127.0.0.1"
+    """Address clients connect to (a host name in containers: `league`, `sandbox`, ...)."""
+    bind: str = "127.0.0.1"
+    """Address the service listens on: loopback unless a deployment says otherwise (the container files bind
+    0.0.0.0, inside their own network namespace)."""
+    port: int = Field(ge=1, le=65535)
+    """gRPC port."""
+    metrics_port: int = Field(0, ge=0, le=65535)
+    """Prometheus /metrics port (0 = the REST port where the service has one, else none)."""
+    rest_port: int = Field(0, ge=0, le=65535)
+    """REST port (league and sandbox); 0 = no REST."""
+
+
+class ServicesConfig(Section):
+    inference: ServiceEndpoint = ServiceEndpoint(port=50051, metrics_port=9101)
+    """Inference service endpoint."""
+    trainer: ServiceEndpoint = ServiceEndpoint(port=50052, metrics_port=9102)
+    """Trainer service endpoint."""
+    league: ServiceEndpoint = ServiceEndpoint(port=50053, rest_port=8080)
+    """League service endpoint (REST leaderboard on rest_port)."""
+    sandbox: ServiceEndpoint = ServiceEndpoint(port=50054, rest_port=8081)
+    """Sandbox service endpoint (REST on rest_port)."""
+    evolver: ServiceEndpoint = ServiceEndpoint(port=50055, metrics_port=9105)
+    """Evolver service endpoint."""
+    grpc_timeout_s: float = Field(600.0, gt=0)
+    """Deadline of one gRPC call from the coordinator."""
+    grpc_retries: int = Field(3, ge=0, le=4)
+    """Retries of a gRPC call that finds its server UNAVAILABLE (restarting); every write is idempotent."""
+    token: str = ""
+    """Bearer token every write needs, gRPC (`authorization` metadata) and REST (`Authorization` header) alike; read
+    from $POPULORA_TOKEN (or the file $POPULORA_TOKEN_FILE names) when that is set. A server with no token refuses
+    every write; reads stay open."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _merge_endpoint_defaults(cls, data: Any) -> Any:
+        # `--set services.evolver.metrics_port=9999` gives a partial endpoint; fill the rest from the defaults.
+        if isinstance(data, dict):
+            data = dict(data)
+            for name, field_info in cls.model_fields.items():
+                given = data.get(name)
+                if isinstance(given, dict) and isinstance(field_info.default, ServiceEndpoint):
+                    data[name] = {**field_info.default.model_dump(), **given}
+        return data
+
+
+class StoreConfig(Section):
+    root: str = "{output_dir}/store"
+    """Artifact store directory (a shared volume in compose/k8s); `{output_dir}` is filled in."""

@@ -1,0 +1,98 @@
+"""Config sections of what runs: the run itself, the base model, the shape of its adapters, and generation."""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import Field, field_validator
+
+from populora.config.base import ALL_TARGET_MODULES, Section
+
+
+class RunConfig(Section):
+    run_id: str = Field("", max_length=200)
+    """Run identifier; empty = generated from the preset name and the time at start. It names the run's directory
+    and its league records: printable text, no control character."""
+    seed: int = 0
+    """Seed for every random choice of the run (matchmaking, sampling, operators, references)."""
+    steps: int = Field(20, ge=0)
+    """Training steps after seeding."""
+    mode: Literal["population", "baseline"] = "population"
+    """`population`: teachers and students (the method); `baseline`: AZR single-adapter self-play (spec 1)."""
+    deployment: Literal["embedded", "distributed"] = "embedded"
+    """`embedded`: one process, in-process clients; `distributed`: gRPC services and Redis Streams."""
+    output_dir: str = "runs"
+    """Where each run writes its metrics (JSONL, TensorBoard) and its report: <output_dir>/<run_id>/."""
+    budget_tokens: int = Field(0, ge=0)
+    """Compute budget in tokens, generated + trained (spec 14): the run stops at the first step boundary at or past
+    it, so two arms can be compared at equal compute. 0 = no budget (run.steps steps)."""
+    budget_sandbox_jobs: int = Field(0, ge=0)
+    """Compute budget in sandbox jobs (program runs), alike; 0 = none."""
+
+    @field_validator("run_id")
+    @classmethod
+    def _printable_run_id(cls, value: str) -> str:
+        if found := re.search(r"[\x00-\x1f\x7f]", value):
+            raise ValueError(f"holds the control character U+{ord(found.group()):04X}; a run id is printable text")
+        return value
+
+
+class ModelConfig(Section):
+    name: str = "tiny"
+    """Base model: `tiny`, `smollm2-135m`, or a path to a local Hugging Face model directory."""
+    dtype: Literal["float32", "bfloat16", "float16", "auto"] = "float32"
+    """Weights' dtype; `auto` = bfloat16 on GPU, float32 on CPU."""
+    device: str = "auto"
+    """`auto`, `cpu`, `cuda`, `cuda:N`."""
+    cache_dir: str = ""
+    """Where converted models and tokenizers are cached; empty = $POPULORA_CACHE or ~/.cache/populora."""
+    chat_template: bool = True
+    """Format prompts with the model's chat template (off: plain text prompts)."""
+
+
+class LoraConfigModel(Section):
+    rank: int = Field(32, ge=1, le=512)
+    """LoRA rank r of every adapter (spec 1: rank 32)."""
+    alpha: float = Field(64.0, gt=0)
+    """lora_alpha; the update is (alpha / r) * B A^T."""
+    dropout: float = Field(0.0, ge=0, lt=1)
+    """LoRA dropout during training."""
+    target_modules: list[str] = Field(default_factory=lambda: list(ALL_TARGET_MODULES))
+    """Projections that carry LoRA (spec 1: all attention and MLP projections)."""
+    host: Literal["auto", "batched", "peft"] = "auto"
+    """How adapters sit on the base, in inference and the trainer alike (populora/adapters.py): `batched`, our
+    per-row LoRA layer (many adapters in one pass; no dropout); `peft`, PEFT's LoraModel (inference: its
+    `adapter_names` mixed batch; training: one adapter per pass, dropout included). `auto`: batched for inference;
+    for the trainer batched when trainer.batch_mode resolves to batched, else peft."""
+
+class GenerationConfig(Section):
+    backend: Literal["hf", "vllm"] = "hf"
+    """Inference backend: transformers+batched LoRA (`hf`) or vLLM."""
+    max_new_tokens: int = Field(512, ge=1)
+    """Token budget of one completion."""
+    teacher_max_new_tokens: int = Field(0, ge=0)
+    """Token budget of a proposal; 0 = max_new_tokens."""
+    temperature: float = Field(1.0, ge=0)
+    """Sampling temperature (0 = greedy)."""
+    top_p: float = Field(1.0, gt=0, le=1)
+    """Nucleus sampling threshold."""
+    max_batch: int = Field(256, ge=1)
+    """Most rows (requests x n) in one Generate call; beyond it the service answers RESOURCE_EXHAUSTED."""
+    max_resident_adapters: int = Field(32, ge=1)
+    """Adapter versions kept resident; the least recently used is evicted beyond it."""
+    max_loras: int = Field(16, ge=1)
+    """vLLM: adapters in one batch."""
+    max_lora_rank: int = Field(32, ge=1)
+    """vLLM: the largest rank it will serve."""
+    max_cpu_loras: int = Field(64, ge=1)
+    """vLLM: adapters cached in CPU memory."""
+    gpu_memory_utilization: float = Field(0.85, gt=0, le=1)
+    """vLLM: fraction of GPU memory it may take."""
+    tensor_parallel_size: int = Field(1, ge=1)
+    """vLLM: GPUs the base is split over."""
+    threads: int = Field(0, ge=-1)
+    """`hf` on CPU: torch threads while a batch decodes; 0 = leave torch's setting, -1 = the cores other processes
+    leave free, measured before each batch. On a loaded 2-core machine one thread decoded SmolLM2 about 3x faster
+    than two (docs/warmstart.md); on an idle one two are 1.4-1.5x faster. Thread counts change float rounding, so a
+    run that must repeat bit for bit on another machine sets a fixed count."""

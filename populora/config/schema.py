@@ -1,0 +1,103 @@
+"""The root of the configuration schema: `Config`, the whole of a run's settings, made of the sections."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, model_validator
+
+from populora.config.base import TASK_TYPES, Section
+from populora.config.deployment import OutageConfig, QueueConfig, SandboxConfig, ServicesConfig, StoreConfig
+from populora.config.learning import EvalConfig, RewardConfig, TasksConfig, TrainerConfig, WarmStartConfig
+from populora.config.population import EvolutionConfig, LeagueConfig, PopulationConfig
+from populora.config.run import GenerationConfig, LoraConfigModel, ModelConfig, RunConfig
+
+
+class Config(Section):
+    """A whole PopuLoRA configuration."""
+
+    run: RunConfig = RunConfig()
+    """Run identity, length and mode."""
+    model: ModelConfig = ModelConfig()
+    """The frozen base model."""
+    lora: LoraConfigModel = LoraConfigModel()
+    """Shape of every adapter."""
+    population: PopulationConfig = PopulationConfig()
+    """Sizes of the two sub-populations."""
+    tasks: TasksConfig = TasksConfig()
+    """AZR task types, buffers and proposal validation (spec 2, 3, 10)."""
+    rewards: RewardConfig = RewardConfig()
+    """Rewards (spec 4)."""
+    generation: GenerationConfig = GenerationConfig()
+    """Inference backend and sampling."""
+    trainer: TrainerConfig = TrainerConfig()
+    """TRR++ updates (spec 5)."""
+    warmstart: WarmStartConfig = WarmStartConfig()
+    """The warm start before step 0: one adapter fitted on the answer formats, every member's start (spec 13)."""
+    eval: EvalConfig = EvalConfig()
+    """Held-out benchmarks: the in-training evaluation phase and `populora eval` defaults (docs/eval.md)."""
+    league: LeagueConfig = LeagueConfig()
+    """Ratings, matchmaking and the league database (spec 6-7)."""
+    evolution: EvolutionConfig = EvolutionConfig()
+    """Evolutionary replacement and operators (spec 8-9)."""
+    sandbox: SandboxConfig = SandboxConfig()
+    """The verifier: isolation, limits, external verifiers."""
+    queue: QueueConfig = QueueConfig()
+    """Step-phase queue."""
+    outage: OutageConfig = OutageConfig()
+    """Waiting out Postgres, Redis or a service going away (retries with exponential backoff, bounded)."""
+    services: ServicesConfig = ServicesConfig()
+    """Service endpoints (distributed mode)."""
+    store: StoreConfig = StoreConfig()
+    """The artifact store."""
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Config:
+        if self.evolution.x4_eta_max < self.evolution.x4_eta_min:
+            raise ValueError("evolution.x4_eta_max must be >= evolution.x4_eta_min")
+        if self.evolution.epsilon_max < self.evolution.epsilon_min:
+            raise ValueError("evolution.epsilon_max must be >= evolution.epsilon_min")
+        unknown = sorted(set(self.sandbox.verifiers) - set(TASK_TYPES))
+        if unknown:
+            raise ValueError(f"sandbox.verifiers: unknown task type(s) {unknown}; allowed: {list(TASK_TYPES)}")
+        return self
+
+    # Paths with {output_dir} resolved.
+    def resolve(self, template: str) -> str:
+        return template.replace("{output_dir}", self.run.output_dir)
+
+    @property
+    def store_root(self) -> Path:
+        return Path(self.resolve(self.store.root))
+
+    @property
+    def league_db_url(self) -> str:
+        url = self.resolve(self.league.db_url)
+        if url.startswith("sqlite:///"):
+            Path(url[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+        return url
+
+    @property
+    def teacher_max_new_tokens(self) -> int:
+        return self.generation.teacher_max_new_tokens or self.generation.max_new_tokens
+
+    def to_yaml(self) -> str:
+        """The config as YAML, as runs store it; secrets (services.token) are left out."""
+        tree = self.model_dump(mode="json")
+        tree["services"]["token"] = ""
+        return yaml.safe_dump(tree, sort_keys=False, width=110)
+
+
+def field_docs(model: type[BaseModel] = Config, prefix: str = "") -> dict[str, str]:
+    """Every field's dotted path -> its documentation (used by `populora config docs` and the tests)."""
+    out: dict[str, str] = {}
+    for name, info in model.model_fields.items():
+        path = f"{prefix}{name}"
+        ann = info.annotation
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            out[path] = info.description or (ann.__doc__ or "")
+            out.update(field_docs(ann, path + "."))
+        else:
+            out[path] = info.description or ""
+    return out

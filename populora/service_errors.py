@@ -1,0 +1,35 @@
+"""The one error a service raises for its caller: a gRPC status code and a message for the user.
+
+Services raise it through the constructors (`invalid`, `not_found`, `precondition`, `exhausted`); the gRPC layer
+(`populora.rpc`, which exports them all) maps it to the call's status, and `populora.retry` waits out the
+UNAVAILABLE ones. It has a module of its own so that both can import it without importing each other.
+"""
+
+from __future__ import annotations
+
+import grpc
+
+
+class ServiceError(Exception):
+    """An error a service raises for its caller: `code` is a grpc.StatusCode, the message is for the user."""
+
+    def __init__(self, code: grpc.StatusCode, message: str):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def invalid(message: str) -> ServiceError:
+    return ServiceError(grpc.StatusCode.INVALID_ARGUMENT, message)
+
+
+def not_found(message: str) -> ServiceError:
+    return ServiceError(grpc.StatusCode.NOT_FOUND, message)
+
+
+def precondition(message: str) -> ServiceError:
+    return ServiceError(grpc.StatusCode.FAILED_PRECONDITION, message)
+
+
+def exhausted(message: str) -> ServiceError:
+    return ServiceError(grpc.StatusCode.RESOURCE_EXHAUSTED, message)
