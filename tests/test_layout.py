@@ -1,0 +1,122 @@
+"""The source tree's shape (docs/architecture.md): one concept per file, so no source file is over 400 lines (the
+one exception, the jail's runtime, says at its top why it is one file), and no import circle between the project's
+modules, counting imports made inside functions too."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+MAX_LINES = 400
+# Bound into the jail as one standard-library-only file (see its first lines).
+ONE_FILE = {"services/sandbox/jail_runtime.py"}
+SOURCE_SUFFIXES = (".py", ".js")
+
+
+def tracked(*patterns: str) -> list[str]:
+    out = subprocess.run(["git", "ls-files", "--", *patterns], cwd=ROOT, capture_output=True, text=True, check=True)
+    return [f for f in out.stdout.splitlines() if (ROOT / f).is_file()]
+
+
+def module_graph(files: list[str], root: Path = ROOT) -> dict[str, set[str]]:
+    """Module name -> the project modules it imports (at any depth of its code)."""
+    modules = {}
+    for f in files:
+        parts = list(Path(f).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        if parts:
+            modules[".".join(parts)] = f
+
+    def resolve(name: str) -> str | None:
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph: dict[str, set[str]] = {m: set() for m in modules}
+    for name, f in modules.items():
+        package = name if f.endswith("__init__.py") else name.rpartition(".")[0]
+        for node in ast.walk(ast.parse((root / f).read_text(), f)):
+            targets: list[str | None] = []
+            if isinstance(node, ast.Import):
+                targets = [resolve(a.name) for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                    base = ".".join(up + ([base] if base else []))
+                for a in node.names:
+                    full = f"{base}.{a.name}" if base else a.name
+                    targets.append(full if full in modules else resolve(base))
+            graph[name] |= {t for t in targets if t and t != name}
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    m = stack.pop()
+                    on_stack.discard(m)
+                    component.append(m)
+                    if m == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def test_no_source_file_is_over_400_lines():
+    long = {f: n for f in tracked(*(f"*{s}" for s in SOURCE_SUFFIXES))
+            if f not in ONE_FILE and (n := len((ROOT / f).read_text().splitlines())) > MAX_LINES}
+    assert not long, f"split these along their concepts (docs/architecture.md): {long}"
+    for f in ONE_FILE:
+        assert "one file" in (ROOT / f).read_text()[:1500].lower(), f"{f} must say at its top why it is one file"
+
+
+def test_no_import_circle():
+    assert not circles(module_graph(tracked("*.py"))), "modules that import each other, directly or not"
+
+
+def test_the_checks_see_a_circle_made_inside_a_function(tmp_path):
+    """The circle check is not vacuous: a planted circle (one side importing inside a function, one by a relative
+    import) is found, and the same modules without it are not."""
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "a.py").write_text("def f():\n    from pkg.b import g\n    return g\n")
+    (tmp_path / "pkg" / "b.py").write_text("from . import c\n\ndef g():\n    return c\n")
+    (tmp_path / "pkg" / "c.py").write_text("import pkg.a\n")
+    files = ["pkg/__init__.py", "pkg/a.py", "pkg/b.py", "pkg/c.py"]
+    assert circles(module_graph(files, tmp_path)) == [["pkg.a", "pkg.b", "pkg.c"]]
+    (tmp_path / "pkg" / "c.py").write_text("import json\n")
+    assert circles(module_graph(files, tmp_path)) == []
