@@ -154,6 +154,31 @@ def _fit(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return slope, ym[..., 0] - slope * xm[..., 0]
 
 
+def _seed_slopes(runs: Mapping[Hashable, list[tuple[float, np.ndarray]]], x_all: np.ndarray, y_all: np.ndarray,
+                 n_resamples: int, rng: np.random.Generator) -> np.ndarray:
+    """Slopes refitted on resamples of whole seeds, from each seed's sums (a resample is a count per seed).
+
+    The pooled least-squares fit only needs the sums n, Σx, Σy, Σxx, Σxy of the points, and a resample's sums are
+    the seeds' sums weighted by how often it drew each seed: one matrix product for all resamples instead of a
+    refit per resample. The points are centred on the overall means first so Σxx is not a difference of two numbers
+    near 1e30 when compute is in FLOPs. A resample whose points share one compute value has no slope (NaN).
+    """
+    xc, yc = x_all.mean(), y_all.mean()
+    stats = []  # (S, 5): per seed n, Σx, Σy, Σxx, Σxy of the centred points
+    for pts in runs.values():
+        x = np.asarray([c for c, _ in pts]) - xc
+        y = np.asarray([v.mean() for _, v in pts]) - yc
+        stats.append([x.size, x.sum(), y.sum(), (x * x).sum(), (x * y).sum()])
+    per_seed = np.asarray(stats)
+    n_seeds = per_seed.shape[0]
+    counts = rng.multinomial(n_seeds, np.full(n_seeds, 1.0 / n_seeds), size=n_resamples)  # (R, S)
+    n, sx, sy, sxx, sxy = (counts @ per_seed).T  # each (R,)
+    var = sxx - sx * sx / n
+    floor = 1e-12 * ((x_all - xc) ** 2).sum()  # below this, rounding, not spread: no slope
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(var > floor, (sxy - sx * sy / n) / var, np.nan)
+
+
 StepValues = Sequence[tuple[float, Sequence[float]]]
 
 
@@ -198,17 +223,14 @@ def trend(series: Mapping[Hashable, StepValues], *, n_resamples: int = 10_000, c
         x = np.asarray([c for c, _ in pts])  # (T,)
         y = np.empty((n_resamples, len(pts)))  # (R, T) resampled per-step means
         for t, (_, v) in enumerate(pts):
-            y[:, t] = v[rng.integers(0, v.size, size=(n_resamples, v.size))].mean(axis=1)
+            chunk = max(1, _CHUNK_CELLS // v.size)
+            for start in range(0, n_resamples, chunk):
+                stop = min(n_resamples, start + chunk)
+                y[start:stop, t] = v[rng.integers(0, v.size, size=(stop - start, v.size))].mean(axis=1)
         slopes, _ = _fit(x, y)
     else:
         resampled = "seeds"
-        seeds = list(runs)
-        slopes = np.empty(n_resamples)
-        for i in range(n_resamples):
-            chosen = [runs[seeds[j]] for j in rng.integers(0, len(seeds), size=len(seeds))]
-            xs = np.asarray([c for pts in chosen for c, _ in pts])
-            ys = np.asarray([v.mean() for pts in chosen for _, v in pts])
-            slopes[i] = _fit(xs, ys)[0]
+        slopes = _seed_slopes(runs, x_all, y_all, n_resamples, rng)
         # A resample that drew one seed whose steps share one compute value has no slope; it says nothing.
         slopes = slopes[np.isfinite(slopes)]
         if not slopes.size:

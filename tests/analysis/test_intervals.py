@@ -101,6 +101,17 @@ def test_slope_over_seeds_of_one_line_is_exact_and_seeds_are_the_resampled_unit(
     assert t.resampled == "seeds" and t.n_seeds == 4 and t.n_steps == 12
 
 
+def test_seed_bootstrap_interval_on_seeds_of_different_slopes():
+    # Three seeds on one compute grid with slopes 1, 2 and 3: a resample's pooled slope is the mean of the slopes
+    # of the three seeds it drew, so it lies in {3/3, 4/3, ..., 9/3}; 1 (all three draws the first seed) has
+    # probability 1/27 = 3.7% > 2.5%, so the 95% interval is exactly [1, 3] around the pooled slope 2.
+    grid = [0.0, 1e12, 2e12, 3e12]
+    series = {s: [(c, [0.5 + (s + 1) * c / 1e12]) for c in grid] for s in range(3)}
+    t = trend(series, seed=5)
+    assert t.slope == pytest.approx(2e-12)
+    assert t.low == pytest.approx(1e-12) and t.high == pytest.approx(3e-12)
+
+
 def test_slope_interval_widens_with_the_spread_of_programs_and_covers_the_truth():
     rng = np.random.default_rng(2)
     steps = [(float(c), list(1.0 + 0.1 * c + rng.normal(0.0, 1.0, 40))) for c in range(30)]
