@@ -87,7 +87,8 @@ def shape(program: str) -> str | None:
 
 
 def node_types(program: str) -> frozenset[str]:
-    """The AST node types a program uses (operators and contexts included); empty when it does not parse."""
+    """The AST node types a program uses (operators and contexts included), for coverage (spec 11); empty when it
+    does not parse."""
     tree = _parse(program)
     return frozenset() if tree is None else frozenset(type(n).__name__ for n in ast.walk(tree))
 
@@ -137,7 +138,7 @@ def coverage(steps: Sequence[tuple[int, Sequence[str]]]) -> list[StepCoverage]:
 
 
 def sign_changes(rates: Sequence[float | None]) -> int:
-    """Sign changes of the first difference of a solve-rate series, zero differences skipped.
+    """Sign changes of the first difference of a solve-rate series (spec 11, Oscillation), zero differences skipped.
 
     Steps without a rate (None) are dropped first. A zero difference has no sign: it neither counts as a change nor
     breaks a run, so rise, flat, fall is one change and rise, flat, rise none.
