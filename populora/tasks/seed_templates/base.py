@@ -45,3 +45,8 @@ def ints(rng: random.Random, lo: int = 3, hi: int = 6, a: int = -5, b: int = 20)
 
 def pick_name(rng: random.Random, *names: str) -> str:
     return rng.choice(names)
+
+
+def int_input(lo: int, hi: int) -> Callable[[random.Random], str]:
+    """The input drawer of a one-integer program: an integer in [lo, hi], as its argument text."""
+    return lambda r: str(r.randint(lo, hi))

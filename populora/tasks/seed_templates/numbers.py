@@ -4,21 +4,20 @@ from __future__ import annotations
 
 import random
 
-from populora.tasks.seed_templates.base import Draft, Template, pick_name
+from populora.tasks.seed_templates.base import Draft, Template, int_input, pick_name
 
 
 def _collatz(rng: random.Random) -> Draft:
     n, k = pick_name(rng, "n", "x"), rng.choice([3, 5])
     prog = (f"def f({n}):\n    steps = 0\n    while {n} > 1 and steps < 50:\n"
             f"        {n} = {n} // 2 if {n} % 2 == 0 else {k} * {n} + 1\n        steps += 1\n    return steps")
-    return Draft(prog, lambda r: str(r.randint(1, 40)),
-                 f"Counts halving or {k}n+1 steps until 1 (at most 50).")
+    return Draft(prog, int_input(1, 40), f"Counts halving or {k}n+1 steps until 1 (at most 50).")
 
 
 def _divisors(rng: random.Random) -> Draft:
     n = pick_name(rng, "n", "x")
     prog = f"def f({n}):\n    return [d for d in range(1, {n} + 1) if {n} % d == 0]"
-    return Draft(prog, lambda r: str(r.randint(1, 60)), "Lists the divisors of the number.")
+    return Draft(prog, int_input(1, 60), "Lists the divisors of the number.")
 
 
 def _row_sums(rng: random.Random) -> Draft:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import random
 
-from populora.tasks.seed_templates.base import WORDS, Draft, Template, ints, pick_name, word
+from populora.tasks.seed_templates.base import WORDS, Draft, Template, int_input, ints, pick_name, word
 
 
 def _string_op(rng: random.Random) -> Draft:
@@ -23,7 +23,7 @@ def _arithmetic(rng: random.Random) -> Draft:
     body, what = rng.choice([(f"{x} + {k}", f"Adds {k}."), (f"{x} * {k}", f"Multiplies by {k}."),
                              (f"{x} - {k}", f"Subtracts {k}."), (f"{x} * {x}", "Squares the number."),
                              (f"{x} // {k}", f"Divides by {k}, rounding down."), (f"{x} % {k}", f"Remainder by {k}.")])
-    return Draft(f"def f({x}):\n    return {body}", lambda r: str(r.randint(0, 30)), what)
+    return Draft(f"def f({x}):\n    return {body}", int_input(0, 30), what)
 
 
 def _list_op(rng: random.Random) -> Draft:
@@ -49,7 +49,7 @@ def _dict_op(rng: random.Random) -> Draft:
 def _count_up(rng: random.Random) -> Draft:
     n, k = pick_name(rng, "n", "x"), rng.randint(1, 3)
     prog = f"def f({n}):\n    total = 0\n    for i in range({n}):\n        total += {k}\n    return total"
-    return Draft(prog, lambda r: str(r.randint(0, 9)), f"Adds {k} once per number below n.")
+    return Draft(prog, int_input(0, 9), f"Adds {k} once per number below n.")
 
 
 # Three turns each in the generator's round-robin: about 40% of the warm start's programs are one-liners a

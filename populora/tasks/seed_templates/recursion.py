@@ -4,22 +4,21 @@ from __future__ import annotations
 
 import random
 
-from populora.tasks.seed_templates.base import Draft, Template, pick_name, word
+from populora.tasks.seed_templates.base import Draft, Template, int_input, pick_name, word
 
 
 def _digit_sum(rng: random.Random) -> Draft:
     n = pick_name(rng, "n", "x")
     op, what = rng.choice([("+", "sum"), ("*", "product")])
     prog = f"def f({n}):\n    if {n} < 10:\n        return {n}\n    return {n} % 10 {op} f({n} // 10)"
-    return Draft(prog, lambda r: str(r.randint(0, 9999)), f"Returns the {what} of the digits, recursively.")
+    return Draft(prog, int_input(0, 9999), f"Returns the {what} of the digits, recursively.")
 
 
 def _fib(rng: random.Random) -> Draft:
     n, a, b = pick_name(rng, "n", "k"), rng.randint(0, 2), rng.randint(1, 3)
     prog = (f"def f({n}):\n    if {n} == 0:\n        return {a}\n    if {n} == 1:\n        return {b}\n"
             f"    return f({n} - 1) + f({n} - 2)")
-    return Draft(prog, lambda r: str(r.randint(0, 12)),
-                 f"A Fibonacci-like sequence that starts {a}, {b}; returns term n.")
+    return Draft(prog, int_input(0, 12), f"A Fibonacci-like sequence that starts {a}, {b}; returns term n.")
 
 
 def _flatten(rng: random.Random) -> Draft:
