@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from populora.evals import evalplus
-from populora.evals.benchmarks import Problem
 from populora.evals.evalplus import canonical_program  # noqa: F401 - the reference program, used by bench.eval
+from populora.evals.problem import Problem
 from populora.evals.prompts import extract_program, read_task_answer
 from populora.pb import sandbox_pb2
 from populora.tasks.literals import LiteralError
