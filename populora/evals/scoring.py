@@ -22,12 +22,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from populora.evals import evalplus
+import populora.evals.evalplus as evalplus
 from populora.evals.evalplus import canonical_program  # noqa: F401 - the reference program, used by bench.eval
 from populora.evals.problem import Problem
 from populora.evals.prompts import extract_program, read_task_answer
 from populora.pb import sandbox_pb2
 from populora.tasks.literals import LiteralError
+from populora.tasks.seedgen import solution_text
 
 EXECUTE_CHUNK = 512  # jobs per Execute call: far under the sandbox's batch limit and the gRPC message size
 DEFAULT_TIMEOUT_S = 10.0  # per program with its tests (HumanEval's own harness allows 3 s per problem)
@@ -166,8 +167,6 @@ def reference_answer(problem: Problem) -> Answer | None:
     """The problem's reference as an answer: the canonical solution (program problems, in completion form: it
     continues the prompt), or the task's gold answer in the training format (the output for code_o, the reference
     input for code_i, the program for code_f); None when the file gives none."""
-    from populora.tasks.seedgen import solution_text
-
     if problem.kind == "task":
         return Answer(problem.id, problem, solution_text(problem.task, "reference"), "training")
     if not problem.canonical.strip():
