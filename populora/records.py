@@ -45,8 +45,6 @@ class Pairing:
 
 @dataclass(frozen=True)
 class Matched:
-    """What `match` returns: the step's pairings (spec 7)."""
-
     pairings: list[Pairing]
 
 
@@ -68,8 +66,6 @@ class Proposal:
 
 @dataclass(frozen=True)
 class Proposed:
-    """What `propose` returns: every teacher's proposals of the step, in one generation batch."""
-
     proposals: list[Proposal]
 
 
@@ -85,8 +81,6 @@ class Verdict:
 
 @dataclass(frozen=True)
 class Validated:
-    """What `validate` returns: the sandbox's verdict on every proposal, and the buffers they filled."""
-
     verdicts: dict[str, Verdict]  # proposal id -> verdict
     buffers: BufferSet  # the buffers after the valid tasks of this step entered them (spec 10)
     sandbox_jobs: int = 0  # program runs validation took (spec 14)
@@ -108,15 +102,11 @@ class Attempt:
 
 @dataclass(frozen=True)
 class Solved:
-    """What `solve` returns: every matched student's samples on every valid task."""
-
     attempts: list[Attempt]
 
 
 @dataclass(frozen=True)
 class Checked:
-    """What `check` returns: each attempt's outcome and each task's rho (spec 2, 4)."""
-
     outcomes: dict[str, str]  # attempt id -> correct | wrong | malformed | verifier_error
     rho: dict[str, float | None]  # task id -> mean correctness of its attempts (spec 4)
     sandbox_jobs: int = 0  # program runs checking took (spec 14)
@@ -132,8 +122,6 @@ class Rating:
 
 @dataclass(frozen=True)
 class Rated:
-    """What `rate` returns: the matches reported, how many the league applied (spec 6), every rating after them."""
-
     applied: int
     duplicates: int
     reported: list[str]  # match ids reported this step
@@ -155,7 +143,7 @@ class Rollout:
 class UpdateStats:
     """What one adapter's TRR++ update did (spec 5; the trainer's UpdateStats message)."""
 
-    loss: float = 0.0  # the on-policy loss of the first epoch (per response token, summed over micro-batches)
+    loss: float = 0.0  # the on-policy loss of spec 5 in the first epoch (normalised by the response tokens)
     grad_norm: float = 0.0  # the gradient's norm before clipping, first epoch
     mean_abs_advantage: float = 0.0  # over the adapter's rollouts
     tokens: int = 0  # response tokens trained on
@@ -165,8 +153,6 @@ class UpdateStats:
 
 @dataclass(frozen=True)
 class Updated:
-    """What `update` returns: the population at its new versions and each updated adapter's statistics."""
-
     population: Population
     stats: dict[str, UpdateStats]
     mode: str = ""
@@ -187,8 +173,6 @@ class EvolutionEvent:
 
 @dataclass(frozen=True)
 class Evolved:
-    """What `evolve` returns: the population after replacement and one event per child (spec 8-9)."""
-
     population: Population
     events: list[EvolutionEvent]
 
@@ -249,15 +233,11 @@ class WarmStarted:
 
 @dataclass(frozen=True)
 class Initialized:
-    """What `init` returns: the population at step 0."""
-
     population: Population
 
 
 @dataclass(frozen=True)
 class Seeded:
-    """What `seed` returns: the seeded buffers (spec 10) and what seeding took."""
-
     buffers: BufferSet
     rounds: int
     proposals: int
