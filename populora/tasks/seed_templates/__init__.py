@@ -3,8 +3,9 @@ held-out templates."""
 
 from __future__ import annotations
 
-from populora.tasks.seed_templates.base import LETTERS, WORDS, Draft, Template
+from populora.tasks.seed_templates.base import Draft, Template
 from populora.tasks.seed_templates.dicts import DICTS
+from populora.tasks.seed_templates.inputs import LETTERS, WORDS
 from populora.tasks.seed_templates.lists import LISTS
 from populora.tasks.seed_templates.numbers import NUMBERS
 from populora.tasks.seed_templates.oneliners import ONELINERS

@@ -1,14 +1,11 @@
-"""What a seed-program template is (spec 13), and the random inputs templates draw (always restricted literals)."""
+"""What a seed-program template is (spec 13): a function of the generator's rng drawing one program, its input
+drawer and its description."""
 
 from __future__ import annotations
 
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
-
-WORDS = ("apple", "river", "stone", "cloud", "tiger", "lemon", "paper", "glass", "north", "music", "pixel", "ocean",
-         "maple", "robot", "candle", "violet", "kiwi", "sun", "bee", "moon", "level", "noon", "radar", "stats")
-LETTERS = "abcdefghijklmnopqrstuvwxyz"
 
 
 @dataclass(frozen=True)
@@ -31,22 +28,6 @@ class Template:
     weight: int = 1  # turns in each round of the generator's round-robin
 
 
-def word(rng: random.Random) -> str:
-    return rng.choice(WORDS)
-
-
-def sentence(rng: random.Random, lo: int = 2, hi: int = 4) -> str:
-    return " ".join(rng.choice(WORDS) for _ in range(rng.randint(lo, hi)))
-
-
-def ints(rng: random.Random, lo: int = 3, hi: int = 6, a: int = -5, b: int = 20) -> list[int]:
-    return [rng.randint(a, b) for _ in range(rng.randint(lo, hi))]
-
-
 def pick_name(rng: random.Random, *names: str) -> str:
+    """One of the argument names a template may give its function."""
     return rng.choice(names)
-
-
-def int_input(lo: int, hi: int) -> Callable[[random.Random], str]:
-    """The input drawer of a one-integer program: an integer in [lo, hi], as its argument text."""
-    return lambda r: str(r.randint(lo, hi))

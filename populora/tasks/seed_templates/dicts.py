@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import random
 
-from populora.tasks.seed_templates.base import WORDS, Draft, Template, pick_name, sentence, word
+from populora.tasks.seed_templates.base import Draft, Template, pick_name
+from populora.tasks.seed_templates.inputs import sentence, sentence_input, word_input, word_scores_input
 
 
 def _char_counts(rng: random.Random) -> Draft:
     s = pick_name(rng, "s", "word")
     prog = (f"def f({s}):\n    counts = {{}}\n    for c in {s}:\n        counts[c] = counts.get(c, 0) + 1\n"
             "    return counts")
-    return Draft(prog, lambda r: repr(word(r)), "Counts how often each character occurs.")
+    return Draft(prog, word_input, "Counts how often each character occurs.")
 
 
 def _group_by_length(rng: random.Random) -> Draft:
@@ -24,12 +25,7 @@ def _group_by_length(rng: random.Random) -> Draft:
 def _invert(rng: random.Random) -> Draft:
     d = pick_name(rng, "d", "table")
     prog = f"def f({d}):\n    return {{v: k for k, v in {d}.items()}}"
-
-    def draw(r: random.Random) -> str:
-        keys = r.sample(WORDS, r.randint(2, 4))
-        return repr({k: r.randint(0, 9) for k in keys})
-
-    return Draft(prog, draw, "Swaps the keys and the values of the dictionary.")
+    return Draft(prog, word_scores_input(2, 4), "Swaps the keys and the values of the dictionary.")
 
 
 def _word_lengths(rng: random.Random) -> Draft:
@@ -38,17 +34,13 @@ def _word_lengths(rng: random.Random) -> Draft:
     prog, what = rng.choice([(f"def f({s}):\n    return {{w: len(w) for w in {s}.split()}}", "its length"),
                              (f"def f({s}):\n    return {{w: w.count({c!r}) for w in {s}.split()}}",
                               f"how many {c!r} it holds")])
-    return Draft(prog, lambda r: repr(sentence(r)), f"Maps every word to {what}.")
+    return Draft(prog, sentence_input, f"Maps every word to {what}.")
 
 
 def _keys_above(rng: random.Random) -> Draft:
     d, t = pick_name(rng, "d", "scores"), rng.randint(2, 6)
     prog = f"def f({d}):\n    return sorted(k for k, v in {d}.items() if v > {t})"
-
-    def draw(r: random.Random) -> str:
-        return repr({k: r.randint(0, 9) for k in r.sample(WORDS, r.randint(2, 4))})
-
-    return Draft(prog, draw, f"Lists, sorted, the keys whose value is above {t}.")
+    return Draft(prog, word_scores_input(2, 4), f"Lists, sorted, the keys whose value is above {t}.")
 
 
 DICTS = [

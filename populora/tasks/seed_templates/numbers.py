@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import random
 
-from populora.tasks.seed_templates.base import Draft, Template, int_input, pick_name
+from populora.tasks.seed_templates.base import Draft, Template, pick_name
+from populora.tasks.seed_templates.inputs import int_input
 
 
 def _collatz(rng: random.Random) -> Draft:

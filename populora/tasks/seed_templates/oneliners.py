@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import random
 
-from populora.tasks.seed_templates.base import WORDS, Draft, Template, int_input, ints, pick_name, word
+from populora.tasks.seed_templates.base import Draft, Template, pick_name
+from populora.tasks.seed_templates.inputs import int_input, ints_input, word_input, word_scores_input
 
 
 def _string_op(rng: random.Random) -> Draft:
@@ -15,7 +16,7 @@ def _string_op(rng: random.Random) -> Draft:
                                                                          "Returns the first and last letters."),
                              (f"len({s})", "Returns the length of the word."),
                              (f"{s}.capitalize()", "Capitalizes the word.")])
-    return Draft(f"def f({s}):\n    return {body}", lambda r: repr(word(r)), what)
+    return Draft(f"def f({s}):\n    return {body}", word_input, what)
 
 
 def _arithmetic(rng: random.Random) -> Draft:
@@ -32,18 +33,14 @@ def _list_op(rng: random.Random) -> Draft:
                              (f"sorted({xs})", "Sorts the list."), (f"{xs}[::-1]", "Reverses the list."),
                              (f"len({xs})", "Counts the items."), (f"{xs}[0] + {xs}[-1]",
                                                                   "Adds the first and last numbers.")])
-    return Draft(f"def f({xs}):\n    return {body}", lambda r: repr(ints(r, 2, 5, 0, 9)), what)
+    return Draft(f"def f({xs}):\n    return {body}", ints_input(2, 5, 0, 9), what)
 
 
 def _dict_op(rng: random.Random) -> Draft:
     d = pick_name(rng, "d", "table")
     body, what = rng.choice([(f"sorted({d})", "Lists the keys, sorted."), (f"sum({d}.values())", "Sums the values."),
                              (f"len({d})", "Counts the keys."), (f"max({d}.values())", "Returns the largest value.")])
-
-    def draw(r: random.Random) -> str:
-        return repr({k: r.randint(0, 9) for k in r.sample(WORDS, r.randint(2, 3))})
-
-    return Draft(f"def f({d}):\n    return {body}", draw, what)
+    return Draft(f"def f({d}):\n    return {body}", word_scores_input(2, 3), what)
 
 
 def _count_up(rng: random.Random) -> Draft:

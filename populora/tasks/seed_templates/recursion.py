@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import random
 
-from populora.tasks.seed_templates.base import Draft, Template, int_input, pick_name, word
+from populora.tasks.seed_templates.base import Draft, Template, pick_name
+from populora.tasks.seed_templates.inputs import int_input, word_input
 
 
 def _digit_sum(rng: random.Random) -> Draft:
@@ -43,7 +44,7 @@ def _gcd(rng: random.Random) -> Draft:
 def _reverse_rec(rng: random.Random) -> Draft:
     s = pick_name(rng, "s", "word")
     prog = f"def f({s}):\n    if not {s}:\n        return ''\n    return f({s}[1:]) + {s}[0]"
-    return Draft(prog, lambda r: repr(word(r)), "Reverses the string, recursively.")
+    return Draft(prog, word_input, "Reverses the string, recursively.")
 
 
 RECURSION = [

@@ -4,21 +4,22 @@ from __future__ import annotations
 
 import random
 
-from populora.tasks.seed_templates.base import LETTERS, Draft, Template, pick_name, sentence, word
+from populora.tasks.seed_templates.base import Draft, Template, pick_name
+from populora.tasks.seed_templates.inputs import LETTERS, sentence_input, word_input
 
 
 def _reverse_words(rng: random.Random) -> Draft:
     s = pick_name(rng, "s", "text", "sentence")
     sep = rng.choice([" ", "-", "_"])
     prog = f"def f({s}):\n    return {sep!r}.join(w[::-1] for w in {s}.split())"
-    return Draft(prog, lambda r: repr(sentence(r)), f"Reverses every word and joins the words with {sep!r}.")
+    return Draft(prog, sentence_input, f"Reverses every word and joins the words with {sep!r}.")
 
 
 def _shift_letters(rng: random.Random) -> Draft:
     s, k = pick_name(rng, "s", "word"), rng.randint(1, 5)
     prog = (f"def f({s}):\n    out = ''\n    for c in {s}:\n        out += chr((ord(c) - 97 + {k}) % 26 + 97)\n"
             "    return out")
-    return Draft(prog, lambda r: repr(word(r)), f"Shifts every letter {k} places forward in the alphabet.")
+    return Draft(prog, word_input, f"Shifts every letter {k} places forward in the alphabet.")
 
 
 def _count_letters(rng: random.Random) -> Draft:
@@ -26,13 +27,13 @@ def _count_letters(rng: random.Random) -> Draft:
     chars = rng.choice(["aeiou", "".join(sorted(rng.sample(LETTERS, 3)))])
     prog = (f"def f({s}):\n    n = 0\n    for c in {s}:\n        if c in {chars!r}:\n            n += 1\n"
             "    return n")
-    return Draft(prog, lambda r: repr(sentence(r)), f"Counts the characters that are in {chars!r}.")
+    return Draft(prog, sentence_input, f"Counts the characters that are in {chars!r}.")
 
 
 def _alternate_case(rng: random.Random) -> Draft:
     s, m = pick_name(rng, "s", "word"), rng.randint(2, 3)
     prog = f"def f({s}):\n    return ''.join(c.upper() if i % {m} == 0 else c for i, c in enumerate({s}))"
-    return Draft(prog, lambda r: repr(word(r)), f"Upper-cases every character whose index is a multiple of {m}.")
+    return Draft(prog, word_input, f"Upper-cases every character whose index is a multiple of {m}.")
 
 
 def _run_length(rng: random.Random) -> Draft:
@@ -50,7 +51,7 @@ def _run_length(rng: random.Random) -> Draft:
 def _palindrome(rng: random.Random) -> Draft:
     s = pick_name(rng, "s", "word")
     prog = f"def f({s}):\n    t = {s}.lower()\n    return t == t[::-1]"
-    return Draft(prog, lambda r: repr(word(r)), "Tells whether the word reads the same backwards.")
+    return Draft(prog, word_input, "Tells whether the word reads the same backwards.")
 
 
 STRINGS = [
