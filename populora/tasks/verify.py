@@ -181,10 +181,7 @@ def validate_proposals(proposals: list[Proposal], settings: ValidationSettings, 
     for idx, p in enumerate(proposals):
         try:
             item = _parse_proposal(p, settings)
-        except ParseError as e:
-            verdicts[idx] = Validation(p.proposal_id, False, e.reason, e.detail)
-            continue
-        except _Reject as e:
+        except (ParseError, _Reject) as e:
             verdicts[idx] = Validation(p.proposal_id, False, e.reason, e.detail)
             continue
         calls = [f"f({text})" for text in item.inputs]
