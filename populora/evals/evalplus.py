@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from populora.evals.benchmarks import Problem
+from populora.evals.problem import Problem
 from populora.pb import sandbox_pb2
 from populora.tasks.literals import LiteralError, literal_value
 

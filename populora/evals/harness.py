@@ -23,15 +23,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from populora.evals.benchmarks import (
-    HELDOUT_SEED,
-    Benchmark,
-    BenchmarkError,
-    Problem,
-    get_benchmark,
-    load_problems,
-)
+from populora.evals.benchmarks import get_benchmark, load_problems
 from populora.evals.evalplus import with_expected
+from populora.evals.problem import HELDOUT_SEED, Benchmark, BenchmarkError, Problem
 from populora.evals.prompts import PROTOCOLS, prompt_form, prompt_of
 from populora.evals.scoring import DEFAULT_TIMEOUT_S, SCORERS, Answer, ks_for, pass_at_k
 from populora.pb import common_pb2, inference_pb2, sandbox_pb2

@@ -32,7 +32,7 @@ from __future__ import annotations
 import ast
 import re
 
-from populora.evals.benchmarks import Problem
+from populora.evals.problem import Problem
 from populora.tasks.prompts import student_messages
 
 PROTOCOLS = ("training", "benchmark")

@@ -22,12 +22,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from populora.evals import evalplus
-from populora.evals.benchmarks import Problem
+import populora.evals.evalplus as evalplus
 from populora.evals.evalplus import canonical_program  # noqa: F401 - the reference program, used by bench.eval
+from populora.evals.problem import Problem
 from populora.evals.prompts import extract_program, read_task_answer
 from populora.pb import sandbox_pb2
 from populora.tasks.literals import LiteralError
+from populora.tasks.seedgen import solution_text
 
 EXECUTE_CHUNK = 512  # jobs per Execute call: far under the sandbox's batch limit and the gRPC message size
 DEFAULT_TIMEOUT_S = 10.0  # per program with its tests (HumanEval's own harness allows 3 s per problem)
@@ -79,23 +80,28 @@ def test_job(key: str, program: str, problem: Problem, timeout_s: float) -> sand
                                call=f"__populora_check({problem.entry_point}, {problem.test!r})", timeout_s=timeout_s)
 
 
+def execute(sandbox: Any, jobs: list[sandbox_pb2.ExecJob]) -> list[sandbox_pb2.ExecResult | None]:
+    """Each job's result from the sandbox, in order (None: no result came back for it), in Execute calls of at most
+    EXECUTE_CHUNK jobs; job ids need only be unique within a call of EXECUTE_CHUNK."""
+    out: list[sandbox_pb2.ExecResult | None] = []
+    for lo in range(0, len(jobs), EXECUTE_CHUNK):
+        chunk = jobs[lo:lo + EXECUTE_CHUNK]
+        results = {r.job_id: r for r in sandbox.Execute(sandbox_pb2.ExecuteRequest(jobs=chunk)).results}
+        out.extend(results.get(job.job_id) for job in chunk)
+    return out
+
+
 def run_programs(sandbox: Any, programs: list[tuple[str, Problem, str]], timeout_s: float) -> list[Outcome]:
     """Run each (job id, problem, program) with the problem's tests in the sandbox: passed iff check() returns."""
     outcomes: list[Outcome] = []
-    for lo in range(0, len(programs), EXECUTE_CHUNK):
-        chunk = programs[lo:lo + EXECUTE_CHUNK]
-        request = sandbox_pb2.ExecuteRequest(jobs=[test_job(key, program, problem, timeout_s)
-                                                   for key, problem, program in chunk])
-        results = {r.job_id: r for r in sandbox.Execute(request).results}
-        for key, _, _ in chunk:
-            r = results.get(key)
-            if r is None:
-                outcomes.append(Outcome(False, "sandbox_error: no result for this job"))
-            elif r.status == "ok":
-                outcomes.append(Outcome(True))
-            else:
-                detail = one_line(r.error)
-                outcomes.append(Outcome(False, f"{r.status}: {detail}" if detail else r.status))
+    for r in execute(sandbox, [test_job(key, program, problem, timeout_s) for key, problem, program in programs]):
+        if r is None:
+            outcomes.append(Outcome(False, "sandbox_error: no result for this job"))
+        elif r.status == "ok":
+            outcomes.append(Outcome(True))
+        else:
+            detail = one_line(r.error)
+            outcomes.append(Outcome(False, f"{r.status}: {detail}" if detail else r.status))
     return outcomes
 
 
@@ -161,8 +167,6 @@ def reference_answer(problem: Problem) -> Answer | None:
     """The problem's reference as an answer: the canonical solution (program problems, in completion form: it
     continues the prompt), or the task's gold answer in the training format (the output for code_o, the reference
     input for code_i, the program for code_f); None when the file gives none."""
-    from populora.tasks.seedgen import solution_text
-
     if problem.kind == "task":
         return Answer(problem.id, problem, solution_text(problem.task, "reference"), "training")
     if not problem.canonical.strip():
@@ -226,22 +230,18 @@ def _run_rows(sandbox: Any, problems: list[Problem], timeout_s: float) -> list[s
     """Why each CRUXEval row's f(input) does not give its output ("" when it does), the value compared on this
     host."""
     reasons = []
-    for lo in range(0, len(problems), EXECUTE_CHUNK):
-        chunk = problems[lo:lo + EXECUTE_CHUNK]
-        request = sandbox_pb2.ExecuteRequest(jobs=[
-            sandbox_pb2.ExecJob(job_id=str(k), program=p.task.program, call=f"f({p.task.inputs[0]})",
-                                timeout_s=timeout_s) for k, p in enumerate(chunk)])
-        results = {r.job_id: r for r in sandbox.Execute(request).results}
-        for k, p in enumerate(chunk):
-            r = results.get(str(k))
-            if r is None or r.status != "ok":
-                reasons.append(f"f({p.task.inputs[0][:80]}) " + (f"{r.status}: {one_line(r.error)}" if r is not None
-                                                                 else "got no result"))
-                continue
-            try:
-                same = evalplus.rebuild(r.value_repr) == evalplus.rebuild(p.task.outputs[0])
-            except LiteralError:
-                same = False
-            reasons.append("" if same else f"f({p.task.inputs[0][:80]}) returns {r.value_repr[:120]}, the row says "
-                                           f"{p.task.outputs[0][:120]}")
+    # ids count from 0 in each Execute call: they need only tell apart the jobs of one call
+    jobs = [sandbox_pb2.ExecJob(job_id=str(k % EXECUTE_CHUNK), program=p.task.program,
+                                call=f"f({p.task.inputs[0]})", timeout_s=timeout_s) for k, p in enumerate(problems)]
+    for p, r in zip(problems, execute(sandbox, jobs), strict=True):
+        if r is None or r.status != "ok":
+            reasons.append(f"f({p.task.inputs[0][:80]}) " + (f"{r.status}: {one_line(r.error)}" if r is not None
+                                                             else "got no result"))
+            continue
+        try:
+            same = evalplus.rebuild(r.value_repr) == evalplus.rebuild(p.task.outputs[0])
+        except LiteralError:
+            same = False
+        reasons.append("" if same else f"f({p.task.inputs[0][:80]}) returns {r.value_repr[:120]}, the row says "
+                                       f"{p.task.outputs[0][:120]}")
     return reasons

@@ -1,5 +1,6 @@
-"""The project's own generator of small deterministic seed programs (spec 13): templates over strings, lists, dicts,
-loops, recursion and comprehensions (and one-line programs a small model can trace), each with inputs, split once and for all into warm-start and held-out templates.
+"""The project's own generator of small deterministic seed programs (spec 13), each with inputs, from the templates of
+`populora.tasks.seed_templates` (strings, lists, dicts, loops, recursion, comprehensions and one-line programs a
+small model can trace), split once and for all into warm-start and held-out templates.
 
 The generator writes programs and inputs only. Outputs are computed by the verifier: `verify_programs` sends every
 program through proposal validation (spec 3, the sandbox), exactly as a teacher's proposal would go, and keeps the
@@ -14,18 +15,29 @@ iterates over sets).
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from populora.tasks.jobs import Runner
+from populora.tasks.prompts import student_messages, teacher_messages
+from populora.tasks.seed_templates import (
+    CONSTRUCTS,
+    HELDOUT_TEMPLATES,
+    LETTERS,
+    SPLITS,
+    TEMPLATES,
+    WARM_TEMPLATES,
+    WORDS,
+    Draft,
+    Template,
+    templates_of,
+)
 from populora.tasks.triplet import TASK_TYPES, Triplet
 from populora.tasks.verify import Proposal, ValidationSettings, validate_proposals
 
-CONSTRUCTS = ("string", "list", "dict", "loop", "recursion", "comprehension")
-SPLITS = ("warm", "heldout")
-WORDS = ("apple", "river", "stone", "cloud", "tiger", "lemon", "paper", "glass", "north", "music", "pixel", "ocean",
-         "maple", "robot", "candle", "violet", "kiwi", "sun", "bee", "moon", "level", "noon", "radar", "stats")
-LETTERS = "abcdefghijklmnopqrstuvwxyz"
+__all__ = ["CONSTRUCTS", "HELDOUT_TEMPLATES", "LETTERS", "SPLITS", "TEMPLATES", "WARM_TEMPLATES", "WORDS", "Draft",
+           "FormatExample", "GeneratorError", "SeedProgram", "Template", "format_examples", "generate_programs",
+           "heldout_programs", "heldout_tasks", "proposal_text", "seed_proposals", "solution_text", "templates_of",
+           "triplets_from_verdicts", "verify_programs"]
 
 
 class GeneratorError(RuntimeError):
@@ -41,345 +53,6 @@ class SeedProgram:
     program: str
     inputs: tuple[str, ...]
     message: str
-
-
-@dataclass(frozen=True)
-class Draft:
-    """What a template draws: the program text, a function drawing one input text, and the description."""
-
-    program: str
-    draw_input: Callable[[random.Random], str]
-    message: str
-
-
-@dataclass(frozen=True)
-class Template:
-    name: str
-    constructs: frozenset[str]
-    draw: Callable[[random.Random], Draft]
-    weight: int = 1  # turns in each round of the generator's round-robin
-
-
-# ---------------------------------------------------------------- random inputs (always restricted literals)
-
-def _word(rng: random.Random) -> str:
-    return rng.choice(WORDS)
-
-
-def _sentence(rng: random.Random, lo: int = 2, hi: int = 4) -> str:
-    return " ".join(rng.choice(WORDS) for _ in range(rng.randint(lo, hi)))
-
-
-def _ints(rng: random.Random, lo: int = 3, hi: int = 6, a: int = -5, b: int = 20) -> list[int]:
-    return [rng.randint(a, b) for _ in range(rng.randint(lo, hi))]
-
-
-def _name(rng: random.Random, *names: str) -> str:
-    return rng.choice(names)
-
-
-# ---------------------------------------------------------------- templates
-# Each draws its parameters (constants, operators, argument names) from rng, so one template yields many programs.
-
-def _reverse_words(rng: random.Random) -> Draft:
-    s = _name(rng, "s", "text", "sentence")
-    sep = rng.choice([" ", "-", "_"])
-    prog = f"def f({s}):\n    return {sep!r}.join(w[::-1] for w in {s}.split())"
-    return Draft(prog, lambda r: repr(_sentence(r)), f"Reverses every word and joins the words with {sep!r}.")
-
-
-def _shift_letters(rng: random.Random) -> Draft:
-    s, k = _name(rng, "s", "word"), rng.randint(1, 5)
-    prog = (f"def f({s}):\n    out = ''\n    for c in {s}:\n        out += chr((ord(c) - 97 + {k}) % 26 + 97)\n"
-            "    return out")
-    return Draft(prog, lambda r: repr(_word(r)), f"Shifts every letter {k} places forward in the alphabet.")
-
-
-def _count_letters(rng: random.Random) -> Draft:
-    s = _name(rng, "s", "text")
-    chars = rng.choice(["aeiou", "".join(sorted(rng.sample(LETTERS, 3)))])
-    prog = (f"def f({s}):\n    n = 0\n    for c in {s}:\n        if c in {chars!r}:\n            n += 1\n"
-            "    return n")
-    return Draft(prog, lambda r: repr(_sentence(r)), f"Counts the characters that are in {chars!r}.")
-
-
-def _alternate_case(rng: random.Random) -> Draft:
-    s, m = _name(rng, "s", "word"), rng.randint(2, 3)
-    prog = f"def f({s}):\n    return ''.join(c.upper() if i % {m} == 0 else c for i, c in enumerate({s}))"
-    return Draft(prog, lambda r: repr(_word(r)), f"Upper-cases every character whose index is a multiple of {m}.")
-
-
-def _run_length(rng: random.Random) -> Draft:
-    s = _name(rng, "s", "text")
-    prog = (f"def f({s}):\n    out = []\n    i = 0\n    while i < len({s}):\n        j = i\n"
-            f"        while j < len({s}) and {s}[j] == {s}[i]:\n            j += 1\n"
-            f"        out.append({s}[i] + str(j - i))\n        i = j\n    return ''.join(out)")
-
-    def draw(r: random.Random) -> str:
-        return repr("".join(r.choice("abc") * r.randint(1, 3) for _ in range(r.randint(2, 4))))
-
-    return Draft(prog, draw, "Run-length encodes the string: each run becomes its letter and its length.")
-
-
-def _palindrome(rng: random.Random) -> Draft:
-    s = _name(rng, "s", "word")
-    prog = f"def f({s}):\n    t = {s}.lower()\n    return t == t[::-1]"
-    return Draft(prog, lambda r: repr(_word(r)), "Tells whether the word reads the same backwards.")
-
-
-def _running(rng: random.Random) -> Draft:
-    xs = _name(rng, "xs", "nums")
-    op, what = rng.choice([("total + x", "sum"), ("max(total, x)", "maximum"), ("total * x", "product")])
-    init = "1" if what == "product" else f"{xs}[0]" if what == "maximum" else "0"
-    prog = (f"def f({xs}):\n    total = {init}\n    out = []\n    for x in {xs}:\n        total = {op}\n"
-            "        out.append(total)\n    return out")
-    return Draft(prog, lambda r: repr(_ints(r, a=-3, b=9)), f"Returns the running {what} of the list.")
-
-
-def _filter_map(rng: random.Random) -> Draft:
-    xs, k, m = _name(rng, "xs", "nums", "items"), rng.randint(2, 5), rng.randint(2, 3)
-    r0 = rng.randint(0, m - 1)
-    prog = f"def f({xs}):\n    return [x * {k} for x in {xs} if x % {m} == {r0}]"
-    return Draft(prog, lambda r: repr(_ints(r)), f"Multiplies by {k} the numbers whose remainder modulo {m} is {r0}.")
-
-
-def _differences(rng: random.Random) -> Draft:
-    xs = _name(rng, "xs", "nums")
-    op, what = rng.choice([("-", "differences"), ("+", "sums")])
-    prog = f"def f({xs}):\n    return [{xs}[i + 1] {op} {xs}[i] for i in range(len({xs}) - 1)]"
-    return Draft(prog, lambda r: repr(_ints(r)), f"Returns the {what} of neighbouring numbers.")
-
-
-def _window(rng: random.Random) -> Draft:
-    xs, k = _name(rng, "xs", "nums"), rng.randint(2, 3)
-    prog = (f"def f({xs}):\n    best = sum({xs}[:{k}])\n    for i in range(1, len({xs}) - {k} + 1):\n"
-            f"        best = max(best, sum({xs}[i:i + {k}]))\n    return best")
-    return Draft(prog, lambda r: repr(_ints(r, lo=k, hi=6, a=-9, b=9)),
-                 f"Returns the largest sum of {k} consecutive numbers.")
-
-
-def _rotate(rng: random.Random) -> Draft:
-    xs, k = _name(rng, "xs", "items"), rng.randint(1, 4)
-    prog = f"def f({xs}):\n    k = {k} % len({xs})\n    return {xs}[k:] + {xs}[:k]"
-    return Draft(prog, lambda r: repr(_ints(r, lo=2)), f"Rotates the list {k} places to the left.")
-
-
-def _dedupe(rng: random.Random) -> Draft:
-    xs = _name(rng, "xs", "items")
-    prog = (f"def f({xs}):\n    seen = []\n    for x in {xs}:\n        if x not in seen:\n            seen.append(x)\n"
-            "    return seen")
-    return Draft(prog, lambda r: repr(_ints(r, lo=4, hi=7, a=0, b=5)),
-                 "Removes repeated items, keeping the first of each.")
-
-
-def _split_parity(rng: random.Random) -> Draft:
-    xs = _name(rng, "xs", "nums")
-    prog = (f"def f({xs}):\n    even, odd = [], []\n    for x in {xs}:\n        if x % 2 == 0:\n"
-            "            even.append(x)\n        else:\n            odd.append(x)\n    return even, odd")
-    return Draft(prog, lambda r: repr(_ints(r)), "Splits the numbers into the even ones and the odd ones.")
-
-
-def _char_counts(rng: random.Random) -> Draft:
-    s = _name(rng, "s", "word")
-    prog = (f"def f({s}):\n    counts = {{}}\n    for c in {s}:\n        counts[c] = counts.get(c, 0) + 1\n"
-            "    return counts")
-    return Draft(prog, lambda r: repr(_word(r)), "Counts how often each character occurs.")
-
-
-def _group_by_length(rng: random.Random) -> Draft:
-    ws = _name(rng, "words", "ws")
-    prog = (f"def f({ws}):\n    groups = {{}}\n    for w in {ws}:\n        groups.setdefault(len(w), []).append(w)\n"
-            "    return groups")
-    return Draft(prog, lambda r: repr(_sentence(r, 2, 5).split()), "Groups the words by their length.")
-
-
-def _invert(rng: random.Random) -> Draft:
-    d = _name(rng, "d", "table")
-    prog = f"def f({d}):\n    return {{v: k for k, v in {d}.items()}}"
-
-    def draw(r: random.Random) -> str:
-        keys = r.sample(WORDS, r.randint(2, 4))
-        return repr({k: r.randint(0, 9) for k in keys})
-
-    return Draft(prog, draw, "Swaps the keys and the values of the dictionary.")
-
-
-def _word_lengths(rng: random.Random) -> Draft:
-    s = _name(rng, "s", "text")
-    c = rng.choice("aeo")
-    prog, what = rng.choice([(f"def f({s}):\n    return {{w: len(w) for w in {s}.split()}}", "its length"),
-                             (f"def f({s}):\n    return {{w: w.count({c!r}) for w in {s}.split()}}",
-                              f"how many {c!r} it holds")])
-    return Draft(prog, lambda r: repr(_sentence(r)), f"Maps every word to {what}.")
-
-
-def _keys_above(rng: random.Random) -> Draft:
-    d, t = _name(rng, "d", "scores"), rng.randint(2, 6)
-    prog = f"def f({d}):\n    return sorted(k for k, v in {d}.items() if v > {t})"
-
-    def draw(r: random.Random) -> str:
-        return repr({k: r.randint(0, 9) for k in r.sample(WORDS, r.randint(2, 4))})
-
-    return Draft(prog, draw, f"Lists, sorted, the keys whose value is above {t}.")
-
-
-def _digit_sum(rng: random.Random) -> Draft:
-    n = _name(rng, "n", "x")
-    op, what = rng.choice([("+", "sum"), ("*", "product")])
-    prog = f"def f({n}):\n    if {n} < 10:\n        return {n}\n    return {n} % 10 {op} f({n} // 10)"
-    return Draft(prog, lambda r: str(r.randint(0, 9999)), f"Returns the {what} of the digits, recursively.")
-
-
-def _fib(rng: random.Random) -> Draft:
-    n, a, b = _name(rng, "n", "k"), rng.randint(0, 2), rng.randint(1, 3)
-    prog = (f"def f({n}):\n    if {n} == 0:\n        return {a}\n    if {n} == 1:\n        return {b}\n"
-            f"    return f({n} - 1) + f({n} - 2)")
-    return Draft(prog, lambda r: str(r.randint(0, 12)),
-                 f"A Fibonacci-like sequence that starts {a}, {b}; returns term n.")
-
-
-def _flatten(rng: random.Random) -> Draft:
-    xs = _name(rng, "xs", "items")
-    prog = (f"def f({xs}):\n    out = []\n    for x in {xs}:\n        if isinstance(x, list):\n"
-            "            out.extend(f(x))\n        else:\n            out.append(x)\n    return out")
-
-    def draw(r: random.Random) -> str:
-        return repr([r.randint(0, 9) if r.random() < 0.6 else [r.randint(0, 9), [r.randint(0, 9)]]
-                     for _ in range(r.randint(2, 4))])
-
-    return Draft(prog, draw, "Flattens nested lists into one list, recursively.")
-
-
-def _gcd(rng: random.Random) -> Draft:
-    a, b = rng.choice([("a", "b"), ("x", "y")])
-    prog = f"def f({a}, {b}):\n    if {b} == 0:\n        return {a}\n    return f({b}, {a} % {b})"
-    return Draft(prog, lambda r: f"{r.randint(1, 60)}, {r.randint(1, 60)}",
-                 "Returns the greatest common divisor, recursively.")
-
-
-def _reverse_rec(rng: random.Random) -> Draft:
-    s = _name(rng, "s", "word")
-    prog = f"def f({s}):\n    if not {s}:\n        return ''\n    return f({s}[1:]) + {s}[0]"
-    return Draft(prog, lambda r: repr(_word(r)), "Reverses the string, recursively.")
-
-
-def _collatz(rng: random.Random) -> Draft:
-    n, k = _name(rng, "n", "x"), rng.choice([3, 5])
-    prog = (f"def f({n}):\n    steps = 0\n    while {n} > 1 and steps < 50:\n"
-            f"        {n} = {n} // 2 if {n} % 2 == 0 else {k} * {n} + 1\n        steps += 1\n    return steps")
-    return Draft(prog, lambda r: str(r.randint(1, 40)),
-                 f"Counts halving or {k}n+1 steps until 1 (at most 50).")
-
-
-def _divisors(rng: random.Random) -> Draft:
-    n = _name(rng, "n", "x")
-    prog = f"def f({n}):\n    return [d for d in range(1, {n} + 1) if {n} % d == 0]"
-    return Draft(prog, lambda r: str(r.randint(1, 60)), "Lists the divisors of the number.")
-
-
-def _row_sums(rng: random.Random) -> Draft:
-    m = _name(rng, "rows", "grid")
-    agg = rng.choice(["sum", "max", "min"])
-    prog = f"def f({m}):\n    return [{agg}(row) for row in {m}]"
-
-    def draw(r: random.Random) -> str:
-        w = r.randint(2, 3)
-        return repr([[r.randint(0, 9) for _ in range(w)] for _ in range(r.randint(2, 3))])
-
-    return Draft(prog, draw, f"Returns the {agg} of every row.")
-
-
-# One-line programs: a small model can learn to trace these, so the first tasks of a run are solvable at all.
-def _string_op(rng: random.Random) -> Draft:
-    s = _name(rng, "s", "word")
-    body, what = rng.choice([(f"{s}.upper()", "Upper-cases the word."), (f"{s}[::-1]", "Reverses the word."),
-                             (f"{s} + {s}", "Repeats the word twice."), (f"{s}[0] + {s}[-1]",
-                                                                         "Returns the first and last letters."),
-                             (f"len({s})", "Returns the length of the word."),
-                             (f"{s}.capitalize()", "Capitalizes the word.")])
-    return Draft(f"def f({s}):\n    return {body}", lambda r: repr(_word(r)), what)
-
-
-def _arithmetic(rng: random.Random) -> Draft:
-    x, k = _name(rng, "x", "n"), rng.randint(2, 9)
-    body, what = rng.choice([(f"{x} + {k}", f"Adds {k}."), (f"{x} * {k}", f"Multiplies by {k}."),
-                             (f"{x} - {k}", f"Subtracts {k}."), (f"{x} * {x}", "Squares the number."),
-                             (f"{x} // {k}", f"Divides by {k}, rounding down."), (f"{x} % {k}", f"Remainder by {k}.")])
-    return Draft(f"def f({x}):\n    return {body}", lambda r: str(r.randint(0, 30)), what)
-
-
-def _list_op(rng: random.Random) -> Draft:
-    xs = _name(rng, "xs", "nums")
-    body, what = rng.choice([(f"sum({xs})", "Sums the list."), (f"max({xs})", "Returns the largest number."),
-                             (f"sorted({xs})", "Sorts the list."), (f"{xs}[::-1]", "Reverses the list."),
-                             (f"len({xs})", "Counts the items."), (f"{xs}[0] + {xs}[-1]",
-                                                                  "Adds the first and last numbers.")])
-    return Draft(f"def f({xs}):\n    return {body}", lambda r: repr(_ints(r, 2, 5, 0, 9)), what)
-
-
-def _dict_op(rng: random.Random) -> Draft:
-    d = _name(rng, "d", "table")
-    body, what = rng.choice([(f"sorted({d})", "Lists the keys, sorted."), (f"sum({d}.values())", "Sums the values."),
-                             (f"len({d})", "Counts the keys."), (f"max({d}.values())", "Returns the largest value.")])
-
-    def draw(r: random.Random) -> str:
-        return repr({k: r.randint(0, 9) for k in r.sample(WORDS, r.randint(2, 3))})
-
-    return Draft(f"def f({d}):\n    return {body}", draw, what)
-
-
-def _count_up(rng: random.Random) -> Draft:
-    n, k = _name(rng, "n", "x"), rng.randint(1, 3)
-    prog = f"def f({n}):\n    total = 0\n    for i in range({n}):\n        total += {k}\n    return total"
-    return Draft(prog, lambda r: str(r.randint(0, 9)), f"Adds {k} once per number below n.")
-
-
-TEMPLATES: dict[str, Template] = {t.name: t for t in [
-    Template("reverse_words", frozenset({"string", "comprehension"}), _reverse_words),
-    Template("shift_letters", frozenset({"string", "loop"}), _shift_letters),
-    Template("count_letters", frozenset({"string", "loop"}), _count_letters),
-    Template("alternate_case", frozenset({"string", "comprehension"}), _alternate_case),
-    Template("run_length", frozenset({"string", "loop"}), _run_length),
-    Template("palindrome", frozenset({"string"}), _palindrome),
-    Template("running", frozenset({"list", "loop"}), _running),
-    Template("filter_map", frozenset({"list", "comprehension"}), _filter_map),
-    Template("differences", frozenset({"list", "comprehension"}), _differences),
-    Template("window", frozenset({"list", "loop"}), _window),
-    Template("rotate", frozenset({"list"}), _rotate),
-    Template("dedupe", frozenset({"list", "loop"}), _dedupe),
-    Template("split_parity", frozenset({"list", "loop"}), _split_parity),
-    Template("char_counts", frozenset({"string", "dict", "loop"}), _char_counts),
-    Template("group_by_length", frozenset({"dict", "list", "loop"}), _group_by_length),
-    Template("invert", frozenset({"dict", "comprehension"}), _invert),
-    Template("word_lengths", frozenset({"dict", "string", "comprehension"}), _word_lengths),
-    Template("keys_above", frozenset({"dict", "comprehension"}), _keys_above),
-    Template("digit_sum", frozenset({"recursion"}), _digit_sum),
-    Template("fib", frozenset({"recursion"}), _fib),
-    Template("flatten", frozenset({"recursion", "list", "loop"}), _flatten),
-    Template("gcd", frozenset({"recursion"}), _gcd),
-    Template("reverse_rec", frozenset({"recursion", "string"}), _reverse_rec),
-    Template("collatz", frozenset({"loop"}), _collatz),
-    Template("divisors", frozenset({"list", "comprehension"}), _divisors),
-    Template("row_sums", frozenset({"list", "comprehension"}), _row_sums),
-    # three turns each: about 40% of the warm start's programs are one-liners a 135M model can learn to trace
-    Template("string_op", frozenset({"string"}), _string_op, weight=3),
-    Template("arithmetic", frozenset(), _arithmetic, weight=3),
-    Template("list_op", frozenset({"list"}), _list_op, weight=3),
-    Template("dict_op", frozenset({"dict"}), _dict_op, weight=3),
-    Template("count_up", frozenset({"loop"}), _count_up, weight=3),
-]}
-
-# The held-out split (spec 13): templates the warm start never uses, one or more per construct, so an evaluation on
-# them measures what self-play taught rather than what the warm start showed.
-HELDOUT_TEMPLATES = ("alternate_case", "window", "invert", "gcd", "collatz", "reverse_rec")
-WARM_TEMPLATES = tuple(name for name in TEMPLATES if name not in HELDOUT_TEMPLATES)
-
-
-def templates_of(split: str) -> tuple[str, ...]:
-    """The template names of a split: `warm` (the warm start's) or `heldout` (never used by it)."""
-    if split not in SPLITS:
-        raise ValueError(f"unknown split {split!r}; allowed: {list(SPLITS)}")
-    return WARM_TEMPLATES if split == "warm" else HELDOUT_TEMPLATES
 
 
 # ---------------------------------------------------------------- programs
@@ -534,8 +207,6 @@ def format_examples(tasks: dict[str, list[tuple[SeedProgram, Triplet]]], n: int,
     tasks of that type as references, or the program for code_f; the answer proposes the example's program); the
     rest are student answers to the task (the verifier's output for code_o, the task's input for code_i, the
     program for code_f). Roles interleave evenly and task types take turns within each role."""
-    from populora.tasks.prompts import student_messages, teacher_messages
-
     types = [tt for tt in TASK_TYPES if tasks.get(tt)]
     if not types:
         raise ValueError("format_examples needs verified tasks of at least one task type")

@@ -14,6 +14,7 @@ generators, the nonce, the epilogue) can change nothing but its own values. In v
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -28,7 +29,7 @@ from populora.tasks.parsing import (
     rename_entry,
     strip_fence,
 )
-from populora.tasks.rules import arguments_violation, expression_violation, program_violation
+from populora.tasks.rules import Violation, arguments_violation, expression_violation, program_violation
 from populora.tasks.triplet import TASK_TYPES, Triplet
 
 # Executor statuses -> proposal rejection reasons (spec 3.5).
@@ -180,10 +181,7 @@ def validate_proposals(proposals: list[Proposal], settings: ValidationSettings, 
     for idx, p in enumerate(proposals):
         try:
             item = _parse_proposal(p, settings)
-        except ParseError as e:
-            verdicts[idx] = Validation(p.proposal_id, False, e.reason, e.detail)
-            continue
-        except _Reject as e:
+        except (ParseError, _Reject) as e:
             verdicts[idx] = Validation(p.proposal_id, False, e.reason, e.detail)
             continue
         calls = [f"f({text})" for text in item.inputs]
@@ -221,6 +219,17 @@ def _gold_values(texts: list[str]) -> list[Any]:
     return values
 
 
+def _prediction(answer: str, rule: Callable[[str, str], Violation | None], what: str,
+                settings: ValidationSettings) -> str:
+    """A student's predicted output or input, unfenced; _Reject(malformed) when it breaks `rule` (only a syntax
+    error counts when restricted expressions are off by config)."""
+    pred = strip_fence(answer)
+    bad = rule(pred, what)
+    if bad and (settings.restricted_expressions or bad.reason == "syntax_error"):
+        raise _Reject("malformed", f"{bad.reason}: {bad.detail}")
+    return pred
+
+
 def _attempt_job(a: Attempt, settings: ValidationSettings) -> tuple[Job, list[Any], list[str]]:
     """The job that runs one attempt, with the gold values (and their texts) its values are compared with;
     raises _Reject(malformed) for an answer that breaks the rules, _Reject(verifier_error) for a bad task."""
@@ -228,10 +237,7 @@ def _attempt_job(a: Attempt, settings: ValidationSettings) -> tuple[Job, list[An
     answer = extract_answer(a.response_text, require_think=True)
     job_id = f"{a.attempt_id}#check"
     if t.task_type == "code_o":
-        pred = strip_fence(answer)
-        bad = expression_violation(pred, "predicted output")
-        if bad and (settings.restricted_expressions or bad.reason == "syntax_error"):
-            raise _Reject("malformed", f"{bad.reason}: {bad.detail}")
+        pred = _prediction(answer, expression_violation, "predicted output", settings)
         gold = t.outputs[:1]
         if settings.restricted_expressions:
             # the prediction is model-written: evaluated in a job of its own that runs nothing else (spec 2)
@@ -239,10 +245,7 @@ def _attempt_job(a: Attempt, settings: ValidationSettings) -> tuple[Job, list[An
         # unrestricted (off by config): the prediction may use any builtin, so it is evaluated as a call
         return Job(job_id, "", calls=[pred], timeout_s=settings.timeout_s), _gold_values(gold), gold
     if t.task_type == "code_i":
-        pred = strip_fence(answer)
-        bad = arguments_violation(pred, "predicted input")
-        if bad and (settings.restricted_expressions or bad.reason == "syntax_error"):
-            raise _Reject("malformed", f"{bad.reason}: {bad.detail}")
+        pred = _prediction(answer, arguments_violation, "predicted input", settings)
         gold = t.outputs[:1]
         return Job(job_id, t.program, calls=[f"f({pred})"], timeout_s=settings.timeout_s), _gold_values(gold), gold
     half = len(t.inputs) // 2

@@ -19,9 +19,10 @@ import torch
 from torch import nn
 
 from populora.adapters import AdapterHost, peft_init_weights
+from populora.records import UpdateStats
 from populora.store import AdapterRef, AdapterVersion, ArtifactStore, lora_config_dict
 from services.trainer.optim import AdapterAdamW
-from services.trainer.trr import Rollout, StepStats, TrrSettings, UpdateJob, trr_update
+from services.trainer.trr import Rollout, TrrSettings, UpdateJob, trr_update
 from services.trainer.warmstart import FitSettings, SftRow, WarmStartCache, fit_digest, sft_fit
 
 TRAINER_KIND = "trainer"
@@ -237,7 +238,7 @@ class AdapterPool:
                             f"for version {version}; send rollouts made with v{held.version}")
         return held
 
-    def replay(self, item: UpdateItem) -> tuple[AdapterRef, StepStats] | None:
+    def replay(self, item: UpdateItem) -> tuple[AdapterRef, UpdateStats] | None:
         """The result of an update already made (a retried request): the held version was made from this request."""
         held = self.held.get(item.adapter_id)
         if held is None or held.version != item.version + 1:
@@ -245,9 +246,9 @@ class AdapterPool:
         meta = self._read(self.store.ref(held.adapter_id, held.version))[0].meta
         if meta.get("request_digest") != request_digest(item):
             return None
-        return self.store.ref(held.adapter_id, held.version), StepStats(**meta.get("stats", {}))
+        return self.store.ref(held.adapter_id, held.version), UpdateStats(**meta.get("stats", {}))
 
-    def update(self, items: Sequence[UpdateItem], batched: bool) -> list[tuple[AdapterRef, StepStats]]:
+    def update(self, items: Sequence[UpdateItem], batched: bool) -> list[tuple[AdapterRef, UpdateStats]]:
         """One TRR++ step per item's adapter, all in one pass when `batched`; writes and returns the new versions.
 
         All or nothing: on any failure every adapter's weights and optimizer state go back to where they were.

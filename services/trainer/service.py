@@ -17,11 +17,12 @@ from populora.config import ALL_TARGET_MODULES, ROLES, TASK_TYPES, Config
 from populora.metrics import BATCH_SIZE, TOKENS, TOKENS_PER_S
 from populora.models import cache_dir, torch_threads
 from populora.pb import trainer_pb2
+from populora.records import UpdateStats
 from populora.rpc import CONTRACTS, ServiceError, invalid, precondition, ref_from_pb, ref_to_pb
 from populora.store import ArtifactStore, StoreError, validate_adapter_id
 from populora.tasks.prompts import chat_token_ids
 from services.trainer.pool import AdapterPool, OptimizerSettings, PoolError, UpdateItem
-from services.trainer.trr import Rollout, StepStats, TrrSettings
+from services.trainer.trr import Rollout, TrrSettings
 from services.trainer.warmstart import FitSettings, SftRow, WarmStartCache, base_identity
 
 log = logging.getLogger(__name__)
@@ -312,7 +313,7 @@ class TrainerService:
             raise invalid(f"role {role!r} is not one of {list(ROLES)}")
         return role
 
-    def _record(self, items: list[UpdateItem], stats: list[StepStats]) -> None:
+    def _record(self, items: list[UpdateItem], stats: list[UpdateStats]) -> None:
         if not stats:
             return
         tokens = sum(s.tokens for s in stats)
@@ -325,7 +326,7 @@ class TrainerService:
                      it.version + 1, s.loss, s.grad_norm, s.tokens, s.seconds, extra={"adapter_id": it.adapter_id})
 
 
-def _stats_pb(s: StepStats) -> trainer_pb2.UpdateStats:
+def _stats_pb(s: UpdateStats) -> trainer_pb2.UpdateStats:
     return trainer_pb2.UpdateStats(loss=s.loss, grad_norm=s.grad_norm, mean_abs_advantage=s.mean_abs_advantage,
                                    tokens=s.tokens, seconds=s.seconds, rollouts=s.rollouts)
 

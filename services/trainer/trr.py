@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import torch
 
 from populora.adapters import AdapterHost
+from populora.records import UpdateStats
 from services.trainer.logprobs import DEFAULT_CHUNK_TOKENS, token_logprobs
 
 log = logging.getLogger(__name__)
@@ -58,18 +59,6 @@ class UpdateJob:
     rollouts: list[Rollout]
     params: list[torch.nn.Parameter]
     optimizer: torch.optim.Optimizer
-
-
-@dataclass
-class StepStats:
-    """What one adapter's update did (the proto's UpdateStats)."""
-
-    loss: float = 0.0
-    grad_norm: float = 0.0
-    mean_abs_advantage: float = 0.0
-    tokens: int = 0
-    rollouts: int = 0
-    seconds: float = 0.0
 
 
 # ---------------------------------------------------------------- advantages (spec §5)
@@ -218,7 +207,7 @@ def token_objective(logp: torch.Tensor, old_logp: torch.Tensor | None, adv: torc
 
 
 def trr_update(policy: AdapterHost, jobs: Sequence[UpdateJob], settings: TrrSettings,
-               device: torch.device) -> list[StepStats]:
+               device: torch.device) -> list[UpdateStats]:
     """One TRR++ update of every job's adapter, all rows in shared passes (spec §5).
 
     loss_a = - (1/N_a) sum_{t in responses of a} A_t log pi_a(y_t) - c_ent (1/N_a) sum_t H_t,
@@ -232,8 +221,8 @@ def trr_update(policy: AdapterHost, jobs: Sequence[UpdateJob], settings: TrrSett
     if settings.entropy_coef == 0:  # A = 0 rows add exactly nothing to loss or gradient: no pass for them
         rows = [r for r in rows if r.advantage != 0]
     batches = pack(rows, settings.micro_batch_tokens)
-    stats = [StepStats(rollouts=len(job.rollouts), tokens=sum(len(r.response) for r in job.rollouts),
-                       mean_abs_advantage=float(adv.abs().mean())) for job, adv in zip(jobs, advantages, strict=True)]
+    mean_abs_advantage = [float(adv.abs().mean()) for adv in advantages]
+    loss, grad_norm = [0.0] * len(jobs), [0.0] * len(jobs)  # reported from the first epoch
     use_old = settings.epochs > 1
     with policy.layer_checkpointing(settings.activation_checkpointing):  # one layer's activations at a time
         for epoch in range(settings.epochs):
@@ -256,11 +245,11 @@ def trr_update(policy: AdapterHost, jobs: Sequence[UpdateJob], settings: TrrSett
                 job.optimizer.step()
                 job.optimizer.zero_grad(set_to_none=True)
                 if epoch == 0:
-                    stats[j].loss, stats[j].grad_norm = float(losses[j]), float(norm)
+                    loss[j], grad_norm[j] = float(losses[j]), float(norm)
     seconds = time.perf_counter() - start
-    for s in stats:
-        s.seconds = seconds
-    return stats
+    return [UpdateStats(loss=loss[j], grad_norm=grad_norm[j], mean_abs_advantage=mean_abs_advantage[j],
+                        tokens=sum(len(r.response) for r in job.rollouts), seconds=seconds, rollouts=len(job.rollouts))
+            for j, job in enumerate(jobs)]
 
 
 def _old_logprobs(mb: MicroBatch, logp: torch.Tensor) -> torch.Tensor:

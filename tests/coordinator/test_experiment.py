@@ -165,7 +165,8 @@ def test_an_arm_is_finished_when_its_metrics_reach_its_limits(tmp_path):
 
 
 def test_a_done_evaluation_is_read_back_not_redone(tmp_path):
-    from coordinator.experiment import arm_state, eval_path, eval_settings, evaluate_arms
+    from coordinator.evalfiles import eval_path
+    from coordinator.experiment import arm_state, eval_settings, evaluate_arms
 
     exp = plan(_cfg(tmp_path), "e1", [1], ["humaneval"], limit=2)
     for arm in exp.arms:
@@ -174,7 +175,7 @@ def test_a_done_evaluation_is_read_back_not_redone(tmp_path):
         (run_dir / "metrics.jsonl").write_text(json.dumps({"step": 3, "compute_cumulative": {"tokens": 5100}}) + "\n")
         assert arm_state(arm) == {"step": 3, "tokens": 5100}
         for benchmark in exp.benchmarks:
-            path = eval_path(exp, arm.run_id, benchmark)
+            path = eval_path(exp.out_dir, arm.run_id, benchmark)
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps({"benchmark": benchmark, "settings": eval_settings(exp),
                                         "trained": arm_state(arm), "results": []}))

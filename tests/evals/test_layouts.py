@@ -11,8 +11,9 @@ import json
 import pytest
 
 from coordinator.cli import main
-from populora.evals.benchmarks import Problem, load_problems
+from populora.evals.benchmarks import load_problems
 from populora.evals.evalplus import with_expected
+from populora.evals.problem import Problem
 from populora.evals.scoring import SCORERS, Answer, check_references, run_programs
 
 MEAN_PROMPT = 'def mean(xs):\n    """The arithmetic mean of a non-empty list of numbers."""\n'

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from populora.evals.benchmarks import Problem, load_problems
+from populora.evals.benchmarks import load_problems
+from populora.evals.problem import Problem
 from populora.evals.prompts import (
     COMPLETION_STOP,
     chat_messages,

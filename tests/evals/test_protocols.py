@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from populora.evals.benchmarks import Problem, load_problems
+from populora.evals.benchmarks import load_problems
 from populora.evals.harness import EvalTarget, _request, target_protocol
+from populora.evals.problem import Problem
 from populora.evals.prompts import (
     CRUXEVAL_STOP,
     DESCRIPTION_STOP,

@@ -8,8 +8,9 @@ import math
 
 import pytest
 
-from populora.evals.benchmarks import Problem, load_problems
+from populora.evals.benchmarks import load_problems
 from populora.evals.harness import materialise
+from populora.evals.problem import Problem
 from populora.evals.scoring import SCORERS, Answer, canonical_program, ks_for, pass_at_k, run_programs
 from populora.tasks.seedgen import solution_text
 from populora.tasks.triplet import Triplet

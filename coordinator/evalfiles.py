@@ -1,0 +1,31 @@
+"""The on-disk layout of an experiment's evaluations: `evals/<run>.<benchmark>.json` under the experiment's
+directory, one file per arm run and benchmark (the layout `populora eval --out` writes), each written whole."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+def eval_path(out_dir: Path, run_id: str, benchmark: str) -> Path:
+    """Where one arm run's scores on one benchmark are kept, under the experiment's directory `out_dir`."""
+    return out_dir / "evals" / f"{run_id}.{benchmark}.json"
+
+
+def write_json(path: Path, data: dict) -> None:
+    """`data` as indented, key-sorted JSON, replacing `path` in one rename, so a stop never leaves half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    tmp.replace(path)
+
+
+def load_evals(out_dir: Path, run_ids: list[str], benchmarks: list[str]) -> dict[str, dict[str, dict]]:
+    """{run_id: {benchmark: scores}} of every evaluation of these runs on disk."""
+    out: dict[str, dict[str, dict]] = {}
+    for run_id in run_ids:
+        for benchmark in benchmarks:
+            path = eval_path(out_dir, run_id, benchmark)
+            if path.exists():
+                out.setdefault(run_id, {})[benchmark] = json.loads(path.read_text())
+    return out
