@@ -20,12 +20,12 @@ and identical_scores (the batched and one-by-one scores agree), seconds, tokens 
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from bench.harness import emit, load_average, timed
 
 RANK = 16
 
@@ -102,9 +102,8 @@ def main(argv: list[str] | None = None) -> int:
             every = load_problems("humaneval")
             problems = every[:args.limit]
 
-            start = time.perf_counter()
-            canon = run_programs(services.sandbox, [(q.id, q, canonical_program(q)) for q in every], 10.0)
-            canon_s = time.perf_counter() - start
+            canon_s, canon = timed(run_programs, services.sandbox, [(q.id, q, canonical_program(q)) for q in every],
+                                   10.0)
 
             _timed(services, targets, problems[:1], 8, chat)  # warm-up: every adapter loaded, both sides alike
             batched_s, batched, b_seen = _timed(services, targets, problems, args.max_new_tokens, chat)
@@ -132,12 +131,12 @@ def main(argv: list[str] | None = None) -> int:
         "identical_scores": [r.to_json() for r in batched] == [r.to_json() for r in one],
         "seconds_batched": round(batched_s, 1), "seconds_one_by_one": round(one_s, 1),
         "cpu_seconds_batched": round(b_seen["cpu_s"], 1), "cpu_seconds_one_by_one": round(o_seen["cpu_s"], 1),
-        "load_average_1m": round(os.getloadavg()[0], 2),
+        "load_average_1m": load_average(),
         "tokens_batched": b_seen["tokens"], "tokens_one_by_one": o_seen["tokens"],
         "scoring_seconds_batched": round(b_seen["score_s"], 2), "scoring_jobs_batched": b_seen["jobs"],
         "mean_pass_at_1": round(sum(r.pass_at_1 for r in batched) / len(batched), 4),
     }
-    print(json.dumps(out, indent=1))
+    emit(out, indent=1)
     return 0
 
 
