@@ -25,16 +25,15 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.harness import emit, load_average, timed
+from bench.harness import emit, load_average, random_adapters, timed
 
 RANK = 16
 
 
 def _services(cfg, root: Path, n_adapters: int):
     from populora.config import ALL_TARGET_MODULES
-    from populora.lora import random_lora_weights
     from populora.models import load_from_config
-    from populora.store import ArtifactStore, lora_config_dict
+    from populora.store import ArtifactStore
     from services.inference.hf import HfBackend
     from services.inference.service import InferenceService
     from services.sandbox.backends import make_executor
@@ -42,9 +41,8 @@ def _services(cfg, root: Path, n_adapters: int):
 
     base = load_from_config(cfg)
     store = ArtifactStore(root)
-    config = lora_config_dict(RANK, 2.0 * RANK, ALL_TARGET_MODULES, cfg.model.name)
-    refs = [store.save(f"bench.A{i}", random_lora_weights(base.model, ALL_TARGET_MODULES, RANK, seed=i, std=0.01),
-                       config, meta={"base_model": cfg.model.name}) for i in range(n_adapters)]
+    refs = random_adapters(store, base.model, ALL_TARGET_MODULES, RANK, n_adapters, "bench.A",
+                           base_model=cfg.model.name, meta={"base_model": cfg.model.name})
     g = cfg.generation
     backend = HfBackend(base, store, ALL_TARGET_MODULES, max_rank=RANK, max_batch=g.max_batch,
                         max_resident=max(n_adapters, g.max_resident_adapters), chat_template=cfg.model.chat_template,

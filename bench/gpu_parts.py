@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 
 from bench.gpu_model import N_ADAPTERS, RANK, TARGETS, Shape, free, lora_layer, sync
-from bench.harness import Reporter, best_of
+from bench.harness import Reporter, best_of, random_adapters
 
 TOPICS = ["reverse a string", "sum of squares", "count vowels", "fibonacci numbers", "merge two sorted lists",
           "remove duplicates", "binary search", "the greatest common divisor", "is a number prime",
@@ -27,20 +27,15 @@ def chat(j: int) -> list[dict[str, str]]:
 
 
 def bench_generation(base, shape: Shape, args, report: Reporter, device) -> None:
-    from populora.lora import random_lora_weights
-    from populora.store import ArtifactStore, lora_config_dict
+    from populora.store import ArtifactStore
     from services.inference.hf import HfBackend
 
     k, new_tokens = args.rows_per_adapter or shape.rows_per_adapter, args.new_tokens or shape.new_tokens
-    config = lora_config_dict(RANK, 2.0 * RANK, TARGETS)
     with tempfile.TemporaryDirectory(prefix="bench-gpu-") as tmp:
         store = ArtifactStore(tmp)
-        refs = []
-        for i in range(N_ADAPTERS):
-            # bfloat16 as the trainer's GPU adapters compute; std 0.01 keeps the random model's activations finite
-            weights = {key: t.to(base.model.dtype)
-                       for key, t in random_lora_weights(base.model, TARGETS, RANK, seed=i, std=0.01).items()}
-            refs.append(store.save(f"gpu-{i}", weights, config))
+        # in the model's dtype (bfloat16 on a GPU, as the trainer's GPU adapters compute); std 0.01 keeps the random
+        # model's activations finite
+        refs = random_adapters(store, base.model, TARGETS, RANK, N_ADAPTERS, "gpu-", dtype=base.model.dtype)
         backend = HfBackend(base, store, TARGETS, max_rank=RANK, max_batch=N_ADAPTERS * k, max_resident=N_ADAPTERS)
         try:
             wall, produced = _generate_sides(backend, refs, k, new_tokens, args, device)

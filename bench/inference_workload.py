@@ -8,6 +8,8 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.harness import random_adapters
+
 N_ADAPTERS = 8
 RANK = 32
 STEP = 1  # the step the batches are seeded for
@@ -31,14 +33,10 @@ SUFFIX = {"large": "", "small": "_small"}
 
 def make_store(model, root: Path):
     from populora.config import ALL_TARGET_MODULES
-    from populora.lora import random_lora_weights
-    from populora.store import ArtifactStore, lora_config_dict
+    from populora.store import ArtifactStore
 
     store = ArtifactStore(root)
-    config = lora_config_dict(RANK, 2.0 * RANK, ALL_TARGET_MODULES)
-    refs = [store.save(f"bench-{i}", random_lora_weights(model, ALL_TARGET_MODULES, RANK, seed=i, std=0.01), config)
-            for i in range(N_ADAPTERS)]
-    return store, refs
+    return store, random_adapters(store, model, ALL_TARGET_MODULES, RANK, N_ADAPTERS, "bench-")
 
 
 def bench_config(model: str, workdir: Path, new_tokens: int):
