@@ -30,6 +30,9 @@ object is printed to stdout at the end. Keys:
 Every side is warmed the same way (one untimed run of exactly the timed call); timed runs are repeated --repeats
 times in turn and the fastest counts; CUDA is synchronised around every timing. Targets apply to
 --shape qwen2.5-7b on an H200. `--shape tiny` (2 layers, hidden 64, float32) runs on a CPU in seconds.
+
+This module is the entry (what must be installed, the options, the order of the parts); the model and the shapes
+are bench/gpu_model.py, the three parts bench/gpu_parts.py.
 """
 
 from __future__ import annotations

@@ -33,6 +33,9 @@ torch's default unless --threads; `loop_threads` is the loop's (-1: the cores ot
 before each batch). `targets_met` checks lora_overhead <= 1.25, lora_overhead_small <= 1.6, mixed_vs_peft(_small)
 >= 1.2, rss_mb_per_extra_adapter <= 1.2 adapter_mb and loop_vs_bench(_small) >= 0.8. When .venv-vllm exists
 (make test-vllm), vllm_cpu_mixed_tokens_per_s: vLLM for CPU, bf16, the large workload.
+
+This module is the entry (its options, the targets, vLLM in its own virtualenv); the batches are built in
+bench/inference_workload.py and timed by the engines of bench/inference_engines.py.
 """
 
 from __future__ import annotations
