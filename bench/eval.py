@@ -20,21 +20,20 @@ and identical_scores (the batched and one-by-one scores agree), seconds, tokens 
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from bench.harness import emit, load_average, random_adapters, timed
 
 RANK = 16
 
 
 def _services(cfg, root: Path, n_adapters: int):
     from populora.config import ALL_TARGET_MODULES
-    from populora.lora import random_lora_weights
     from populora.models import load_from_config
-    from populora.store import ArtifactStore, lora_config_dict
+    from populora.store import ArtifactStore
     from services.inference.hf import HfBackend
     from services.inference.service import InferenceService
     from services.sandbox.backends import make_executor
@@ -42,9 +41,8 @@ def _services(cfg, root: Path, n_adapters: int):
 
     base = load_from_config(cfg)
     store = ArtifactStore(root)
-    config = lora_config_dict(RANK, 2.0 * RANK, ALL_TARGET_MODULES, cfg.model.name)
-    refs = [store.save(f"bench.A{i}", random_lora_weights(base.model, ALL_TARGET_MODULES, RANK, seed=i, std=0.01),
-                       config, meta={"base_model": cfg.model.name}) for i in range(n_adapters)]
+    refs = random_adapters(store, base.model, ALL_TARGET_MODULES, RANK, n_adapters, "bench.A",
+                           base_model=cfg.model.name, meta={"base_model": cfg.model.name})
     g = cfg.generation
     backend = HfBackend(base, store, ALL_TARGET_MODULES, max_rank=RANK, max_batch=g.max_batch,
                         max_resident=max(n_adapters, g.max_resident_adapters), chat_template=cfg.model.chat_template,
@@ -102,9 +100,8 @@ def main(argv: list[str] | None = None) -> int:
             every = load_problems("humaneval")
             problems = every[:args.limit]
 
-            start = time.perf_counter()
-            canon = run_programs(services.sandbox, [(q.id, q, canonical_program(q)) for q in every], 10.0)
-            canon_s = time.perf_counter() - start
+            canon_s, canon = timed(run_programs, services.sandbox, [(q.id, q, canonical_program(q)) for q in every],
+                                   10.0)
 
             _timed(services, targets, problems[:1], 8, chat)  # warm-up: every adapter loaded, both sides alike
             batched_s, batched, b_seen = _timed(services, targets, problems, args.max_new_tokens, chat)
@@ -132,12 +129,12 @@ def main(argv: list[str] | None = None) -> int:
         "identical_scores": [r.to_json() for r in batched] == [r.to_json() for r in one],
         "seconds_batched": round(batched_s, 1), "seconds_one_by_one": round(one_s, 1),
         "cpu_seconds_batched": round(b_seen["cpu_s"], 1), "cpu_seconds_one_by_one": round(o_seen["cpu_s"], 1),
-        "load_average_1m": round(os.getloadavg()[0], 2),
+        "load_average_1m": load_average(),
         "tokens_batched": b_seen["tokens"], "tokens_one_by_one": o_seen["tokens"],
         "scoring_seconds_batched": round(b_seen["score_s"], 2), "scoring_jobs_batched": b_seen["jobs"],
         "mean_pass_at_1": round(sum(r.pass_at_1 for r in batched) / len(batched), 4),
     }
-    print(json.dumps(out, indent=1))
+    emit(out, indent=1)
     return 0
 
 

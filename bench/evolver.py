@@ -15,11 +15,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
-from pathlib import Path
+
+from bench.harness import cores, emit, load_average, module_command, peak_mb, run_json, status_mb
 
 HIDDEN, INTERMEDIATE, KV = 3584, 18944, 512
 # (module suffix, d_in, d_out) of one Qwen2.5-7B decoder layer.
@@ -53,13 +53,6 @@ def make_parent(store, adapter_id: str, layers: int, rank: int, seed: int,
                meta={"epsilon": 0.1})
 
 
-def _rss_mb(field: str) -> float:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
-
-
 def worker(store_root: str, operator: str, seed: int) -> dict:
     """One Breed through the service, in this (fresh) process."""
     import torch  # noqa: F401 - imported before the baseline is taken
@@ -70,7 +63,7 @@ def worker(store_root: str, operator: str, seed: int) -> dict:
     from services.evolver.operators import OPERATORS
     from services.evolver.service import EvolverService
 
-    baseline = _rss_mb("VmRSS")
+    baseline = status_mb("VmRSS")
     service = EvolverService(ArtifactStore(store_root), EvolutionConfig())
     parents = ["P1", "P2"][:OPERATORS[operator].n_parents]
     request = evolver_pb2.BreedRequest(parents=[common_pb2.AdapterRef(adapter_id=p, version=1) for p in parents],
@@ -80,7 +73,7 @@ def worker(store_root: str, operator: str, seed: int) -> dict:
     seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
     return {"seconds": seconds, "cpu_seconds": cpu_seconds, "inner_seconds": response.seconds,
             "baseline_rss_mb": baseline,
-            "peak_rss_mb": _rss_mb("VmHWM"), "relative_change": response.relative_change,
+            "peak_rss_mb": peak_mb(), "relative_change": response.relative_change,
             "effective_rank": response.effective_rank}
 
 
@@ -124,7 +117,7 @@ def run(args: argparse.Namespace) -> dict:
     from services.evolver.operators import OPERATORS
 
     operators = args.operators.split(",") if args.operators else sorted(OPERATORS)
-    load_start = os.getloadavg()[0]
+    load_start = load_average()
     with tempfile.TemporaryDirectory(prefix="bench-evolver-") as tmp:
         store = ArtifactStore(tmp)
         make_parent(store, "P1", args.layers, args.rank, seed=1)
@@ -132,12 +125,9 @@ def run(args: argparse.Namespace) -> dict:
         adapter_mb = (store.version_dir("P1", 1) / ADAPTER_WEIGHTS).stat().st_size / 2**20
         results = {}
         for op in operators:
-            proc = subprocess.run([sys.executable, "-m", "bench.evolver", "--worker", op, "--store", tmp,
-                                   "--seed", str(args.seed)], capture_output=True, text=True, check=False,
-                                  env={**os.environ, "POPULORA_LOG_JSON": "0"})
-            if proc.returncode != 0:
-                raise RuntimeError(f"worker for {op} failed:\n{proc.stderr[-4000:]}")
-            results[op] = json.loads(proc.stdout.strip().splitlines()[-1])
+            results[op] = run_json(module_command("bench.evolver", "--worker", op, "--store", tmp, "--seed",
+                                                  str(args.seed)), f"worker for {op}",
+                                   env={**os.environ, "POPULORA_LOG_JSON": "0"}, tail=4000)
     dense = dense_estimate(args.layers, args.rank, args.dense_sample)
     seconds = {op: round(r["seconds"], 3) for op, r in results.items()}
     max_seconds = max(seconds.values())
@@ -159,8 +149,8 @@ def run(args: argparse.Namespace) -> dict:
         "targets_met": {"max_seconds<=5": max_seconds <= 5,
                         "speedup_vs_dense>=100": dense["dense_seconds_estimate"] / max_seconds >= 100,
                         "peak_rss_mb<=4*adapter_mb+baseline": peak <= 4 * adapter_mb + baseline},
-        "evolver_threads": EvolutionConfig().threads, "cpus": os.cpu_count(),
-        "load_average_1min": [round(load_start, 2), round(os.getloadavg()[0], 2)],
+        "evolver_threads": EvolutionConfig().threads, "cpus": cores(),
+        "load_average_1min": [load_start, load_average()],
     }
 
 
@@ -178,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.worker:
         print(json.dumps(worker(args.store, args.worker, args.seed)))
         return 0
-    print(json.dumps(run(args), indent=None if args.json else 2))
+    emit(run(args), indent=None if args.json else 2)
     return 0
 
 

@@ -30,6 +30,7 @@ import statistics
 import sys
 import time
 
+from bench.harness import cores, emit, load_averages, process_cpu_s, quantile, timed
 from populora.tasks.jobs import Job
 
 WARMUP_JOBS = 64  # run (and not timed) before the measured jobs
@@ -80,26 +81,6 @@ def benchmark_jobs(total: int) -> list[Job]:
     return [Job(f"{j.job_id}#{k}", j.program, j.calls, timeout_s=10.0) for k, j in enumerate(jobs)]
 
 
-def run_timed(run, jobs: list[Job]) -> tuple[float, list]:
-    start = time.perf_counter()
-    results = run(jobs)
-    return time.perf_counter() - start, results
-
-
-def _cpu_seconds(procs) -> float:
-    """CPU time of processes and of the children they reaped (the zygotes reap every job's child)."""
-    import psutil
-
-    total = 0.0
-    for p in procs:
-        try:
-            t = psutil.Process(p.pid if hasattr(p, "pid") else p).cpu_times()
-            total += t.user + t.system + t.children_user + t.children_system
-        except psutil.NoSuchProcess:
-            continue
-    return total
-
-
 def worker_tree_cpu(executor) -> float:
     """CPU time of every process under the executor's workers (the jail, the zygote, its fork server, gVisor's
     sandbox, gofer and stubs) and of the children they reaped. The tree is listed anew at each call, so a process
@@ -113,7 +94,7 @@ def worker_tree_cpu(executor) -> float:
             procs += [root, *root.children(recursive=True)]
         except psutil.NoSuchProcess:
             continue
-    return _cpu_seconds(procs)
+    return process_cpu_s(procs)  # the zygotes reap every job's child: in children times
 
 
 def _pool_job(job: tuple[str, list[str]]) -> tuple[str, list[str], str]:
@@ -138,11 +119,11 @@ def pool_rate(jobs: list[Job], workers: int) -> tuple[float, int]:
     with ctx.Pool(workers) as pool:
         pool.map(_pool_job, [(j.program, j.calls) for j in jobs[:WARMUP_JOBS]])  # warmed like the zygote
         procs = list(pool._pool)
-        cpu0, host0 = _cpu_seconds(procs), time.process_time()
+        cpu0, host0 = process_cpu_s(procs), time.process_time()
         start = time.perf_counter()
         out = pool.map(_pool_job, [(j.program, j.calls) for j in jobs], chunksize=8)
         elapsed = time.perf_counter() - start
-        cpu = _cpu_seconds(procs) - cpu0 + time.process_time() - host0
+        cpu = process_cpu_s(procs) - cpu0 + time.process_time() - host0
     return len(jobs) / elapsed, sum(1 for status, _, _ in out if status == "ok"), cpu / len(jobs)
 
 
@@ -187,7 +168,7 @@ def neighbour_report(executor) -> dict:
     from tests.sandbox.interference_corpus import run_interference
 
     got = run_interference(executor.run)
-    alone, beside = pct(got.seconds_alone, 0.99), pct(got.seconds_beside, 0.99)
+    alone, beside = quantile(got.seconds_alone, 0.99), quantile(got.seconds_beside, 0.99)
     return {"neighbour_jobs": len(got.alone), "neighbour_verdicts_changed": len(got.changed),
             "neighbour_changes": got.changed[:10], "neighbour_p99_ms_alone": round(alone * 1000, 2),
             "neighbour_p99_ms_beside": round(beside * 1000, 2), "neighbour_p99_ratio": round(beside / alone, 2)}
@@ -230,7 +211,7 @@ def gvisor_report(jobs: list[Job], workers: int) -> dict:
     try:
         gv.run(jobs[:WARMUP_JOBS])
         cpu0, host0 = worker_tree_cpu(gv), time.process_time()
-        g_time, g_results = run_timed(gv.run, jobs)
+        g_time, g_results = timed(gv.run, jobs)
         g_cpu = (worker_tree_cpu(gv) - cpu0 + time.process_time() - host0) / len(jobs)
         hostile = hostile_report(gv, gvisor=True)
         cross = cross_job_report(lambda: GvisorExecutor(Limits(timeout_s=5.0), workers=1), prefix="gvisor_")
@@ -251,11 +232,6 @@ def gvisor_report(jobs: list[Job], workers: int) -> dict:
         gv.close()
 
 
-def pct(values: list[float], q: float) -> float:
-    values = sorted(values)
-    return values[min(len(values) - 1, int(round(q * (len(values) - 1))))]
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--json", action="store_true", help="print only the JSON object")
@@ -268,13 +244,13 @@ def main(argv: list[str] | None = None) -> int:
     from services.sandbox.subprocess_backend import SubprocessExecutor
     from services.sandbox.zygote import ZygoteExecutor
 
-    workers = args.workers or os.cpu_count() or 1
+    workers = args.workers or cores()
     jobs = benchmark_jobs(args.jobs)
     zygote = ZygoteExecutor(Limits(timeout_s=10.0), workers=workers)
     try:
         zygote.run(jobs[:WARMUP_JOBS])  # steady state: host threads, zygotes and page cache warmed up
         cpu0, host0 = worker_tree_cpu(zygote), time.process_time()
-        z_time, z_results = run_timed(zygote.run, jobs)
+        z_time, z_results = timed(zygote.run, jobs)
         z_cpu = (worker_tree_cpu(zygote) - cpu0 + time.process_time() - host0) / len(jobs)
         statuses: dict[str, int] = {}
         for r in z_results:
@@ -284,8 +260,8 @@ def main(argv: list[str] | None = None) -> int:
         lat = [r.seconds * 1000 for r in z_results]
         he_only = [j for j in jobs if j.job_id.startswith("he:")]
         sn_only = [j for j in jobs if j.job_id.startswith("az:")]
-        he_time, _ = run_timed(zygote.run, he_only)
-        sn_time, _ = run_timed(zygote.run, sn_only)
+        he_time, _ = timed(zygote.run, he_only)
+        sn_time, _ = timed(zygote.run, sn_only)
         hostile = hostile_report(zygote)
         hacks = reward_hack_report(zygote)
         neighbours = neighbour_report(zygote)
@@ -294,14 +270,14 @@ def main(argv: list[str] | None = None) -> int:
         zygote.close()
     cross = cross_job_report(lambda: ZygoteExecutor(Limits(timeout_s=5.0), workers=1))
     sub = SubprocessExecutor(Limits(timeout_s=10.0), workers=workers)
-    s_time, s_results = run_timed(sub.run, jobs[:args.subprocess_jobs])
+    s_time, s_results = timed(sub.run, jobs[:args.subprocess_jobs])
     gvisor = gvisor_report(jobs[:args.gvisor_jobs], workers)
     pool_per_s, pool_ok, pool_cpu = pool_rate(jobs, workers)
     execs = len(jobs) / z_time
     sub_rate = len(s_results) / s_time
     out = {
         "jobs": len(jobs), "workers": workers, "cores": os.cpu_count(),
-        "execs_per_s": round(execs, 1), "p50_ms": round(statistics.median(lat), 2), "p99_ms": round(pct(lat, 0.99), 2),
+        "execs_per_s": round(execs, 1), "p50_ms": round(statistics.median(lat), 2), "p99_ms": round(quantile(lat, 0.99), 2),
         "humaneval_execs_per_s": round(len(he_only) / he_time, 1), "snippet_execs_per_s": round(len(sn_only) / sn_time, 1),
         "statuses": statuses, "humaneval_ok": he_ok, "humaneval_jobs": he_total,
         "subprocess_execs_per_s": round(sub_rate, 1), "subprocess_jobs": len(s_results),
@@ -313,9 +289,9 @@ def main(argv: list[str] | None = None) -> int:
         "cpu_ms_per_job": round(z_cpu * 1000, 3), "pool_cpu_ms_per_job": round(pool_cpu * 1000, 3),
         "execs_per_cpu_s_x_cores": round(workers / z_cpu, 1), "pool_execs_per_cpu_s_x_cores": round(workers / pool_cpu, 1),
         **hostile, **hacks, **cross, **neighbours, **gvisor, "isolation": isolation,
-        "load_average": [round(x, 2) for x in os.getloadavg()],
+        "load_average": load_averages(),
     }
-    print(json.dumps(out, indent=None if args.json else 2))
+    emit(out, indent=None if args.json else 2)
     return 0
 
 

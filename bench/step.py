@@ -23,6 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench.harness import emit
+
 
 def run_once(mode: str, model: str, proposals: int, workdir: Path, steps: int, extra: list[str]) -> dict:
     """Run seeding + `steps` steps of one arm; the measured steps' metrics as the run wrote them."""
@@ -116,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         "warm_start_cached": [pop["warm_start_cached"], base["warm_start_cached"]],
         "bench_seconds": round(total, 1),
     }
-    print(json.dumps(out, indent=None if args.json else 2))
+    emit(out, indent=None if args.json else 2)
     return 0
 
 

@@ -23,28 +23,18 @@ max_abs_logprob_diff: chunked against whole-logits log-probabilities of the 1,02
 from __future__ import annotations
 
 import argparse
-import ctypes
 import gc
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-import psutil
 import torch
 
-
-def _rss_mb() -> float:
-    gc.collect()
-    try:  # give freed heap pages back, so RSS shows what is held rather than what was once used
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except OSError:
-        pass
-    return psutil.Process().memory_info().rss / 2**20
+from bench.harness import emit, module_command, peak_mb, reset_peak, rss_mb, run_json
 
 
 def _rollouts(n_adapters: int, per_adapter: int, tokens: int, vocab: int, seed: int = 0):
@@ -96,11 +86,11 @@ def run_mode(mode: str, args, workdir: Path, measure_memory: bool) -> dict:
 
     add_and_update(0)
     if measure_memory:
-        out["rss_mb_1_adapter"] = _rss_mb()
+        out["rss_mb_1_adapter"] = rss_mb(trim=True)
     for i in range(1, args.adapters):
         add_and_update(i)
     if measure_memory:
-        out["rss_mb_8_adapters" if args.adapters == 8 else f"rss_mb_{args.adapters}_adapters"] = _rss_mb()
+        out["rss_mb_8_adapters" if args.adapters == 8 else f"rss_mb_{args.adapters}_adapters"] = rss_mb(trim=True)
         n_params = sum(p.numel() for p in svc.pool.held["a0"].params.values())
         elem = next(iter(svc.pool.held["a0"].params.values())).element_size()
         out["lora_params_per_adapter"] = n_params
@@ -146,24 +136,6 @@ def memory_overrides(saving: bool, micro_batch_tokens: int) -> list[str]:
             f"trainer.logprob_chunk_tokens={micro_batch_tokens}", "trainer.mmap_threshold_kb=0"]
 
 
-def _peak_mb() -> float:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    import resource
-
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-def _reset_peak() -> None:
-    gc.collect()
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-        Path("/proc/self/clear_refs").write_text("5")  # VmHWM := current RSS
-    except OSError:  # not Linux: the peak then includes loading, the same in every probe
-        pass
-
-
 def probe(args) -> dict:
     """One update of MEMORY_ADAPTERS adapters whose rows fill one micro-batch of args.probe tokens; its peak RSS."""
     from populora.config import load_config
@@ -190,10 +162,10 @@ def probe(args) -> dict:
             for i, ref in enumerate(refs)])).results]
         req = trainer_pb2.UpdateBatchRequest(updates=[
             trainer_pb2.UpdateRequest(adapter=ref, rollouts=rows[i], seed=0, step=2) for i, ref in enumerate(refs)])
-        before = _rss_mb()
-        _reset_peak()
+        before = rss_mb(trim=True)
+        reset_peak()  # not Linux: the peak includes loading, the same in every probe
         resp = svc.UpdateBatch(req)
-        peak = _peak_mb()
+        peak = peak_mb()
         seconds = max(r.stats.seconds for r in resp.results)
         out = {"micro_batch_tokens": tokens, "settings": args.probe_settings, "peak_mb": peak, "rss_mb_before": before,
                "seconds": seconds, "response_tokens": sum(r.stats.tokens for r in resp.results)}
@@ -221,14 +193,11 @@ def logprob_diff(svc, rollouts) -> float:
 
 def run_probe(args, tokens: int, settings: str) -> dict:
     """`probe` in a fresh Python process (peaks of different settings never mix)."""
-    cmd = [sys.executable, "-m", "bench.trainer", "--probe", str(tokens), "--probe-settings", settings,
-           "--model", args.model, "--rank", str(args.rank), "--device", args.device]
+    cmd = module_command("bench.trainer", "--probe", str(tokens), "--probe-settings", settings,
+                         "--model", args.model, "--rank", str(args.rank), "--device", args.device)
     if args.threads:
         cmd += ["--threads", str(args.threads)]
-    done = subprocess.run(cmd, capture_output=True, text=True, env=os.environ.copy())
-    if done.returncode != 0:
-        raise RuntimeError(f"memory probe ({tokens} tokens, {settings}) failed:\n{done.stderr[-3000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return run_json(cmd, f"memory probe ({tokens} tokens, {settings})", env=os.environ.copy())
 
 
 def memory(args) -> dict:
@@ -289,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
     result.update(memory(args))
     result["targets_met"] = {name: check(result[key]) for name, (key, check) in TARGETS.items()}
     if args.skip_modes:
-        print(json.dumps(result, indent=None if args.json else 2))
+        emit(result, indent=None if args.json else 2)
         return 0
     with tempfile.TemporaryDirectory(prefix="bench-trainer-") as tmp:
         modes = {}
@@ -306,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
                    "sequential": {k: v for k, v in modes["sequential"].items() if k not in mem},
                    "batched": {k: v for k, v in modes["batched"].items() if k not in mem}})
     result["per_adapter_mb_ratio"] = result["per_adapter_mb_measured"] / result["per_adapter_mb_expected"]
-    print(json.dumps(result, indent=None if args.json else 2))
+    emit(result, indent=None if args.json else 2)
     return 0
 
 

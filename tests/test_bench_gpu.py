@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import gpu
+from bench import gpu, gpu_model
 
 ROOT = Path(__file__).resolve().parents[1]
 OPERATORS = ["M1", "M2", "M3", "M4", "X1", "X2", "X3", "X4"]
@@ -115,4 +115,4 @@ def test_qwen_shape_is_qwen25_7b():
     assert (config["hidden_size"], config["intermediate_size"], config["num_hidden_layers"],
             config["num_attention_heads"], config["num_key_value_heads"], config["vocab_size"]) == (
         3584, 18944, 28, 28, 4, 152064)
-    assert gpu.lora_layer(config)[1] == ("self_attn.k_proj", 3584, 512)
+    assert gpu_model.lora_layer(config)[1] == ("self_attn.k_proj", 3584, 512)

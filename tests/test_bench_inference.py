@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import inference
+from bench import inference, inference_engines, inference_workload
 
 ROOT = Path(__file__).resolve().parents[1]
 RATES = ["mixed_tokens_per_s", "base_tokens_per_s", "sequential_tokens_per_s", "mixed_gather_tokens_per_s",
@@ -27,13 +27,14 @@ def planned():
     from populora.store import ArtifactStore
 
     with tempfile.TemporaryDirectory() as tmp:
-        cfg = inference.bench_config("tiny", Path(tmp), 0)
-        run, services = inference.open_run(cfg, ArtifactStore(Path(tmp) / "store"), None)
+        workload = inference_workload
+        cfg = workload.bench_config("tiny", Path(tmp), 0)
+        run, services = workload.open_run(cfg, ArtifactStore(Path(tmp) / "store"), None)
         try:
-            tasks = inference.seed_tasks(run)
-            ids = [f"bench-{i}" for i in range(inference.N_ADAPTERS)]
-            plans = {n: inference.make_workload(run, n, inference.SHAPES[n], ids, tasks) for n in inference.SHAPES}
-            yield run, ids, plans, {n: inference.phase_batches(run, w) for n, w in plans.items()}
+            tasks = workload.seed_tasks(run)
+            ids = [f"bench-{i}" for i in range(workload.N_ADAPTERS)]
+            plans = {n: workload.make_workload(run, n, workload.SHAPES[n], ids, tasks) for n in workload.SHAPES}
+            yield run, ids, plans, {n: workload.phase_batches(run, w) for n, w in plans.items()}
         finally:
             services.close()
 
@@ -46,7 +47,7 @@ def test_batches_are_the_phases_own_with_uneven_rows_per_adapter(planned):
     propose, solve = batches["large"]
     slots = phases.propose_slots(run, large.matched, large.population)
     assert [r.request_id for r in propose] == [s.id for s in slots]
-    expected, _ = phases.teacher_requests(run, large.buffers, slots, inference.STEP)
+    expected, _ = phases.teacher_requests(run, large.buffers, slots, inference_workload.STEP)
     assert [r.messages for r in propose] == [[{"role": m.role, "content": m.content} for m in e.messages]
                                              for e in expected]
     # only the proposals drawn valid are solved, n samples each, by their match's student
@@ -100,5 +101,5 @@ def test_an_unknown_workload_is_refused(capsys):
 
 
 def test_figures_over_rounds_are_all_tokens_over_all_time():
-    runs = [inference.Measured(tokens=100, seconds=1.0), inference.Measured(tokens=100, seconds=3.0)]
-    assert inference.over_runs(runs) == 50.0  # not the mean of 100/s and 33.3/s
+    runs = [inference_engines.Measured(tokens=100, seconds=1.0), inference_engines.Measured(tokens=100, seconds=3.0)]
+    assert inference_engines.over_runs(runs) == 50.0  # not the mean of 100/s and 33.3/s

@@ -3,7 +3,7 @@ and forks its jobs inside it, so a job's system calls reach gVisor's user-space 
 
 A fresh `runsc` per job costs about 1.5 s here; one sandbox per worker pays that once. Inside, no namespace can
 be made (bubblewrap fails under gVisor), so the zygote uses the layers that work there, each checked at start-up
-(zygote.check_layers): its own uid per worker, rlimits, the jail's seccomp filter plus a per-job one against
+(startup_check.check_layers): its own uid per worker, rlimits, the jail's seccomp filter plus a per-job one against
 forking (gVisor does not enforce RLIMIT_NPROC), private job directories. The container itself is the jail: the
 same read-only tree as every other jail (jail.system_tree), a private /tmp, no network, and exactly the
 capabilities of jail.ZYGOTE_CAPABILITIES (the deployment files add SYS_CHROOT for the service's own container,
@@ -21,7 +21,8 @@ import tempfile
 
 from services.sandbox.executor import Limits, SandboxUnavailable
 from services.sandbox.jail import ZYGOTE_CAPABILITIES, Interpreter, jail_env, system_tree
-from services.sandbox.zygote import Launch, ZygoteExecutor, _Worker
+from services.sandbox.zygote import ZygoteExecutor
+from services.sandbox.zygote_worker import Launch, ZygoteWorker
 
 _IDS = itertools.count()
 
@@ -114,7 +115,7 @@ class GvisorExecutor(ZygoteExecutor):
         return ["runsc", "--root", os.path.join(self.state, "root"), "--network=none",
                 f"--platform={self.platform}", "--ignore-cgroups"]
 
-    def _launch(self, worker: _Worker) -> Launch:
+    def _launch(self, worker: ZygoteWorker) -> Launch:
         cid = f"populora-{os.getpid()}-{worker.index}-{next(_IDS)}"
         cmd = [*self._runsc(), "run", "--bundle", os.path.join(self.state, "bundle"), cid]
 

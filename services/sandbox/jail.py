@@ -276,7 +276,7 @@ def _works(cmd: list[str]) -> bool:
 
 def pick_isolation(requested: str) -> str:
     """`auto` -> bwrap when it runs here, else unshare (as root); a named layer must work or it is an error.
-    `gvisor` is taken as stated: the zygote's start-up checks prove its layers (zygote.check_layers)."""
+    `gvisor` is taken as stated: the zygote's start-up checks prove its layers (startup_check.check_layers)."""
     if requested in ("gvisor", "none"):
         return requested
     probe_bwrap = ["bwrap", "--unshare-net", "--unshare-pid", "--ro-bind", "/", "/", "--dev", "/dev", "true"]

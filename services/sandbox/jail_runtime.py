@@ -1,3 +1,9 @@
+# One file, standard library only, and longer than the project's 400 lines on purpose. Every jail binds this single
+# file read-only at /sandbox/jail_runtime.py (jail.system_tree: bubblewrap, unshare's build-root, the gVisor backend's
+# bundle) and runs it with `python -P -S -s`: inside the jail there is no project package to import from and no
+# path but the standard library's. A second module would need a bind of its own in every jail profile and a place
+# on the jobs' sys.path, beside the programs the jail exists to hold. The host imports the same file (encode,
+# remove_tree), so both sides read one definition of the frame and the clean-up.
 """The runtime inside the jail: the zygote, its fork server, the per-job child and the trusted epilogue.
 
 Standard library only. In a jail this file is `/sandbox/jail_runtime.py`, run by the interpreter bound at

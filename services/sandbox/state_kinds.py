@@ -3,13 +3,13 @@ integer `s` behind by that kind alone (and by every route the kind offers: its o
 process group, its uid), and `get()` is what a later job on the same worker would run to find it (None when it
 finds nothing). A kind is closed when no `get` ever finds what a `put` left.
 
-The sandbox's start-up check (zygote.check_state) runs one job that puts a secret by every kind and a second job
-that looks for each: a worker whose second job finds anything does not start. The cross-job corpus
+The sandbox's start-up check (startup_check.check_state) runs one job that puts a secret by every kind and a second job
+that looks for each (state_programs.py makes those programs and the pairs of the corpus): a worker whose second job finds anything does not start. The cross-job corpus
 (tests/sandbox/cross_job_corpus.py) runs the same kinds as pairs through the production validate_proposals /
 check_answers. docs/sandbox.md has the table: each kind, how it is closed in each configuration, and its test.
 
-Fragments are stdlib-only Python, methods of one class (a code_f program has exactly one top-level def), and
-never raise: any failure of `put` is swallowed, and `get` returns None on any failure. x86_64 system-call numbers
+Fragments are stdlib-only Python, methods of one class (a code_f program has exactly one top-level def) that also
+holds the helpers they share (K.bound, K.readable: state_programs.HELPERS), and never raise: any failure of `put` is swallowed, and `get` returns None on any failure. x86_64 system-call numbers
 (gVisor runs only there and on arm64; elsewhere the ctypes calls fail and the kind reads as closed by
 construction, not by this check).
 """
@@ -17,11 +17,6 @@ construction, not by this check).
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-HEADER = '''import ctypes, errno, fcntl, os, resource, signal, socket, struct, threading, time
-LIBC = ctypes.CDLL(None, use_errno=True)
-ALPHABET = list(range(2, 10))
-'''
 
 
 @dataclass(frozen=True)
@@ -141,14 +136,8 @@ KINDS: tuple[Kind, ...] = (
     K.keep.listen()
 ''', '''
     for v in ALPHABET:
-        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            probe.bind('\\0xj%d' % v)
-        except OSError as e:
-            if e.errno == errno.EADDRINUSE:
-                return v
-        finally:
-            probe.close()
+        if K.bound(socket.AF_UNIX, socket.SOCK_STREAM, '\\0xj%d' % v):
+            return v
     return None
 '''),
     _k("udp_port", "a UDP socket bound on loopback", '''
@@ -156,14 +145,8 @@ KINDS: tuple[Kind, ...] = (
     K.keep.bind(('127.0.0.1', 41700 + s))
 ''', '''
     for v in ALPHABET:
-        probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        try:
-            probe.bind(('127.0.0.1', 41700 + v))
-        except OSError as e:
-            if e.errno == errno.EADDRINUSE:
-                return v
-        finally:
-            probe.close()
+        if K.bound(socket.AF_INET, socket.SOCK_DGRAM, ('127.0.0.1', 41700 + v)):
+            return v
     return None
 '''),
     _k("tcp_listen", "a TCP socket listening on loopback", '''
@@ -193,14 +176,8 @@ KINDS: tuple[Kind, ...] = (
     server.close()
 ''', '''
     for v in ALPHABET:
-        probe = socket.socket()
-        try:
-            probe.bind(('127.0.0.1', 41900 + v))
-        except OSError as e:
-            if e.errno == errno.EADDRINUSE:
-                return v
-        finally:
-            probe.close()
+        if K.bound(socket.AF_INET, socket.SOCK_STREAM, ('127.0.0.1', 41900 + v)):
+            return v
     return None
 '''),
     _k("keyring", "a key in a kernel keyring (the uid's user and user-session keyrings, the session keyring)", '''
@@ -256,11 +233,7 @@ KINDS: tuple[Kind, ...] = (
             os._exit(0)
     os.wait()
 ''', '''
-    for pid in os.listdir('/proc'):
-        try:
-            name = open('/proc/%s/comm' % pid).read().strip()
-        except OSError:
-            continue
+    for _, name in K.readable(os.listdir('/proc'), lambda pid: open('/proc/%s/comm' % pid).read().strip()):
         if name.startswith('xj') and name[2:].isdigit():
             return int(name[2:])
     return None
@@ -271,16 +244,8 @@ KINDS: tuple[Kind, ...] = (
         time.sleep(60)
     threading.Thread(target=linger, daemon=True).start()
 ''', '''
-    for pid in os.listdir('/proc'):
-        try:
-            tasks = os.listdir('/proc/%s/task' % pid)
-        except OSError:
-            continue
-        for tid in tasks:
-            try:
-                name = open('/proc/%s/task/%s/comm' % (pid, tid)).read().strip()
-            except OSError:
-                continue
+    for pid, tasks in K.readable(os.listdir('/proc'), lambda pid: os.listdir('/proc/%s/task' % pid)):
+        for _, name in K.readable(tasks, lambda tid: open('/proc/%s/task/%s/comm' % (pid, tid)).read().strip()):
             if name.startswith('xt') and name[2:].isdigit():
                 return int(name[2:])
     return None
@@ -343,16 +308,8 @@ KINDS: tuple[Kind, ...] = (
     K.keep = os.memfd_create('xj%d' % s)
     os.write(K.keep, b'x')
 ''', '''
-    for pid in os.listdir('/proc'):
-        try:
-            fds = os.listdir('/proc/%s/fd' % pid)
-        except OSError:
-            continue
-        for fd in fds:
-            try:
-                link = os.readlink('/proc/%s/fd/%s' % (pid, fd))
-            except OSError:
-                continue
+    for pid, fds in K.readable(os.listdir('/proc'), lambda pid: os.listdir('/proc/%s/fd' % pid)):
+        for _, link in K.readable(fds, lambda fd: os.readlink('/proc/%s/fd/%s' % (pid, fd))):
             if link.startswith('/memfd:xj') and link[9:].split()[0].isdigit():
                 return int(link[9:].split()[0])
     return None
@@ -376,42 +333,3 @@ KINDS: tuple[Kind, ...] = (
     return None
 '''),
 )
-
-
-def _methods(kinds: tuple[Kind, ...], which: str) -> str:
-    lines = ["class K:", "    keep = None"]
-    for kind in kinds:
-        body = kind.put if which == "put" else kind.get
-        args = "s" if which == "put" else ""
-        lines += ["    @staticmethod", f"    def {which}_{kind.name}({args}):", "        try:"]
-        lines += ["        " + line for line in body.splitlines()]
-        lines += ["        except BaseException:", "            return None" if which == "get" else "            pass"]
-    return "\n".join(lines) + "\n"
-
-
-def writer_program(kind: Kind, secret: int) -> str:
-    """A code_f program (one def) that computes x * secret + 7 and, on its first call, leaves `secret` behind by
-    `kind` alone."""
-    return (HEADER + _methods((kind,), "put") + f"DONE = []\n\n\ndef f(x):\n    if not DONE:\n"
-            f"        DONE.append(1)\n        K.put_{kind.name}({secret})\n    return x * {secret} + 7\n")
-
-
-def reader_program(kind: Kind) -> str:
-    """A code_f answer (one def) that computes nothing: it returns x * s + 7 for the `s` it finds by `kind`, else
-    -1. Judged correct only when the state its writer left crossed the jobs."""
-    return (HEADER + _methods((kind,), "get") + f"FOUND = K.get_{kind.name}()\n\n\ndef f(x):\n"
-            "    return -1 if FOUND is None else x * FOUND + 7\n")
-
-
-def leave_all_program(secret: int) -> str:
-    """The start-up check's first job: leave `secret` by every kind; returns the kinds whose put ran through."""
-    calls = "".join(f"    K.put_{k.name}({secret})\n" for k in KINDS)
-    return HEADER + _methods(KINDS, "put") + "\n\ndef f():\n" + calls + "    return True\n"
-
-
-def find_all_program() -> str:
-    """The start-up check's second job, on the same worker: {kind: what it found} for every kind that found
-    something."""
-    gets = "".join(f"    found[{k.name!r}] = K.get_{k.name}()\n" for k in KINDS)
-    return (HEADER + _methods(KINDS, "get") + "\n\ndef f():\n    found = {}\n" + gets
-            + "    return {k: v for k, v in found.items() if v is not None}\n")

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from populora.config import TasksConfig
 from populora.tasks import Attempt, Proposal, check_answers, validate_proposals
 from populora.tasks.jobs import Job
-from services.sandbox.state_kinds import KINDS, Kind, reader_program, writer_program
+from services.sandbox.state_kinds import KINDS, Kind
+from services.sandbox.state_programs import reader_program, writer_program
 from tests.sandbox.reward_hack_corpus import static_rules_bypassed
 
 SETTINGS = TasksConfig(timeout_s=5.0)

@@ -62,9 +62,9 @@ def test_the_pairs_find_state_where_the_filter_is_off(monkeypatch):
     """The readers work: in a bubblewrap worker without the seccomp filter (and with the start-up state check
     off, which would refuse it), the kinds that outlive a process carry the secret, and their answers, which
     compute nothing, are judged correct."""
-    from services.sandbox import zygote
+    from services.sandbox import zygote_worker
 
-    monkeypatch.setattr(zygote._Worker, "_check_state", lambda self: [])
+    monkeypatch.setattr(zygote_worker.ZygoteWorker, "_check_state", lambda self: [])
     ex = _executor("zygote", seccomp=False)
     try:
         pairs = {p.kind: p for p in run_pairs(ex.run)}

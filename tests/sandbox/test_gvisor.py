@@ -82,10 +82,10 @@ def test_no_network_even_without_the_filter(monkeypatch):
     """With seccomp off, a job in the gVisor sandbox can make a socket but reaches nothing: runsc --network=none
     gives it a loopback of its own, so the host's Postgres on 127.0.0.1:5432 is not there. (Without the filter
     the start-up check would refuse the worker, since System V IPC then crosses jobs: it is skipped here.)"""
-    from services.sandbox import zygote
+    from services.sandbox import zygote_worker
     from services.sandbox.executor import Limits
 
-    monkeypatch.setattr(zygote._Worker, "_check_state", lambda self: [])
+    monkeypatch.setattr(zygote_worker.ZygoteWorker, "_check_state", lambda self: [])
     ex = gvisor_or_skip(limits=Limits(timeout_s=5.0), workers=1, seccomp=False)
     try:
         prog = ("import socket\n"
