@@ -4,16 +4,26 @@ promises hold on this machine (LAYER_PROBE, check_layers) and that nothing one j
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from populora.tasks.jobs import Job
+from populora.tasks.jobs import Job, JobResult
 from services.sandbox.executor import SandboxUnavailable
 from services.sandbox.jail import clean_env
 from services.sandbox.state_kinds import KINDS
 from services.sandbox.state_programs import find_all_program, leave_all_program
 
-if TYPE_CHECKING:
-    from services.sandbox.zygote_worker import ZygoteWorker
+
+class Probed(Protocol):
+    """What the check needs of a zygote worker (services.sandbox.zygote_worker.ZygoteWorker, which runs the check
+    and so is not imported here)."""
+
+    index: int
+    uid: int
+    seccomp: bool
+    jailed: bool
+    launch: object
+
+    def execute(self, job: Job, restart: bool = True) -> JobResult: ...
 
 STATE_SECRET = 3  # what the start-up check's first job leaves by every kind of state (state_kinds.py)
 JAIL_ENV_NAMES = (*clean_env(), "LD_LIBRARY_PATH")
@@ -153,7 +163,7 @@ def check_state(found: dict) -> list[str]:
     return [f"nothing survives a job (checked: {len(KINDS)} kinds of state left by one job, none found by the next)"]
 
 
-def prove_layers(worker: ZygoteWorker) -> list[str]:
+def prove_layers(worker: Probed) -> list[str]:
     """Run LAYER_PROBE as the worker's first job; the layers it found working (check_layers)."""
     probe = worker.execute(Job("layer-probe", LAYER_PROBE, calls=["f()"], timeout_s=30.0), restart=False)
     if probe.status != "ok":
@@ -163,7 +173,7 @@ def prove_layers(worker: ZygoteWorker) -> list[str]:
                         chrooted=worker.launch is not None and worker.launch.root is not None)
 
 
-def prove_nothing_survives(worker: ZygoteWorker) -> list[str]:
+def prove_nothing_survives(worker: Probed) -> list[str]:
     """One job leaves a secret by every kind of state, the next (on this worker) looks for each. A first look
     before anything is left is the baseline: what the machine itself sets (a service started under `nice`, a
     CPU set of one core, a lowered limit) is the same before and after, and is not a leak."""
