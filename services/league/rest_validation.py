@@ -31,7 +31,7 @@ def _clean_text(value: str) -> str:
 
 
 NO_NUL = r"^[^\x00]*$"  # Postgres text cannot hold NUL
-# ids: printable, no control character (NUL, tab, newline, U+0013, DEL, ...), as the engine checks (check_id)
+# ids: printable, no control character (NUL, tab, newline, U+0013, DEL, ...), as the league checks them (checks.check_id)
 ID = r"^[^\x00-\x1f\x7f]*$"
 CleanText = AfterValidator(_clean_text)
 Role = Literal["teacher", "student", "both"]
