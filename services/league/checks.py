@@ -8,6 +8,7 @@ import re
 from collections.abc import Sequence
 
 from populora.config import ROLES, TASK_TYPES
+from populora.records import Usage
 from services.league.engine import (
     STUDENT_ROLES,
     TEACHER_ROLES,
@@ -17,7 +18,6 @@ from services.league.engine import (
     EvalRow,
     InvalidRequest,
     MatchReport,
-    UsageRow,
 )
 
 # Longest ids the tables hold (services/league/tables.py): a longer one is refused, never truncated.
@@ -140,17 +140,18 @@ def check_child(run_id: str, child: ChildSpec, known: dict[str, AdapterRow]) -> 
     return None
 
 
-def check_usage(step: int, rows: Sequence[UsageRow]) -> None:
+def check_usage(step: int, usage: Sequence[tuple[str, Usage]]) -> None:
+    """(adapter_id, usage) pairs of one step: each adapter once, no negative count."""
     check_step(step)
     seen: set[str] = set()
-    for i, r in enumerate(rows):
-        check_id(r.adapter_id, f"usage[{i}].adapter_id", "adapter_id")
-        if r.adapter_id in seen:
-            raise InvalidRequest(f"usage[{i}].adapter_id: '{r.adapter_id}' appears twice")
-        seen.add(r.adapter_id)
+    for i, (adapter_id, u) in enumerate(usage):
+        check_id(adapter_id, f"usage[{i}].adapter_id", "adapter_id")
+        if adapter_id in seen:
+            raise InvalidRequest(f"usage[{i}].adapter_id: '{adapter_id}' appears twice")
+        seen.add(adapter_id)
         for name in ("generated_tokens", "trained_tokens", "sandbox_jobs"):
-            if getattr(r, name) < 0:
-                raise InvalidRequest(f"usage[{i}].{name}: {getattr(r, name)} is negative")
+            if getattr(u, name) < 0:
+                raise InvalidRequest(f"usage[{i}].{name}: {getattr(u, name)} is negative")
 
 
 def _fraction(value: float, where: str) -> None:
@@ -162,27 +163,27 @@ def check_evals(run_id: str, rows: Sequence[EvalRow], known: dict[str, AdapterRo
     """Each score names the base ("") or an adapter of this run, a benchmark, a version and step in range, and
     pass rates in [0, 1]; per-problem results, when given, are one per problem with 0 <= passed <= n = samples."""
     seen: set[tuple[str, int, str]] = set()
-    for i, r in enumerate(rows):
-        where = f"scores[{i}]"
+    for i, row in enumerate(rows):
+        where, r = f"scores[{i}]", row.score
         if r.adapter_id:
             check_id(r.adapter_id, f"{where}.adapter_id", "adapter_id")
             a = known.get(r.adapter_id)
             if a is None or a.run_id != run_id:
                 raise InvalidRequest(f"{where}.adapter_id: unknown adapter '{r.adapter_id}' in run '{run_id}' (\"\" "
                                      "is the bare base model)")
-        if not r.benchmark:
+        if not row.benchmark:
             raise InvalidRequest(f"{where}.benchmark: must not be empty")
-        check_id(r.benchmark, f"{where}.benchmark", "benchmark")
+        check_id(row.benchmark, f"{where}.benchmark", "benchmark")
         check_text(r.label, f"{where}.label", "label")
         check_step(r.version, f"{where}.version")
-        check_step(r.step, f"{where}.step")
+        check_step(row.step, f"{where}.step")
         if not 1 <= r.samples <= 100_000:
             raise InvalidRequest(f"{where}.samples: {r.samples} is outside [1, 100000]")
         if not 0 <= r.n_problems <= 1_000_000:
             raise InvalidRequest(f"{where}.n_problems: {r.n_problems} is outside [0, 1000000]")
         _fraction(r.pass_at_1, f"{where}.pass_at_1")
         for k, v in r.pass_at_k.items():
-            if not 1 <= k <= r.samples:
+            if not 1 <= int(k) <= r.samples:
                 raise InvalidRequest(f"{where}.pass_at_k: k={k} is outside [1, samples={r.samples}]")
             _fraction(v, f"{where}.pass_at_k[{k}]")
         if r.problems and len(r.problems) != r.n_problems:
@@ -190,17 +191,17 @@ def check_evals(run_id: str, rows: Sequence[EvalRow], known: dict[str, AdapterRo
         ids: set[str] = set()
         for j, p in enumerate(r.problems):
             pw = f"{where}.problems[{j}]"
-            if not p.problem_id:
+            if not p.id:
                 raise InvalidRequest(f"{pw}.problem_id: must not be empty")
-            check_id(p.problem_id, f"{pw}.problem_id", "problem_id")
+            check_id(p.id, f"{pw}.problem_id", "problem_id")
             check_text(p.error, f"{pw}.error", "error")
-            if p.problem_id in ids:
-                raise InvalidRequest(f"{pw}.problem_id: '{p.problem_id[:80]}' appears twice")
-            ids.add(p.problem_id)
+            if p.id in ids:
+                raise InvalidRequest(f"{pw}.problem_id: '{p.id[:80]}' appears twice")
+            ids.add(p.id)
             if p.n != r.samples or not 0 <= p.passed <= p.n:
                 raise InvalidRequest(f"{pw}: needs n = samples ({r.samples}) and 0 <= passed <= n "
                                      f"(got passed={p.passed}, n={p.n})")
-        key = (r.adapter_id, r.version, r.benchmark)
+        key = (r.adapter_id, r.version, row.benchmark)
         if key in seen:
-            raise InvalidRequest(f"{where}: adapter '{r.adapter_id}' v{r.version} on '{r.benchmark}' appears twice")
+            raise InvalidRequest(f"{where}: adapter '{r.adapter_id}' v{r.version} on '{row.benchmark}' appears twice")
         seen.add(key)

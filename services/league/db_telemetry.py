@@ -3,66 +3,61 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Sequence
 
 import sqlalchemy as sa
 
-from services.league import checks, engine
+from populora.records import EvalScore, ProblemScore, Usage
+from services.league import checks
 from services.league import tables as t
-from services.league.engine import UnknownEntity
+from services.league.engine import EvalRow, UnknownEntity
 
 
 class TelemetryStore:
     """LeagueDB's compute and evaluation rows (its engines and run and adapter reads are LeagueDB's)."""
 
-    def record_compute(self, run_id: str, step: int, rows: Sequence[engine.UsageRow]) -> int:
-        """Store one step's compute; a step recorded again is replaced (a retried phase changes nothing)."""
-        checks.check_usage(step, rows)
+    def record_compute(self, run_id: str, step: int, usage: Sequence[tuple[str, Usage]]) -> int:
+        """Store one step's compute, (adapter_id, usage) pairs ("base": the bare base model; "": the run itself); a
+        step recorded again is replaced (a retried phase changes nothing)."""
+        checks.check_usage(step, usage)
         with self.engine.begin() as conn:
             self._require_run(conn, run_id)
             conn.execute(t.compute.delete().where(t.compute.c.run_id == run_id, t.compute.c.step == step))
-            if rows:
-                conn.execute(t.compute.insert(), [dict(run_id=run_id, step=step, adapter_id=r.adapter_id,
-                                                       generated_tokens=r.generated_tokens,
-                                                       trained_tokens=r.trained_tokens,
-                                                       sandbox_jobs=r.sandbox_jobs) for r in rows])
+            if usage:
+                conn.execute(t.compute.insert(), [dict(run_id=run_id, step=step, adapter_id=adapter_id,
+                                                       **dataclasses.asdict(u)) for adapter_id, u in usage])
         self._bump()
-        return len(rows)
+        return len(usage)
 
-    def compute(self, run_id: str) -> list[tuple[int, engine.UsageRow]]:
-        """Every (step, usage) row of a run, by step and adapter."""
+    def compute(self, run_id: str) -> list[tuple[int, str, Usage]]:
+        """Every (step, adapter_id, usage) row of a run, by step and adapter."""
         c = t.compute.c
         q = sa.select(t.compute).where(c.run_id == run_id).order_by(c.step, c.adapter_id)
         with self.read_engine.connect() as conn:
             self._require_run(conn, run_id)
-            return [(r.step, engine.UsageRow(r.adapter_id, r.generated_tokens, r.trained_tokens, r.sandbox_jobs))
+            return [(r.step, r.adapter_id, Usage(r.generated_tokens, r.trained_tokens, r.sandbox_jobs))
                     for r in conn.execute(q).all()]
 
-    # ---- held-out evaluations -------------------------------------------------------------------------------------
-    def record_evals(self, run_id: str, rows: Sequence[engine.EvalRow], now: float) -> int:
+    def record_evals(self, run_id: str, rows: Sequence[EvalRow], now: float) -> int:
         """Store benchmark scores; a score of the same (adapter, version, benchmark) is replaced (a re-run eval phase
         or a second `populora eval` changes nothing twice)."""
         with self.engine.begin() as conn:
             self._require_run(conn, run_id)
-            known = self._adapters_by_id(conn, [r.adapter_id for r in rows if r.adapter_id])
+            known = self._adapters_by_id(conn, [r.score.adapter_id for r in rows if r.score.adapter_id])
             checks.check_evals(run_id, rows, known)
             c = t.evals.c
             for r in rows:
-                conn.execute(t.evals.delete().where(c.run_id == run_id, c.adapter_id == r.adapter_id,
-                                                    c.version == r.version, c.benchmark == r.benchmark))
+                conn.execute(t.evals.delete().where(c.run_id == run_id, c.adapter_id == r.score.adapter_id,
+                                                    c.version == r.score.version, c.benchmark == r.benchmark))
             if rows:
-                conn.execute(t.evals.insert(), [dict(
-                    run_id=run_id, adapter_id=r.adapter_id, version=r.version, benchmark=r.benchmark, step=r.step,
-                    label=r.label, n_problems=r.n_problems, samples=r.samples, pass_at_1=r.pass_at_1,
-                    pass_at_k_json=json.dumps({str(k): v for k, v in sorted(r.pass_at_k.items())}),
-                    problems_json=json.dumps([[p.problem_id, p.passed, p.n, p.error] for p in r.problems]),
-                    recorded_at=now) for r in rows])
+                conn.execute(t.evals.insert(), [_eval_columns(run_id, r, now) for r in rows])
         self._bump()
         return len(rows)
 
     def evals(self, run_id: str, adapter_id: str = "", benchmark: str = "",
-              include_problems: bool = False) -> list[engine.EvalRow]:
+              include_problems: bool = False) -> list[EvalRow]:
         """A run's scores by step, adapter and benchmark; `adapter_id` must then be an adapter of the run."""
         c = t.evals.c
         q = sa.select(t.evals).where(c.run_id == run_id)
@@ -77,8 +72,16 @@ class TelemetryStore:
                 if a is None or a.run_id != run_id:
                     raise UnknownEntity(f"adapter '{adapter_id}' does not exist in run '{run_id}'")
             rows = conn.execute(q.order_by(c.step, c.benchmark, c.adapter_id, c.version)).all()
-        return [engine.EvalRow(
-            r.adapter_id, r.version, r.benchmark, r.step, r.label, r.n_problems, r.samples, r.pass_at_1,
-            {int(k): float(v) for k, v in json.loads(r.pass_at_k_json).items()},
-            tuple(engine.EvalProblemRow(*p) for p in json.loads(r.problems_json)) if include_problems else (),
-            r.recorded_at) for r in rows]
+        return [EvalRow(EvalScore(r.adapter_id, r.version, r.label, r.pass_at_1, {
+            k: float(v) for k, v in json.loads(r.pass_at_k_json).items()}, r.n_problems, r.samples, [
+            ProblemScore(*p) for p in json.loads(r.problems_json)] if include_problems else []),
+            r.benchmark, r.step, r.recorded_at) for r in rows]
+
+
+def _eval_columns(run_id: str, row: EvalRow, now: float) -> dict:
+    """The columns of one score: pass@k by k and each problem as [id, passed, n, error], as JSON text."""
+    s = row.score
+    return dict(run_id=run_id, adapter_id=s.adapter_id, version=s.version, benchmark=row.benchmark, step=row.step,
+                label=s.label, n_problems=s.n_problems, samples=s.samples, pass_at_1=s.pass_at_1,
+                pass_at_k_json=json.dumps({k: v for k, v in sorted(s.pass_at_k.items(), key=lambda kv: int(kv[0]))}),
+                problems_json=json.dumps([[p.id, p.passed, p.n, p.error] for p in s.problems]), recorded_at=now)

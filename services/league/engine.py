@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 import trueskill
 
+from populora.records import EvalScore
 from services.league.payoff import PayoffCell, update_cell
 from services.league.ratings import RatingParams, Result, Skill, match_outcome, rate_match
 
@@ -116,39 +117,14 @@ class Edge:
 
 
 @dataclass(frozen=True)
-class UsageRow:
-    """Compute one adapter ("base": the bare base model; "": the run itself) spent in one step (spec 14)."""
-
-    adapter_id: str
-    generated_tokens: int = 0
-    trained_tokens: int = 0
-    sandbox_jobs: int = 0
-
-
-@dataclass(frozen=True)
-class EvalProblemRow:
-    """One problem of a benchmark score: how many of its samples passed, and the first failure's error line."""
-
-    problem_id: str
-    passed: int
-    n: int
-    error: str = ""
-
-
-@dataclass(frozen=True)
 class EvalRow:
-    """One adapter version's score on one held-out benchmark ("" = the bare base model): docs/eval.md."""
+    """One adapter version's score on one held-out benchmark as the league stores it (docs/eval.md): the score the
+    evaluation made (its adapter_id "" is the bare base model), the benchmark, the step after which that version was
+    current, and when the league recorded it."""
 
-    adapter_id: str
-    version: int
+    score: EvalScore
     benchmark: str
     step: int
-    label: str
-    n_problems: int
-    samples: int
-    pass_at_1: float
-    pass_at_k: dict[int, float]
-    problems: tuple[EvalProblemRow, ...] = ()
     recorded_at: float = 0.0
 
 
