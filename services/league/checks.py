@@ -4,6 +4,7 @@ field; db.py calls them inside its transactions, on the rows it has just read.""
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Sequence
 
@@ -205,3 +206,25 @@ def check_evals(run_id: str, rows: Sequence[EvalRow], known: dict[str, AdapterRo
         if key in seen:
             raise InvalidRequest(f"{where}: adapter '{r.adapter_id}' v{r.version} on '{row.benchmark}' appears twice")
         seen.add(key)
+
+
+MAX_SUMMARY_CHARS = 1_000_000
+
+
+def _no_constant(name: str) -> None:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def check_step_summary(step: int, summary_json: str) -> dict:
+    """A step summary is one JSON object of at most MAX_SUMMARY_CHARS characters, finite numbers only (the page
+    reads it as JSON, which has no NaN); returns it parsed."""
+    check_step(step)
+    if len(summary_json) > MAX_SUMMARY_CHARS:
+        raise InvalidRequest(f"summary_json: {len(summary_json)} characters; at most {MAX_SUMMARY_CHARS}")
+    try:
+        summary = json.loads(summary_json, parse_constant=_no_constant)
+    except ValueError as e:
+        raise InvalidRequest(f"summary_json: not valid JSON ({e})") from None
+    if not isinstance(summary, dict):
+        raise InvalidRequest(f"summary_json: must be a JSON object, not {type(summary).__name__}")
+    return summary

@@ -1,5 +1,5 @@
 """Telemetry's storage, a part of LeagueDB: the compute each step spent (spec 14) and held-out evaluation scores
-(docs/eval.md), each replaced when recorded again."""
+(docs/eval.md) and the coordinator's step summaries, each replaced when recorded again."""
 
 from __future__ import annotations
 
@@ -76,6 +76,27 @@ class TelemetryStore:
             k: float(v) for k, v in json.loads(r.pass_at_k_json).items()}, r.n_problems, r.samples, [
             ProblemScore(*p) for p in json.loads(r.problems_json)] if include_problems else []),
             r.benchmark, r.step, r.recorded_at) for r in rows]
+
+
+    def record_step_summary(self, run_id: str, step: int, summary_json: str, now: float) -> bool:
+        """Store one step's summary (checks.check_step_summary); a step recorded again is replaced, so a resumed
+        step that records its summary again leaves one. Returns whether it replaced one."""
+        checks.check_step_summary(step, summary_json)
+        c = t.step_summaries.c
+        with self.engine.begin() as conn:
+            self._require_run(conn, run_id)
+            replaced = conn.execute(t.step_summaries.delete().where(c.run_id == run_id, c.step == step)).rowcount
+            conn.execute(t.step_summaries.insert().values(run_id=run_id, step=step, summary_json=summary_json,
+                                                          recorded_at=now))
+        self._bump()
+        return replaced > 0
+
+    def step_summaries(self, run_id: str) -> list[dict]:
+        """Every step summary of a run, by step, as recorded (the step taken from its key)."""
+        c = t.step_summaries.c
+        q = sa.select(c.step, c.summary_json).where(c.run_id == run_id).order_by(c.step)
+        with self.read_engine.connect() as conn:
+            return [{**json.loads(r.summary_json), "step": r.step} for r in conn.execute(q).all()]
 
 
 def _eval_columns(run_id: str, row: EvalRow, now: float) -> dict:

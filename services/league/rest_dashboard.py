@@ -1,5 +1,5 @@
 """The dashboard's REST routes: the run's overview, steps, problems and an adapter's page and samples, read from
-the phase journal, and the page itself with its static files."""
+the step summaries the coordinator records and the phase journal, and the page itself with its static files."""
 
 from __future__ import annotations
 
@@ -18,7 +18,14 @@ from services.league.rest_cache import ReadCache, dumps, json_response
 from services.league.rest_run_schemas import AdapterPage, Overview, Samples, Steps, Tasks
 from services.league.rest_schemas import responses
 from services.league.rest_validation import AdapterPath, RunPath, StepQuery
-from services.league.runview import Journal, config_of, store_root, version_path
+from services.league.runview import (
+    Journal,
+    adapter_versions,
+    config_of,
+    public_steps,
+    store_root,
+    version_path,
+)
 from services.league.service import LeagueService
 
 STATIC_DIR = FilePath(__file__).resolve().parent / "static"
@@ -40,7 +47,8 @@ class _Static(StaticFiles):
 
 
 def add_run_routes(app: FastAPI, service: LeagueService, cache: ReadCache) -> None:
-    """The run's views (from the phase journal) on `app`."""
+    """The run's views on `app`: the step summaries the coordinator recorded, and the phase journal for where the
+    run stands and what its steps proposed and answered."""
     db = service.db
     journal = Journal(db.read_engine)
     not_found = responses(404)
@@ -50,7 +58,8 @@ def add_run_routes(app: FastAPI, service: LeagueService, cache: ReadCache) -> No
             raise ServiceError(grpc.StatusCode.NOT_FOUND, f"run '{run_id}' does not exist")
 
     def build_overview(run_id: str) -> dict:
-        view = journal.overview(run_id)
+        summaries = db.step_summaries(run_id)
+        view = journal.overview(run_id, summaries)
         exists = db.run_exists(run_id)
         if view is None and not exists:
             raise ServiceError(grpc.StatusCode.NOT_FOUND, f"run '{run_id}' does not exist")
@@ -66,8 +75,8 @@ def add_run_routes(app: FastAPI, service: LeagueService, cache: ReadCache) -> No
         for event in view["evolution"]:
             event["epsilon"] = epsilon.get(event["child"])
         return {"run_id": run_id, "server_time": time.time(), "journal": view["journal_rows"] > 0,
-                "revision": f"{view['journal_rows']}.{counts['last_match_seq']}.{counts['adapters']}."
-                            f"{counts['evals']}.{counts['evals_recorded_at']:.3f}",
+                "revision": f"{view['journal_rows']}.{len(summaries)}.{counts['last_match_seq']}."
+                            f"{counts['adapters']}.{counts['evals']}.{counts['evals_recorded_at']:.3f}",
                 "league": counts, **view}
 
     @app.get("/v1/runs/{run_id}/overview", response_model=Overview, tags=["run"], responses=not_found)
@@ -79,11 +88,11 @@ def add_run_routes(app: FastAPI, service: LeagueService, cache: ReadCache) -> No
 
     @app.get("/v1/runs/{run_id}/steps", response_model=Steps, tags=["run"], responses=not_found)
     async def steps(run_id: RunPath) -> Response:
-        """Per-step metrics from the phase journal (seconds per phase, valid and solve rates per task type,
-        rejections, outcomes, compute, evolution); empty when the database has no journal of this run."""
+        """Per-step metrics as the coordinator summarised each step (seconds per phase, valid and solve rates per
+        task type, rejections, outcomes, compute, evolution); empty until the run records a step."""
         def build() -> dict:
             require_run(run_id)
-            return {"run_id": run_id, "steps": journal.steps(run_id)}
+            return {"run_id": run_id, "steps": public_steps(db.step_summaries(run_id))}
 
         return json_response(await cache.get(("steps", run_id), build))
 
@@ -93,15 +102,15 @@ def add_run_routes(app: FastAPI, service: LeagueService, cache: ReadCache) -> No
         inputs, gold outputs, complexity, proposer, matched student and solve rate; `include_invalid` adds the
         rejected proposals with their reason."""
         require_run(run_id)
-        return json_response(dumps(journal.tasks(run_id, step, include_invalid)))
+        return json_response(dumps(journal.tasks(run_id, db.step_summaries(run_id), step, include_invalid)))
 
     @app.get("/v1/adapters/{adapter_id}", response_model=AdapterPage, tags=["run"], responses=not_found)
     def adapter(adapter_id: AdapterPath) -> Response:
-        """One adapter: its league record, the versions the run used (from the journal) and where its latest
-        version is stored."""
+        """One adapter: its league record, the versions the run used (from the step summaries) and where its
+        latest version is stored."""
         record = reads.adapter_record(db, adapter_id)
         run = journal.run(record["run_id"])
-        versions = journal.versions(record["run_id"], adapter_id) if run is not None else []
+        versions = adapter_versions(db.step_summaries(record["run_id"]), adapter_id)
         config = run.config if run is not None else config_of(reads.run_config_yaml(db, record["run_id"]))
         root = store_root(config)
         path = version_path(root, adapter_id, versions[-1]["version"]) if versions else ""

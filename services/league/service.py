@@ -287,6 +287,12 @@ class LeagueService:
                       for p in s.problems]) for r, s in ((r, r.score) for r in rows)])
 
     @_status_codes
+    def RecordStepSummary(self, request: league_pb2.RecordStepSummaryRequest
+                          ) -> league_pb2.RecordStepSummaryResponse:
+        return league_pb2.RecordStepSummaryResponse(replaced=self.db.record_step_summary(
+            request.run_id, request.step, request.summary_json, time.time()))
+
+    @_status_codes
     def eval_scores(self, run_id: str, adapter_id: str = "", benchmark: str = "", include_problems: bool = False
                     ) -> dict:
         """A run's benchmark scores as JSON for the REST API: the bare base model's adapter_id is null."""

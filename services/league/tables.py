@@ -1,5 +1,5 @@
 """SQLAlchemy table definitions of the league database (runs, adapters, ratings, matches, lineage, payoff, compute,
-held-out evaluations).
+held-out evaluations, step summaries).
 
 The schema itself is created by the Alembic migrations in `migrations/`; each table here is built from the columns
 of the revision that last changed it (`migrations/columns.py`), so queries and migrations cannot disagree.
@@ -26,3 +26,4 @@ lineage = sa.Table("league_lineage", metadata, *columns.lineage_0001(),
 payoff = sa.Table("league_payoff", metadata, *columns.payoff_0001())
 compute = sa.Table("league_compute", metadata, *columns.compute_0003())
 evals = sa.Table("league_evals", metadata, *columns.evals_0004(), sa.Index("ix_league_evals_run_step", "run_id", "step"))
+step_summaries = sa.Table("league_step_summaries", metadata, *columns.step_summaries_0006())

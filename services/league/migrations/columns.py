@@ -88,3 +88,8 @@ def evals_0004() -> list[sa.Column]:
             sa.Column("n_problems", sa.Integer, nullable=False), sa.Column("samples", sa.Integer, nullable=False),
             *_floats("pass_at_1"), sa.Column("pass_at_k_json", sa.Text, nullable=False, server_default="{}"),
             sa.Column("problems_json", sa.Text, nullable=False, server_default="[]"), *_floats("recorded_at")]
+
+
+def step_summaries_0006() -> list[sa.Column]:
+    return [_run_id(primary_key=True), sa.Column("step", sa.BigInteger, primary_key=True),
+            sa.Column("summary_json", sa.Text, nullable=False), *_floats("recorded_at")]
