@@ -159,8 +159,8 @@ def bench_reads_under_writes(url: str, run_id: str, teachers: list[str], student
             time.sleep(0.5)
             board_lat, lineage_lat, wall = run_async(_load_split(league.rest_port, board, lineage, clients, seconds))
             _, achieved = writer.result()
-    return {"board": latency_figures(board_lat, wall), "lineage": latency_figures(lineage_lat, wall), "write_rate": achieved,
-            "cpu_ms": cpu_ms}
+    return {"board": latency_figures(board_lat, wall), "lineage": latency_figures(lineage_lat, wall),
+            "write_rate": achieved, "cpu_ms": cpu_ms}
 
 
 async def _load_split(port: int, board: list[str], lineage: list[str], clients: int,

@@ -5,21 +5,14 @@ field; db.py calls them inside its transactions, on the rows it has just read.""
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Sequence
 
 from populora.config import ROLES, TASK_TYPES
 from populora.records import Usage
-from services.league.engine import (
-    STUDENT_ROLES,
-    TEACHER_ROLES,
-    AdapterRow,
-    AdapterSpecIn,
-    ChildSpec,
-    EvalRow,
-    InvalidRequest,
-    MatchReport,
-)
+from services.league import engine
+from services.league.engine import InvalidRequest
 
 # Longest ids the tables hold (services/league/tables.py): a longer one is refused, never truncated.
 MAX_LEN = {"run_id": 200, "adapter_id": 128, "match_id": 400, "operator": 16, "mode": 32, "benchmark": 64,
@@ -55,7 +48,7 @@ def check_role(role: str, where: str, allow_empty: bool = False) -> None:
                                                                                  if allow_empty else ""))
 
 
-def check_specs(specs: Sequence[AdapterSpecIn]) -> None:
+def check_specs(specs: Sequence[engine.AdapterSpecIn]) -> None:
     for i, spec in enumerate(specs):
         if not spec.adapter_id:
             raise InvalidRequest(f"adapters[{i}].adapter_id: must not be empty")
@@ -69,7 +62,8 @@ def check_specs(specs: Sequence[AdapterSpecIn]) -> None:
         raise InvalidRequest("adapters: an adapter_id appears twice in one request")
 
 
-def check_registration(run_id: str, specs: Sequence[AdapterSpecIn], existing: dict[str, AdapterRow]) -> None:
+def check_registration(run_id: str, specs: Sequence[engine.AdapterSpecIn],
+                       existing: dict[str, engine.AdapterRow]) -> None:
     """An adapter id belongs to one run and keeps its role."""
     for i, spec in enumerate(specs):
         old = existing.get(spec.adapter_id)
@@ -78,7 +72,7 @@ def check_registration(run_id: str, specs: Sequence[AdapterSpecIn], existing: di
                                  f"(run '{old.run_id}', role '{old.role}'); adapter ids are unique")
 
 
-def check_matches(run_id: str, reports: Sequence[MatchReport], known: dict[str, AdapterRow]) -> None:
+def check_matches(run_id: str, reports: Sequence[engine.MatchReport], known: dict[str, engine.AdapterRow]) -> None:
     """Every report names a known teacher and student of this run in those roles, a task type, and rhos in [0, 1]."""
     for i, m in enumerate(reports):
         where = f"matches[{i}]"
@@ -93,8 +87,8 @@ def check_matches(run_id: str, reports: Sequence[MatchReport], known: dict[str, 
         for j, rho in enumerate(m.rhos):
             if not 0.0 <= rho <= 1.0:  # also rejects NaN
                 raise InvalidRequest(f"{where}.rhos[{j}]: {rho} is outside [0, 1]")
-        for fld, adapter_id, roles in (("teacher_id", m.teacher_id, TEACHER_ROLES),
-                                       ("student_id", m.student_id, STUDENT_ROLES)):
+        for fld, adapter_id, roles in (("teacher_id", m.teacher_id, engine.TEACHER_ROLES),
+                                       ("student_id", m.student_id, engine.STUDENT_ROLES)):
             a = known.get(adapter_id)
             if a is None or a.run_id != run_id:
                 raise InvalidRequest(f"{where}.{fld}: unknown adapter '{adapter_id}' in run '{run_id}'")
@@ -105,7 +99,8 @@ def check_matches(run_id: str, reports: Sequence[MatchReport], known: dict[str, 
             raise InvalidRequest(f"{where}.student_id: a teacher never solves its own problems (spec 1)")
 
 
-def check_child(run_id: str, child: ChildSpec, known: dict[str, AdapterRow]) -> AdapterRow | None:
+def check_child(run_id: str, child: engine.ChildSpec,
+                known: dict[str, engine.AdapterRow]) -> engine.AdapterRow | None:
     """The child's parents and the member it retires exist in this run; returns the child when it was recorded
     already with the same parents and operator (recording it again changes nothing)."""
     if not child.child_id:
@@ -160,7 +155,7 @@ def _fraction(value: float, where: str) -> None:
         raise InvalidRequest(f"{where}: {value} is outside [0, 1]")
 
 
-def check_evals(run_id: str, rows: Sequence[EvalRow], known: dict[str, AdapterRow]) -> None:
+def check_evals(run_id: str, rows: Sequence[engine.EvalRow], known: dict[str, engine.AdapterRow]) -> None:
     """Each score names the base ("") or an adapter of this run, a benchmark, a version and step in range, and
     pass rates in [0, 1]; per-problem results, when given, are one per problem with 0 <= passed <= n = samples."""
     seen: set[tuple[str, int, str]] = set()
@@ -215,6 +210,13 @@ def _no_constant(name: str) -> None:
     raise ValueError(f"{name} is not a JSON number")
 
 
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text} is out of a float's range")
+    return value
+
+
 def check_step_summary(step: int, summary_json: str) -> dict:
     """A step summary is one JSON object of at most MAX_SUMMARY_CHARS characters, finite numbers only (the page
     reads it as JSON, which has no NaN); returns it parsed."""
@@ -222,7 +224,7 @@ def check_step_summary(step: int, summary_json: str) -> dict:
     if len(summary_json) > MAX_SUMMARY_CHARS:
         raise InvalidRequest(f"summary_json: {len(summary_json)} characters; at most {MAX_SUMMARY_CHARS}")
     try:
-        summary = json.loads(summary_json, parse_constant=_no_constant)
+        summary = json.loads(summary_json, parse_constant=_no_constant, parse_float=_finite)
     except ValueError as e:
         raise InvalidRequest(f"summary_json: not valid JSON ({e})") from None
     if not isinstance(summary, dict):

@@ -9,7 +9,7 @@ import sqlalchemy as sa
 
 from services.league import checks, engine
 from services.league import tables as t
-from services.league.engine import AdapterRow, ChildSpec, Edge, UnknownEntity
+from services.league.engine import AdapterRow, ChildSpec, UnknownEntity
 
 
 class LineageStore:
@@ -43,8 +43,9 @@ class LineageStore:
         self._bump()
         return row
 
-    def lineage(self, adapter_id: str) -> tuple[list[Edge], list[Edge]]:
-        """(ancestor edges, descendant edges) of an adapter, walking the lineage graph level by level."""
+    def lineage(self, adapter_id: str) -> tuple[list[sa.Row], list[sa.Row]]:
+        """(ancestor edges, descendant edges) of an adapter, walking the lineage graph level by level: rows of the
+        lineage table (parent_id, child_id, run_id, operator, step)."""
         c = t.lineage.c
         with self.read_engine.connect() as conn:
             if conn.execute(sa.select(t.adapters.c.adapter_id).where(t.adapters.c.adapter_id == adapter_id)
@@ -55,15 +56,15 @@ class LineageStore:
         return ancestors, descendants
 
     @staticmethod
-    def _walk(conn: sa.Connection, start: str, from_col, to_col) -> list[Edge]:
-        edges: list[Edge] = []
+    def _walk(conn: sa.Connection, start: str, from_col, to_col) -> list[sa.Row]:
+        edges: list[sa.Row] = []
         seen, frontier = {start}, [start]
         while frontier:
             rows = conn.execute(sa.select(t.lineage).where(from_col.in_(frontier))
                                 .order_by(t.lineage.c.step, t.lineage.c.parent_id, t.lineage.c.child_id)).all()
             frontier = []
             for r in rows:
-                edges.append(Edge(r.parent_id, r.child_id, r.operator, r.step))
+                edges.append(r)
                 nxt = getattr(r, to_col.name)
                 if nxt not in seen:
                     seen.add(nxt)

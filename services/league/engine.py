@@ -107,16 +107,6 @@ class ChildSpec:
 
 
 @dataclass(frozen=True)
-class Edge:
-    """A lineage edge parent -> child."""
-
-    parent_id: str
-    child_id: str
-    operator: str
-    step: int
-
-
-@dataclass(frozen=True)
 class EvalRow:
     """One adapter version's score on one held-out benchmark as the league stores it (docs/eval.md): the score the
     evaluation made (its adapter_id "" is the bare base model), the benchmark, the step after which that version was

@@ -22,8 +22,10 @@ matches = sa.Table("league_matches", metadata, *columns.matches_0001(),
                    sa.Index("ix_league_matches_teacher", "teacher_id", "id"),
                    sa.Index("ix_league_matches_student", "student_id", "id"))
 lineage = sa.Table("league_lineage", metadata, *columns.lineage_0001(),
-                   sa.Index("ix_league_lineage_child", "child_id"), sa.Index("ix_league_lineage_run", "run_id", "step"))
+                   sa.Index("ix_league_lineage_child", "child_id"),
+                   sa.Index("ix_league_lineage_run", "run_id", "step"))
 payoff = sa.Table("league_payoff", metadata, *columns.payoff_0001())
 compute = sa.Table("league_compute", metadata, *columns.compute_0003())
-evals = sa.Table("league_evals", metadata, *columns.evals_0004(), sa.Index("ix_league_evals_run_step", "run_id", "step"))
+evals = sa.Table("league_evals", metadata, *columns.evals_0004(),
+                 sa.Index("ix_league_evals_run_step", "run_id", "step"))
 step_summaries = sa.Table("league_step_summaries", metadata, *columns.step_summaries_0006())
