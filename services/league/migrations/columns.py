@@ -8,10 +8,31 @@ so every revision still creates what it created when it was written.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import sqlalchemy as sa
+from alembic import op
 
 # An auto-incrementing 64-bit id on Postgres that is still SQLite's rowid alias there.
 BigId = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
+
+
+def table_revision(name: str, columns: Callable[[], list[sa.Column]],
+                   indexes: dict[str, list[str]] | None = None) -> tuple[Callable[[], None], Callable[[], None]]:
+    """(upgrade, downgrade) of a revision that adds one table, with `indexes` (name -> columns) on it."""
+    indexes = indexes or {}
+
+    def upgrade() -> None:
+        op.create_table(name, *columns())
+        for index, on in indexes.items():
+            op.create_index(index, name, on)
+
+    def downgrade() -> None:
+        for index in reversed(indexes):
+            op.drop_index(index, table_name=name)
+        op.drop_table(name)
+
+    return upgrade, downgrade
 
 
 def _run_id(**key: bool) -> sa.Column:

@@ -6,19 +6,7 @@ Revises: 0002
 
 from __future__ import annotations
 
-from alembic import op
-
 from services.league.migrations import columns
 
-revision = "0003"
-down_revision = "0002"
-branch_labels = None
-depends_on = None
-
-
-def upgrade() -> None:
-    op.create_table("league_compute", *columns.compute_0003())
-
-
-def downgrade() -> None:
-    op.drop_table("league_compute")
+revision, down_revision = "0003", "0002"
+upgrade, downgrade = columns.table_revision("league_compute", columns.compute_0003)

@@ -10,19 +10,7 @@ The coordinator now sends each step's summary (RecordStepSummary) and the league
 
 from __future__ import annotations
 
-from alembic import op
-
 from services.league.migrations import columns
 
-revision = "0006"
-down_revision = "0005"
-branch_labels = None
-depends_on = None
-
-
-def upgrade() -> None:
-    op.create_table("league_step_summaries", *columns.step_summaries_0006())
-
-
-def downgrade() -> None:
-    op.drop_table("league_step_summaries")
+revision, down_revision = "0006", "0005"
+upgrade, downgrade = columns.table_revision("league_step_summaries", columns.step_summaries_0006)
