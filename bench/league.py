@@ -15,10 +15,14 @@ oldest acknowledged report it does not show yet: `leaderboard_staleness_max_ms` 
 server, `leaderboard_staleness_replica_max_ms` with them going to another league process on the same database
 (where only the cache window bounds it).
 
-The dashboard: a run of 64 members (32 teachers, 32 students; 8 evolutions retired 32 more), 10,000 matches and a
-phase journal of its steps written by the coordinator's own JournalDB; while a writer adds steps (journal rows and
-their matches, >= 200 matches/s), 4 dashboards refresh in a loop, each refresh being the JSON calls the page makes:
-overview, steps, leaderboard, rating curves, lineage and payoff (`dashboard_api_p99_ms`).
+The dashboard: a run of 64 members (32 teachers, 32 students; 8 evolutions retired 32 more), 10,000 matches and its
+steps stored as a training run stores them (each phase's typed record through the coordinator's journal, the step's
+summary through RecordStepSummary); while a writer adds steps (stored the same way, with their matches, >= 200
+matches/s), 4 dashboards refresh in a loop, each refresh being the JSON calls the page makes: overview, steps,
+leaderboard, rating curves, lineage and payoff (`dashboard_api_p99_ms`).
+
+The workloads are bench/league_reads.py (matchmaking, reports, leaderboard and lineage reads, staleness) and
+bench/league_dashboard.py (the dashboard's run); bench/league_server.py starts the servers and loads them.
 """
 
 from __future__ import annotations
