@@ -17,6 +17,7 @@ from coordinator.queue import RedisStreamQueue
 from coordinator.services import open_services
 from coordinator.step import prepare, train_step
 from coordinator.stepmetrics import MetricsWriter, prepared_metrics, step_metrics
+from coordinator.stepsummary import record_step_summary, step_summary
 from coordinator.worker import start_worker_threads
 from populora.config import Config, ConfigError, config_from_yaml
 from populora.logs import run_id_var, setup_logging, step_var
@@ -64,6 +65,8 @@ def train(j: Journal, run: Run, steps: int, metrics: MetricsWriter) -> None:
         if reached:
             row["stopped"] = f"budget: {reached}"
         rows.append(row)
+        shown = step_summary(record, row, j.db.phase_rows(run.run_id, t))
+        record_step_summary(run.services.league, run.run_id, shown)  # what the dashboard shows of the step
         if set(row["seconds"]) != stored:  # this call ran at least one phase of the step
             metrics.rewrite(rows[:-1])
             metrics.write(row)

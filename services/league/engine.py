@@ -1,16 +1,15 @@
-"""The league's rules over plain data: what a request must satisfy, how played matches change ratings, records and the
-payoff matrix (spec 6), and a child's starting rating (spec 8). No database here: db.py reads rows, calls these
-functions, and writes what they return, in one transaction."""
+"""The league's rules over plain data: the rows a request carries, how played matches change ratings, records and the
+payoff matrix (spec 6), and a child's starting rating (spec 8). No database here: db.py reads rows, checks them
+(checks.py), calls these functions, and writes what they return, in one transaction."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import trueskill
 
-from populora.config import ROLES, TASK_TYPES
+from populora.records import EvalScore
 from services.league.payoff import PayoffCell, update_cell
 from services.league.ratings import RatingParams, Result, Skill, match_outcome, rate_match
 
@@ -108,49 +107,14 @@ class ChildSpec:
 
 
 @dataclass(frozen=True)
-class Edge:
-    """A lineage edge parent -> child."""
-
-    parent_id: str
-    child_id: str
-    operator: str
-    step: int
-
-
-@dataclass(frozen=True)
-class UsageRow:
-    """Compute one adapter ("base": the bare base model; "": the run itself) spent in one step (spec 14)."""
-
-    adapter_id: str
-    generated_tokens: int = 0
-    trained_tokens: int = 0
-    sandbox_jobs: int = 0
-
-
-@dataclass(frozen=True)
-class EvalProblemRow:
-    """One problem of a benchmark score: how many of its samples passed, and the first failure's error line."""
-
-    problem_id: str
-    passed: int
-    n: int
-    error: str = ""
-
-
-@dataclass(frozen=True)
 class EvalRow:
-    """One adapter version's score on one held-out benchmark ("" = the bare base model): docs/eval.md."""
+    """One adapter version's score on one held-out benchmark as the league stores it (docs/eval.md): the score the
+    evaluation made (its adapter_id "" is the bare base model), the benchmark, the step after which that version was
+    current, and when the league recorded it."""
 
-    adapter_id: str
-    version: int
+    score: EvalScore
     benchmark: str
     step: int
-    label: str
-    n_problems: int
-    samples: int
-    pass_at_1: float
-    pass_at_k: dict[int, float]
-    problems: tuple[EvalProblemRow, ...] = ()
     recorded_at: float = 0.0
 
 
@@ -162,193 +126,6 @@ class Played:
     touched: set[str]
     history: dict[tuple[str, int], tuple[float, float, int]]
     cells: dict[tuple[str, str], PayoffCell]
-
-
-# ---------------------------------------------------------------------------------------------- checks
-# Longest ids the tables hold (services/league/tables.py): a longer one is refused, never truncated.
-MAX_LEN = {"run_id": 200, "adapter_id": 128, "match_id": 400, "operator": 16, "mode": 32, "benchmark": 64,
-           "label": 200, "problem_id": 400, "error": 2000}
-
-
-def check_text(value: str, where: str, kind: str) -> None:
-    if len(value) > MAX_LEN[kind]:
-        raise InvalidRequest(f"{where}: {len(value)} characters; at most {MAX_LEN[kind]}")
-
-
-# An id is logged, shown in the dashboard and written into paths and metric labels: printable text only, as the
-# sandbox's ids are (services/sandbox/rest.py).
-CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-
-
-def check_id(value: str, where: str, kind: str) -> None:
-    """An id of bounded length without control characters (NUL, tab, newline, U+0013, DEL, ...)."""
-    check_text(value, where, kind)
-    if found := CONTROL.search(value):
-        raise InvalidRequest(f"{where}: holds the control character U+{ord(found.group()):04X} at position "
-                             f"{found.start()}; ids are printable text")
-
-
-def check_step(step: int, where: str = "step") -> None:
-    if not 0 <= step < 2 ** 62:
-        raise InvalidRequest(f"{where}: {step} is outside [0, 2^62)")
-
-
-def check_role(role: str, where: str, allow_empty: bool = False) -> None:
-    if role not in ROLES and not (allow_empty and role == ""):
-        raise InvalidRequest(f"{where}: '{role}' is not one of {list(ROLES)}" + (" (or empty for all)"
-                                                                                 if allow_empty else ""))
-
-
-def check_specs(specs: Sequence[AdapterSpecIn]) -> None:
-    for i, spec in enumerate(specs):
-        if not spec.adapter_id:
-            raise InvalidRequest(f"adapters[{i}].adapter_id: must not be empty")
-        check_id(spec.adapter_id, f"adapters[{i}].adapter_id", "adapter_id")
-        check_role(spec.role, f"adapters[{i}].role")
-        check_step(spec.created_step, f"adapters[{i}].created_step")
-        if not 0 <= spec.rank <= 4096:
-            raise InvalidRequest(f"adapters[{i}].rank: {spec.rank} is outside [0, 4096]")
-    ids = [s.adapter_id for s in specs]
-    if len(set(ids)) != len(ids):
-        raise InvalidRequest("adapters: an adapter_id appears twice in one request")
-
-
-def check_registration(run_id: str, specs: Sequence[AdapterSpecIn], existing: dict[str, AdapterRow]) -> None:
-    """An adapter id belongs to one run and keeps its role."""
-    for i, spec in enumerate(specs):
-        old = existing.get(spec.adapter_id)
-        if old is not None and (old.run_id != run_id or old.role != spec.role):
-            raise InvalidRequest(f"adapters[{i}].adapter_id: '{spec.adapter_id}' is already registered "
-                                 f"(run '{old.run_id}', role '{old.role}'); adapter ids are unique")
-
-
-def check_matches(run_id: str, reports: Sequence[MatchReport], known: dict[str, AdapterRow]) -> None:
-    """Every report names a known teacher and student of this run in those roles, a task type, and rhos in [0, 1]."""
-    for i, m in enumerate(reports):
-        where = f"matches[{i}]"
-        if not m.match_id:
-            raise InvalidRequest(f"{where}.match_id: must not be empty")
-        check_id(m.match_id, f"{where}.match_id", "match_id")
-        check_step(m.step, f"{where}.step")
-        if m.task_type not in TASK_TYPES:
-            raise InvalidRequest(f"{where}.task_type: '{m.task_type}' is not one of {list(TASK_TYPES)}")
-        if not m.rhos:
-            raise InvalidRequest(f"{where}.rhos: a match needs at least one rho (one per task)")
-        for j, rho in enumerate(m.rhos):
-            if not 0.0 <= rho <= 1.0:  # also rejects NaN
-                raise InvalidRequest(f"{where}.rhos[{j}]: {rho} is outside [0, 1]")
-        for fld, adapter_id, roles in (("teacher_id", m.teacher_id, TEACHER_ROLES),
-                                       ("student_id", m.student_id, STUDENT_ROLES)):
-            a = known.get(adapter_id)
-            if a is None or a.run_id != run_id:
-                raise InvalidRequest(f"{where}.{fld}: unknown adapter '{adapter_id}' in run '{run_id}'")
-            if a.role not in roles:
-                raise InvalidRequest(f"{where}.{fld}: adapter '{adapter_id}' is a {a.role}, not a "
-                                     f"{fld.removesuffix('_id')}")
-        if m.teacher_id == m.student_id and known[m.teacher_id].role != "both":
-            raise InvalidRequest(f"{where}.student_id: a teacher never solves its own problems (spec 1)")
-
-
-def check_child(run_id: str, child: ChildSpec, known: dict[str, AdapterRow]) -> AdapterRow | None:
-    """The child's parents and the member it retires exist in this run; returns the child when it was recorded
-    already with the same parents and operator (recording it again changes nothing)."""
-    if not child.child_id:
-        raise InvalidRequest("child_id: must not be empty")
-    check_role(child.role, "role")
-    if not child.parent_ids:
-        raise InvalidRequest("parent_ids: a child needs at least one parent")
-    if not child.operator:
-        raise InvalidRequest("operator: name the operator that made the child (M1..X4)")
-    check_id(child.child_id, "child_id", "adapter_id")
-    check_id(child.operator, "operator", "operator")
-    check_step(child.step)
-    if not 0 <= child.rank <= 4096:
-        raise InvalidRequest(f"rank: {child.rank} is outside [0, 4096]")
-    if not -(2 ** 63) <= child.seed < 2 ** 63:
-        raise InvalidRequest(f"seed: {child.seed} does not fit 64 bits")
-    existing = known.get(child.child_id)
-    if existing is not None:
-        if existing.run_id == run_id and existing.parents == list(child.parent_ids) \
-                and existing.operator == child.operator:
-            return existing
-        raise InvalidRequest(f"child_id: '{child.child_id}' already exists with other parents or operator")
-    for i, pid in enumerate(child.parent_ids):
-        p = known.get(pid)
-        if p is None or p.run_id != run_id:
-            raise InvalidRequest(f"parent_ids[{i}]: unknown adapter '{pid}' in run '{run_id}'")
-    if child.retire_id:
-        r = known.get(child.retire_id)
-        if r is None or r.run_id != run_id:
-            raise InvalidRequest(f"retire_id: unknown adapter '{child.retire_id}' in run '{run_id}'")
-        if r.role != child.role:
-            raise InvalidRequest(f"retire_id: '{child.retire_id}' is a {r.role}, the child a {child.role}")
-    return None
-
-
-def check_usage(step: int, rows: Sequence[UsageRow]) -> None:
-    check_step(step)
-    seen: set[str] = set()
-    for i, r in enumerate(rows):
-        check_id(r.adapter_id, f"usage[{i}].adapter_id", "adapter_id")
-        if r.adapter_id in seen:
-            raise InvalidRequest(f"usage[{i}].adapter_id: '{r.adapter_id}' appears twice")
-        seen.add(r.adapter_id)
-        for name in ("generated_tokens", "trained_tokens", "sandbox_jobs"):
-            if getattr(r, name) < 0:
-                raise InvalidRequest(f"usage[{i}].{name}: {getattr(r, name)} is negative")
-
-
-def _fraction(value: float, where: str) -> None:
-    if not 0.0 <= value <= 1.0:  # also rejects NaN
-        raise InvalidRequest(f"{where}: {value} is outside [0, 1]")
-
-
-def check_evals(run_id: str, rows: Sequence[EvalRow], known: dict[str, AdapterRow]) -> None:
-    """Each score names the base ("") or an adapter of this run, a benchmark, a version and step in range, and
-    pass rates in [0, 1]; per-problem results, when given, are one per problem with 0 <= passed <= n = samples."""
-    seen: set[tuple[str, int, str]] = set()
-    for i, r in enumerate(rows):
-        where = f"scores[{i}]"
-        if r.adapter_id:
-            check_id(r.adapter_id, f"{where}.adapter_id", "adapter_id")
-            a = known.get(r.adapter_id)
-            if a is None or a.run_id != run_id:
-                raise InvalidRequest(f"{where}.adapter_id: unknown adapter '{r.adapter_id}' in run '{run_id}' (\"\" "
-                                     "is the bare base model)")
-        if not r.benchmark:
-            raise InvalidRequest(f"{where}.benchmark: must not be empty")
-        check_id(r.benchmark, f"{where}.benchmark", "benchmark")
-        check_text(r.label, f"{where}.label", "label")
-        check_step(r.version, f"{where}.version")
-        check_step(r.step, f"{where}.step")
-        if not 1 <= r.samples <= 100_000:
-            raise InvalidRequest(f"{where}.samples: {r.samples} is outside [1, 100000]")
-        if not 0 <= r.n_problems <= 1_000_000:
-            raise InvalidRequest(f"{where}.n_problems: {r.n_problems} is outside [0, 1000000]")
-        _fraction(r.pass_at_1, f"{where}.pass_at_1")
-        for k, v in r.pass_at_k.items():
-            if not 1 <= k <= r.samples:
-                raise InvalidRequest(f"{where}.pass_at_k: k={k} is outside [1, samples={r.samples}]")
-            _fraction(v, f"{where}.pass_at_k[{k}]")
-        if r.problems and len(r.problems) != r.n_problems:
-            raise InvalidRequest(f"{where}.problems: {len(r.problems)} results for n_problems={r.n_problems}")
-        ids: set[str] = set()
-        for j, p in enumerate(r.problems):
-            pw = f"{where}.problems[{j}]"
-            if not p.problem_id:
-                raise InvalidRequest(f"{pw}.problem_id: must not be empty")
-            check_id(p.problem_id, f"{pw}.problem_id", "problem_id")
-            check_text(p.error, f"{pw}.error", "error")
-            if p.problem_id in ids:
-                raise InvalidRequest(f"{pw}.problem_id: '{p.problem_id[:80]}' appears twice")
-            ids.add(p.problem_id)
-            if p.n != r.samples or not 0 <= p.passed <= p.n:
-                raise InvalidRequest(f"{pw}: needs n = samples ({r.samples}) and 0 <= passed <= n "
-                                     f"(got passed={p.passed}, n={p.n})")
-        key = (r.adapter_id, r.version, r.benchmark)
-        if key in seen:
-            raise InvalidRequest(f"{where}: adapter '{r.adapter_id}' v{r.version} on '{r.benchmark}' appears twice")
-        seen.add(key)
 
 
 # ---------------------------------------------------------------------------------------------- the rules

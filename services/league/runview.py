@@ -1,5 +1,7 @@
-"""The coordinator's phase journal as the dashboard reads it: the one module of the league that knows the journal's
-tables and the JSON of its phase results. It reads them by SQL and never imports the coordinator.
+"""The coordinator's phase journal as the dashboard reads it: where a run stands (the phases stored, the one running,
+a phase that failed) and the problems and answers of a step. The per-step figures are not worked out here: the
+coordinator records each step's summary in the league (RecordStepSummary, coordinator/stepsummary.py) and the views
+below take those summaries as they are given. It reads the journal by SQL and never imports the coordinator.
 
 What it expects is the JSON the coordinator's journal stores (the typed records of populora/records.py, encoded by
 their codec); when that layout changes, this is the one module to port (and tests/league/test_runview.py the one test
@@ -12,25 +14,16 @@ Tables, in the league's own database (embedded: the run's SQLite file; distribut
   once and never changed (so anything computed from a row may be cached forever); `result` is JSON text. A phase
   that failed for good is a row named `failed:<phase>` holding {"error": text}.
 
-Phase results, and the keys read from each (anything else is ignored; a key that is missing or of another type
+Phase results read, and the keys read from each (anything else is ignored; a key that is missing or of another type
 reads as empty, so a changed layout shows as gaps on the page, never as a server error):
-- step 0 `warmstart` (runs stored before the warm start have none): {"adapter_id", "cached", "losses", ...}
-- step 0 `init`: {"population": {adapter_id: {"role", "version"}}}
-- step 0 `seed`: {"sizes": {task_type: n}, "reasons": {reason: n}, "rounds": n, "proposals": n}
-- `match`: {"pairings": [{"match_id", "teacher", "student", "task_type"}]}
-- `propose`: {"proposals": [{"id", "match_id", "task_type", "teacher", "text", "response_token_ids", "version"}]}
+- `match`: {"pairings": [{"match_id", "student"}]}
+- `propose`: {"proposals": [{"id", "match_id", "task_type", "teacher", "text", "version"}]}
 - `validate`: {"verdicts": {proposal_id: {"valid", "reason", "detail",
   "task": {"program", "inputs", "outputs", "message", "complexity": {metric: number}} or null}}}
-- `solve`: {"attempts": [{"id", "task_id", "student", "text", "response_token_ids"}]}
+- `solve`: {"attempts": [{"id", "task_id", "student", "text"}]}
 - `check`: {"outcomes": {attempt_id: outcome}, "rho": {proposal_id: the student's mean correctness}}
-- `rate`: {"reported": [match_id]}
-- `update`: {"population": {as in init}, "stats": {adapter_id: {"loss", "tokens", ...}}}
-- `evolve`: {"population": {as in init}, "events": [{"role", "retired", "child", "parents", "operator",
-  "relative_change"}]}
-- `account` (every step, 0 included; runs stored before compute accounting have none): {"total":
-  {"generated_tokens", "trained_tokens", "sandbox_jobs"}, "adapters": {adapter_id: the same three}}
 Steps 1.. run match, propose, validate, solve, check, rate, update in that order, evolve after update on steps
-that are a multiple of the config's `evolution.every_k` in `population` mode, and account last.
+that are a multiple of the config's `evolution.every_k` in `population` mode, account, and eval every `eval.every`.
 """
 
 from __future__ import annotations
@@ -39,7 +32,7 @@ import json
 import math
 import threading
 import time
-from collections import Counter, OrderedDict, defaultdict
+from collections import Counter, OrderedDict
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any
@@ -51,10 +44,8 @@ RUNS_TABLE = "coord_runs"
 PHASES_TABLE = "coord_phases"
 INIT_PHASES = ("warmstart", "init", "seed", "account", "eval")
 STEP_PHASES = ("match", "propose", "validate", "solve", "check", "rate", "update", "evolve", "account", "eval")
-COMPUTE_KEYS = ("generated_tokens", "trained_tokens", "sandbox_jobs")
 FAILED_PREFIX = "failed:"
 PRIVATE_KEYS = ("population", "versions")  # per-adapter maps: kept for `versions`, not served per step
-COMPLEXITY = ("ast_depth", "cyclomatic", "lines_of_code")
 
 _runs = sa.table(RUNS_TABLE, sa.column("run_id"), sa.column("mode"), sa.column("config_yaml"), sa.column("status"),
                  sa.column("created_at"), sa.column("updated_at"))
@@ -83,11 +74,6 @@ def _number(value: Any) -> float | None:
 
 def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _mean(values: list[float | None]) -> float | None:
-    xs = [v for v in values if v is not None]
-    return sum(xs) / len(xs) if xs else None
 
 
 def _items(value: Any) -> list[dict]:
@@ -163,16 +149,6 @@ def _compact(phase: str, result: Any) -> dict:
     return result
 
 
-def _population(result: dict) -> dict[str, int]:
-    """{adapter_id: version} of a population map."""
-    out = {}
-    for adapter_id, member in _dict(result.get("population")).items():
-        version = _int(_dict(member).get("version"))
-        if version is not None:
-            out[adapter_id] = version
-    return out
-
-
 class Journal:
     """Reads of the phase journal, with what is derived from its rows cached (rows never change once written)."""
 
@@ -183,7 +159,6 @@ class Journal:
         self.cache_size = cache_size
         self._lock = threading.Lock()
         self._results: OrderedDict[tuple, dict] = OrderedDict()  # (run, step, phase) -> compact result, LRU
-        self._summaries: dict[tuple, dict] = {}  # (run, step, phases present) -> summary
         self._configs: dict[tuple[str, int], dict] = {}
         self._present = False
         self._checked_at = -math.inf
@@ -261,55 +236,16 @@ class Journal:
                     self._results.popitem(last=False)
         return out
 
-    # ---- per step ---------------------------------------------------------------------------------------------------
-    def summary(self, run_id: str, step: int, rows: list[PhaseRow]) -> dict:
-        """What one step did: seconds per phase, valid-proposal rate and rejection reasons, solve rate per task type,
-        outcomes, compute counted from the journal, the population's versions and evolution events."""
-        key = (run_id, step, tuple(sorted(r.phase for r in rows)))
-        with self._lock:
-            cached = self._summaries.get(key)
-        if cached is not None:
-            return cached
-        done = [r for r in rows if not r.failed]
-        out: dict[str, Any] = {
-            "step": step, "phases": [r.phase for r in done], "seconds": {r.phase: r.seconds for r in done},
-            "step_seconds": sum(r.seconds for r in done), "finished_at": max((r.finished_at for r in rows),
-                                                                            default=None)}
-        got = self.results(run_id, step, [r.phase for r in done])
-        if step == 0:
-            seed = got.get("seed", {})
-            out["seed"] = {"sizes": _dict(seed.get("sizes")), "reasons": _dict(seed.get("reasons")),
-                           "rounds": _int(seed.get("rounds")), "proposals": _int(seed.get("proposals"))}
-            out["population"] = out["versions"] = _population(got.get("init", {}))
-        else:
-            out.update(_step_metrics(got))
-        if "account" in got:  # what the coordinator counted (spec 14) wins over counting here
-            total = _dict(_dict(got["account"]).get("total"))
-            out["compute"] = {k: _int(total.get(k)) for k in COMPUTE_KEYS}
-        with self._lock:
-            self._summaries[key] = out
-        return out
-
-    def steps(self, run_id: str, rows: list[PhaseRow] | None = None, public: bool = True) -> list[dict]:
-        """The summary of every step of a run that has a persisted phase, by step; `public` leaves out the
-        per-adapter version maps (a member's versions are `versions`)."""
-        by_step: dict[int, list[PhaseRow]] = defaultdict(list)
-        for r in self.rows(run_id) if rows is None else rows:
-            by_step[r.step].append(r)
-        out = [self.summary(run_id, s, by_step[s]) for s in sorted(by_step)]
-        if public:
-            out = [{k: v for k, v in s.items() if k not in PRIVATE_KEYS} for s in out]
-        return out
-
     # ---- views ------------------------------------------------------------------------------------------------------
-    def overview(self, run_id: str) -> dict | None:
-        """Where the run stands (step and phase in progress, status, the latest step's seconds per phase and its
-        metrics), its compute so far and its last evolution events; None when the journal has no such run."""
+    def overview(self, run_id: str, summaries: list[dict]) -> dict | None:
+        """Where the run stands (step and phase in progress, status, the latest step's summary), its compute so far
+        and its last evolution events, from the journal's rows and the step `summaries` the league holds (by step);
+        None when the journal has no such run."""
         run = self.run(run_id)
         rows = self.rows(run_id)
         if run is None and not rows:
             return None
-        steps = self.steps(run_id, rows)
+        steps = public_steps(summaries)
         measured = [s for s in steps if s.get("valid_rate") is not None or s.get("proposals")]
         failures = [r for r in rows if r.failed]
         error = None
@@ -317,10 +253,10 @@ class Journal:
             f = failures[-1]
             error = {"step": f.step, "phase": f.phase[len(FAILED_PREFIX):],
                      "error": _text(self.results(run_id, f.step, [f.phase]).get(f.phase, {}).get("error"))}
-        events = [{"step": s["step"], **e} for s in steps for e in s.get("evolution", [])]
+        events = [{"step": s["step"], **e} for s in steps for e in _items(s.get("evolution"))]
         compute: Counter = Counter()
         for s in steps:
-            compute.update({k: v for k, v in s.get("compute", {}).items() if v is not None})
+            compute.update({k: v for k, v in _dict(s.get("compute")).items() if _number(v) is not None})
         return {
             "status": run.status if run else "unknown", "mode": run.mode if run else "",
             "steps_planned": _int(run.setting("run", "steps")) if run else None,
@@ -331,10 +267,10 @@ class Journal:
             "compute": dict(compute), "evolution": events[-12:], "journal_rows": len(rows),
         }
 
-    def tasks(self, run_id: str, step: int | None, include_invalid: bool) -> dict:
-        """The problems proposed at one step (the latest with proposals by default): program, inputs, outputs,
-        complexity, proposer, matched student and solve rate; invalid proposals too when asked, with the reason."""
-        summaries = self.steps(run_id)
+    def tasks(self, run_id: str, summaries: list[dict], step: int | None, include_invalid: bool) -> dict:
+        """The problems proposed at one step (the latest with proposals by default, as the step `summaries` count
+        them): program, inputs, outputs, complexity, proposer, matched student and solve rate; invalid proposals too
+        when asked, with the reason."""
         with_tasks = [s["step"] for s in summaries if s.get("proposals")]
         if step is None:
             step = with_tasks[-1] if with_tasks else 0
@@ -401,14 +337,22 @@ class Journal:
                                     "outputs": [_text(x) for x in _list(task.get("outputs"))]})
         return {"adapter_id": adapter_id, "proposals": proposals, "answers": answers}
 
-    def versions(self, run_id: str, adapter_id: str) -> list[dict]:
-        """Each version of the adapter the run used, with the step after which it was current."""
-        out: list[dict] = []
-        for s in self.steps(run_id, public=False):
-            version = s.get("versions", {}).get(adapter_id)
-            if version is not None and (not out or out[-1]["version"] != version):
-                out.append({"version": version, "step": s["step"]})
-        return out
+
+def adapter_versions(summaries: list[dict], adapter_id: str) -> list[dict]:
+    """Each version of the adapter the run used, with the step after which it was current, from the step summaries'
+    `versions` maps."""
+    out: list[dict] = []
+    for s in summaries:
+        version = _int(_dict(s.get("versions")).get(adapter_id))
+        if version is not None and (not out or out[-1]["version"] != version):
+            out.append({"version": version, "step": s["step"]})
+    return out
+
+
+def public_steps(summaries: list[dict]) -> list[dict]:
+    """The step summaries as the REST API serves them: without the per-adapter version maps (a member's versions
+    are `versions`)."""
+    return [{k: v for k, v in s.items() if k not in PRIVATE_KEYS} for s in summaries]
 
 
 def store_root(config: dict) -> str:
@@ -430,56 +374,6 @@ def version_path(store_root: str, adapter_id: str, version: int) -> str:
     if not store_root:
         return ""
     return str(PurePosixPath(store_root) / "adapters" / adapter_id / f"v{version}")
-
-
-def _step_metrics(got: dict[str, dict]) -> dict:
-    """Metrics of one training step from its phase results (see the module docstring for the keys read)."""
-    proposals = _items(got.get("propose", {}).get("proposals"))
-    verdicts = _dict(got.get("validate", {}).get("verdicts"))
-    check = got.get("check", {})
-    rho, outcomes = _dict(check.get("rho")), _dict(check.get("outcomes"))
-    attempts = _items(got.get("solve", {}).get("attempts"))
-    validated = "validate" in got
-    by_type: dict[str, dict] = {}
-    rejections: Counter = Counter()
-    n_valid = 0
-    for tt in sorted({_text(p.get("task_type")) for p in proposals}):
-        props = [p for p in proposals if p.get("task_type") == tt]
-        verdict = [_dict(verdicts.get(_text(p.get("id")))) for p in props]
-        valid = [p for p, v in zip(props, verdict) if v.get("valid") is True]
-        reasons = Counter(_text(v.get("reason")) or "unknown" for v in verdict if v and v.get("valid") is not True)
-        rejections.update(reasons)
-        n_valid += len(valid)
-        complexity = [_dict(_dict(verdicts.get(_text(p.get("id")))).get("task")).get("complexity") for p in valid]
-        by_type[tt] = {
-            "proposals": len(props), "valid": len(valid),
-            "valid_rate": len(valid) / len(props) if validated and props else None,
-            "rejections": dict(reasons),
-            "solve_rate": _mean([_number(rho.get(_text(p.get("id")))) for p in valid]),
-            **{m: _mean([_number(_dict(c).get(m)) for c in complexity]) for m in COMPLEXITY}}
-    update = got.get("update", {})
-    evolve = got.get("evolve", {})
-    generated = [_int(x.get("response_tokens")) for x in proposals + attempts]
-    trained = [_int(_dict(s).get("tokens")) for s in _dict(update.get("stats")).values()]
-    population = _population(evolve) or _population(update)
-    versions = {**_population(update), **_population(evolve)}
-    return {
-        "proposals": len(proposals), "valid": n_valid,
-        "valid_rate": n_valid / len(proposals) if validated and proposals else None,
-        "rejections": dict(rejections), "task_types": by_type,
-        "solve_rate": _mean([_number(v) for v in rho.values()]),
-        "outcomes": dict(Counter(_text(o) for o in outcomes.values())),
-        "matches": len(_list(got.get("rate", {}).get("reported"))) if "rate" in got else None,
-        # runs stored before compute accounting: what can be counted from the journal (trained: response tokens
-        # as the trainer reported them; sandbox jobs are unknown)
-        "compute": {"generated_tokens": sum(x for x in generated if x is not None),
-                    "trained_tokens": sum(x for x in trained if x is not None), "sandbox_jobs": None},
-        "population": population, "versions": versions,
-        "evolution": [{"role": _text(e.get("role")), "retired": _text(e.get("retired")),
-                       "child": _text(e.get("child")), "parents": [_text(p) for p in _list(e.get("parents"))],
-                       "operator": _text(e.get("operator")), "relative_change": _number(e.get("relative_change"))}
-                      for e in _items(evolve.get("events"))],
-    }
 
 
 def _progress(run: RunRecord | None, rows: list[PhaseRow]) -> dict:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import random
@@ -16,6 +17,7 @@ from google.protobuf.message import Message
 from populora.config import ROLES, TASK_TYPES, Config
 from populora.metrics import BATCH_SIZE
 from populora.pb import league_pb2
+from populora.records import EvalScore, ProblemScore, Usage
 from populora.retry import db_unavailable
 from populora.rpc import CONTRACTS, ServiceError, invalid, not_found, nul_field, precondition
 from populora.seeds import derive_seed
@@ -26,13 +28,11 @@ from services.league.engine import (
     AdapterRow,
     AdapterSpecIn,
     ChildSpec,
-    EvalProblemRow,
     EvalRow,
     InvalidRequest,
     MatchReport,
     RatingRules,
     UnknownEntity,
-    UsageRow,
 )
 from services.league.pfsp import PfspParams, draw, pfsp_weights
 from services.league.ratings import RatingParams, win_probability_matrix
@@ -253,8 +253,8 @@ class LeagueService:
 
     @_status_codes
     def RecordCompute(self, request: league_pb2.RecordComputeRequest) -> league_pb2.RecordComputeResponse:
-        rows = [UsageRow(u.adapter_id, u.generated_tokens, u.trained_tokens, u.sandbox_jobs) for u in request.usage]
-        return league_pb2.RecordComputeResponse(rows=self.db.record_compute(request.run_id, request.step, rows))
+        usage = [(u.adapter_id, Usage(u.generated_tokens, u.trained_tokens, u.sandbox_jobs)) for u in request.usage]
+        return league_pb2.RecordComputeResponse(rows=self.db.record_compute(request.run_id, request.step, usage))
 
     @_status_codes
     def GetCompute(self, request: league_pb2.GetComputeRequest) -> league_pb2.GetComputeResponse:
@@ -270,20 +270,27 @@ class LeagueService:
 
     @_status_codes
     def RecordEvals(self, request: league_pb2.RecordEvalsRequest) -> league_pb2.RecordEvalsResponse:
-        rows = [EvalRow(e.adapter_id, e.version, e.benchmark, e.step, e.label, e.n_problems, e.samples, e.pass_at_1,
-                        dict(e.pass_at_k), tuple(EvalProblemRow(p.problem_id, p.passed, p.n, p.error)
-                                                 for p in e.problems)) for e in request.scores]
+        rows = [EvalRow(EvalScore(e.adapter_id, e.version, e.label, e.pass_at_1,
+                                  {str(k): v for k, v in e.pass_at_k.items()}, e.n_problems, e.samples,
+                                  [ProblemScore(p.problem_id, p.passed, p.n, p.error) for p in e.problems]),
+                        e.benchmark, e.step) for e in request.scores]
         return league_pb2.RecordEvalsResponse(recorded=self.db.record_evals(request.run_id, rows, time.time()))
 
     @_status_codes
     def GetEvals(self, request: league_pb2.GetEvalsRequest) -> league_pb2.GetEvalsResponse:
         rows = self.db.evals(request.run_id, request.adapter_id, request.benchmark, request.include_problems)
         return league_pb2.GetEvalsResponse(scores=[league_pb2.EvalScore(
-            adapter_id=r.adapter_id, version=r.version, benchmark=r.benchmark, step=r.step, label=r.label,
-            n_problems=r.n_problems, samples=r.samples, pass_at_1=r.pass_at_1, pass_at_k=r.pass_at_k,
-            recorded_at=r.recorded_at, problems=[league_pb2.EvalProblem(problem_id=p.problem_id, passed=p.passed,
-                                                                        n=p.n, error=p.error) for p in r.problems])
-            for r in rows])
+            adapter_id=s.adapter_id, version=s.version, benchmark=r.benchmark, step=r.step, label=s.label,
+            n_problems=s.n_problems, samples=s.samples, pass_at_1=s.pass_at_1,
+            pass_at_k={int(k): v for k, v in s.pass_at_k.items()}, recorded_at=r.recorded_at,
+            problems=[league_pb2.EvalProblem(problem_id=p.id, passed=p.passed, n=p.n, error=p.error)
+                      for p in s.problems]) for r, s in ((r, r.score) for r in rows)])
+
+    @_status_codes
+    def RecordStepSummary(self, request: league_pb2.RecordStepSummaryRequest
+                          ) -> league_pb2.RecordStepSummaryResponse:
+        return league_pb2.RecordStepSummaryResponse(replaced=self.db.record_step_summary(
+            request.run_id, request.step, request.summary_json, time.time()))
 
     @_status_codes
     def eval_scores(self, run_id: str, adapter_id: str = "", benchmark: str = "", include_problems: bool = False
@@ -291,11 +298,11 @@ class LeagueService:
         """A run's benchmark scores as JSON for the REST API: the bare base model's adapter_id is null."""
         rows = self.db.evals(run_id, adapter_id, benchmark, include_problems)
         return {"run_id": run_id, "adapter_id": adapter_id or None, "evals": [{
-            "adapter_id": r.adapter_id or None, "version": r.version, "benchmark": r.benchmark, "step": r.step,
-            "label": r.label, "n_problems": r.n_problems, "samples": r.samples, "pass_at_1": r.pass_at_1,
-            "pass_at_k": {str(k): v for k, v in sorted(r.pass_at_k.items())}, "recorded_at": r.recorded_at,
-            "problems": [{"id": p.problem_id, "passed": p.passed, "n": p.n, "error": p.error} for p in r.problems]
-            if include_problems else None} for r in rows]}
+            "adapter_id": s.adapter_id or None, "version": s.version, "benchmark": r.benchmark, "step": r.step,
+            "label": s.label, "n_problems": s.n_problems, "samples": s.samples, "pass_at_1": s.pass_at_1,
+            "pass_at_k": dict(sorted(s.pass_at_k.items(), key=lambda kv: int(kv[0]))), "recorded_at": r.recorded_at,
+            "problems": [dataclasses.asdict(p) for p in s.problems] if include_problems else None}
+            for r, s in ((r, r.score) for r in rows)]}
 
     # ---- reads for the REST API (the others are in reads.py) ------------------------------------------------------
     @_status_codes
@@ -320,8 +327,8 @@ class LeagueService:
         coordinator records after each step."""
         zero = dict.fromkeys(USAGE_FIELDS, 0)
         total, adapters, steps = dict(zero), {}, {}
-        for step, row in self.db.compute(run_id):
-            per_adapter = adapters.setdefault(row.adapter_id, dict(zero)) if row.adapter_id else None
+        for step, adapter_id, row in self.db.compute(run_id):
+            per_adapter = adapters.setdefault(adapter_id, dict(zero)) if adapter_id else None
             per_step = steps.setdefault(step, dict(zero))
             for k in USAGE_FIELDS:
                 v = getattr(row, k)

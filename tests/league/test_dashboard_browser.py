@@ -282,8 +282,14 @@ HOSTILE = ['"><img src=x onerror="window.__pwned=1">', "<script>window.__pwned=2
 @pytest.fixture(scope="module")
 def hostile_site(browser, tmp_path_factory):
     """A league and a journal whose ids, programs and model output are HTML and script."""
+    from bench.league_dashboard import store_step
+    from coordinator.journal import Journal as CoordinatorJournal
     from coordinator.journal import JournalDB
+    from coordinator.step import StepRecord
+    from populora import records as r
+    from populora.config import Config
     from populora.pb import league_pb2 as pb
+    from populora.tasks import BufferSet, Triplet
 
     url = f"sqlite:///{tmp_path_factory.mktemp('hostile') / 'league.sqlite'}"
     run = '<img src=x onerror="window.__pwned=9">'
@@ -301,26 +307,21 @@ def hostile_site(browser, tmp_path_factory):
                                               params_json='{"epsilon": 0.1, "note": "<script>x</script>"}'))
     state = JournalDB(url)
     state.create_run(run, "population", "run: {steps: 2}\nstore: {root: '<b>store</b>'}\n")
-    task = {"task_type": "code_o", "program": f"def f(a):\n    return {HOSTILE[0]!r}", "inputs": [repr(HOSTILE[1])],
-            "outputs": [repr(HOSTILE[3])], "message": HOSTILE[4], "complexity": {"ast_depth": 3}}
-    state.put(run, 0, "init", {"population": {teacher: {"role": "teacher", "version": 1},
-                                              student: {"role": "student", "version": 1}}}, 1.0)
-    state.put(run, 1, "match", {"pairings": [{"match_id": "m1", "teacher": teacher, "student": student,
-                                              "task_type": "code_o"}]}, 0.1)
-    state.put(run, 1, "propose", {"proposals": [
-        {"id": "p0", "match_id": "m1", "task_type": "code_o", "teacher": teacher, "text": HOSTILE[1] + HOSTILE[4],
-         "response_token_ids": [1]},
-        {"id": "p1", "match_id": "m1", "task_type": "code_o", "teacher": teacher, "text": HOSTILE[0],
-         "response_token_ids": [1]}]}, 0.1)
-    state.put(run, 1, "validate", {"verdicts": {"p0": {"valid": True, "reason": "ok", "detail": "", "task": task},
-                                                "p1": {"valid": False, "reason": HOSTILE[3], "detail": HOSTILE[2],
-                                                       "task": None}}}, 0.1)
-    state.put(run, 1, "solve", {"attempts": [{"id": "p0/a0", "task_id": "p0", "student": student,
-                                              "text": HOSTILE[4] + HOSTILE[0], "response_token_ids": [1]}]}, 0.1)
-    state.put(run, 1, "check", {"outcomes": {"p0/a0": HOSTILE[1]}, "rho": {"p0": 0.5}}, 0.1)
-    state.put(run, 1, "evolve", {"population": {}, "events": [{"role": "student", "retired": student,
-                                                                "child": HOSTILE[2], "parents": [student],
-                                                                "operator": "M1", "relative_change": 0.1}]}, 0.1)
+    task = Triplet("code_o", f"def f(a):\n    return {HOSTILE[0]!r}", [repr(HOSTILE[1])], [repr(HOSTILE[3])],
+                   HOSTILE[4], complexity={"ast_depth": 3})
+    population = {teacher: r.Member("teacher", 1), student: r.Member("student", 1)}
+    CoordinatorJournal(state, run).put(0, "init", r.Initialized(population), 1.0)
+    step = StepRecord(
+        1, r.Matched([r.Pairing("m1", teacher, student, "code_o")]),
+        r.Proposed([r.Proposal("p0", "code_o", teacher, "m1", 1, HOSTILE[1] + HOSTILE[4], [], [1]),
+                    r.Proposal("p1", "code_o", teacher, "m1", 1, HOSTILE[0], [], [1])]),
+        r.Validated({"p0": r.Verdict(True, "ok", "", task), "p1": r.Verdict(False, HOSTILE[3], HOSTILE[2])},
+                    BufferSet(4)),
+        r.Solved([r.Attempt("p0/a0", "p0", student, "m1", HOSTILE[4] + HOSTILE[0], [], [1])]),
+        r.Checked({"p0/a0": "correct"}, {"p0": 0.5}), r.Rated(1, 0, ["m1"], {}), r.Updated(population, {}),
+        r.Evolved({}, [r.EvolutionEvent(1, "student", student, HOSTILE[2], [student], "M1", 0.1, 0.0)]),
+        r.Accounted({}, r.Usage()))
+    store_step(state, league, Config(), run, step)
     state.close()
     server = _serve(url)
     yield server, run, teacher, student
@@ -354,7 +355,7 @@ def test_html_and_script_from_models_and_clients_are_shown_as_text(page, hostile
                     "lineage": [teacher, student], "payoff": [teacher, student],
                     "problems": [f"return {HOSTILE[0]!r}", HOSTILE[3], HOSTILE[4], HOSTILE[2], HOSTILE[0]],
                     "adapter": [HOSTILE[1] + HOSTILE[4]] if teacher in route or q(teacher, safe="") in route
-                    else [HOSTILE[4] + HOSTILE[0], HOSTILE[1]]}.get(route.split("/")[0], [])
+                    else [HOSTILE[4] + HOSTILE[0]]}.get(route.split("/")[0], [])
         for s in expected:
             assert s in text, (route, s)
     assert run in page.texts("#run-select option")

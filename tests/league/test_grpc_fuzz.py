@@ -49,6 +49,8 @@ requests = st.one_of(
         text, text, int64, text, int64, int32, rho, int32, text, int32, text),
     st.builds(lambda r, a, b, p: ("GetEvals", pb.GetEvalsRequest(run_id=r, adapter_id=a, benchmark=b,
                                                                  include_problems=p)), text, text, text, st.booleans()),
+    st.builds(lambda r, s, j: ("RecordStepSummary", pb.RecordStepSummaryRequest(run_id=r, step=s, summary_json=j)),
+              text, int64, st.one_of(text, st.sampled_from(['{"step": 1}', "[1]", '{"x": NaN}', '{"x": 1e999}']))),
 )
 
 

@@ -269,7 +269,7 @@ def test_web_page_and_openapi(rest):
 
 
 def test_read_cache_single_flight_invalidation_and_stale_while_revalidate():
-    from services.league.rest import _ReadCache
+    from services.league.rest_cache import ReadCache
 
     gen = [0]
     calls = []
@@ -281,7 +281,7 @@ def test_read_cache_single_flight_invalidation_and_stale_while_revalidate():
         return {"gen": gen[0], "n": len(calls)}
 
     async def scenario():
-        cache = _ReadCache(ttl=0.2, generation=lambda: gen[0])
+        cache = ReadCache(ttl=0.2, generation=lambda: gen[0])
         waiters = [asyncio.ensure_future(cache.get(("k",), build)) for _ in range(8)]
         await asyncio.sleep(0.05)
         gate.set()
@@ -303,7 +303,7 @@ def test_read_cache_single_flight_invalidation_and_stale_while_revalidate():
 @pytest.mark.parametrize("ttl", [0.0, 5.0])
 def test_read_queries_run_at_most_n_at_once_in_arrival_order(ttl):
     """Uncached reads (and cache misses of distinct keys) take one of `queries` slots; the rest wait in order."""
-    from services.league.rest import _ReadCache
+    from services.league.rest_cache import ReadCache
 
     running, peak, started = [0], [0], []
     lock = threading.Lock()
@@ -321,7 +321,7 @@ def test_read_queries_run_at_most_n_at_once_in_arrival_order(ttl):
         return run
 
     async def scenario():
-        cache = _ReadCache(ttl=ttl, generation=lambda: 0, queries=2)
+        cache = ReadCache(ttl=ttl, generation=lambda: 0, queries=2)
         tasks = []
         for i in range(10):
             tasks.append(asyncio.ensure_future(cache.get(("k", i), build(i))))

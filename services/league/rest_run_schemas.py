@@ -1,0 +1,206 @@
+"""The JSON of the dashboard's run views, as pydantic models (OpenAPI documentation): the overview, each step's
+metrics, the problem explorer and an adapter's page and samples."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from services.league.rest_validation import Model, Role
+
+
+class TaskTypeStats(Model):
+    proposals: int
+    valid: int
+    valid_rate: float | None
+    rejections: dict[str, int]
+    solve_rate: float | None
+    ast_depth: float | None
+    cyclomatic: float | None
+    lines_of_code: float | None
+
+
+class JournalEvent(Model):
+    step: int | None = None
+    role: str
+    retired: str
+    child: str
+    parents: list[str]
+    operator: str
+    relative_change: float | None
+    epsilon: float | None = None
+
+
+class SeedInfo(Model):
+    sizes: dict[str, int]
+    reasons: dict[str, int]
+    rounds: int | None
+    proposals: int | None
+
+
+class StepSummary(Model):
+    step: int
+    phases: list[str]
+    seconds: dict[str, float]
+    step_seconds: float
+    finished_at: float | None
+    seed: SeedInfo | None = None
+    proposals: int | None = None
+    valid: int | None = None
+    valid_rate: float | None = None
+    rejections: dict[str, int] | None = None
+    task_types: dict[str, TaskTypeStats] | None = None
+    solve_rate: float | None = None
+    outcomes: dict[str, int] | None = None
+    matches: int | None = None
+    compute: dict[str, float] | None = None
+    evolution: list[JournalEvent] | None = None
+
+
+class PhaseAt(Model):
+    step: int
+    phase: str
+    finished_at: float | None = None
+
+
+class Progress(Model):
+    done: PhaseAt | None = Field(description="the last phase persisted")
+    in_progress: PhaseAt | None = Field(description="the phase running now (null unless the run is running)")
+
+
+class PhaseError(Model):
+    step: int
+    phase: str
+    error: str
+
+
+class LeagueCounts(Model):
+    adapters: int
+    active: int
+    last_match_seq: int
+    evals: int = Field(description="held-out scores recorded for the run")
+    evals_recorded_at: float = Field(description="when the latest of them was recorded (unix seconds; 0: none)")
+
+
+class Overview(Model):
+    run_id: str
+    revision: str = Field(description="changes whenever anything on the dashboard would")
+    server_time: float
+    journal: bool = Field(description="whether the database holds this run's phase journal")
+    status: str
+    mode: str
+    steps_planned: int | None
+    created_at: float | None
+    updated_at: float | None
+    progress: Progress
+    error: PhaseError | None
+    latest_step: StepSummary | None
+    last_measured_step: StepSummary | None = Field(description="the latest step with proposals")
+    compute: dict[str, float] = Field(description="generated and trained tokens and sandbox jobs so far (spec 14)")
+    evolution: list[JournalEvent]
+    journal_rows: int
+    league: LeagueCounts
+
+
+class Steps(Model):
+    run_id: str
+    steps: list[StepSummary]
+
+
+class TaskOut(Model):
+    id: str
+    step: int
+    task_type: str
+    teacher_id: str
+    student_id: str
+    validated: bool
+    valid: bool
+    reason: str
+    detail: str
+    program: str
+    inputs: list[str]
+    outputs: list[str]
+    message: str
+    complexity: dict[str, float | None]
+    rho: float | None
+    text: str = Field(description="the teacher's whole answer, as the model wrote it")
+    version: int | None
+
+
+class StepCount(Model):
+    step: int
+    proposals: int
+    valid: int
+
+
+class Tasks(Model):
+    run_id: str
+    step: int
+    steps: list[StepCount]
+    tasks: list[TaskOut]
+
+
+class AdapterRecord(Model):
+    adapter_id: str
+    run_id: str
+    role: Role
+    status: str
+    rank: int
+    created_step: int
+    retired_step: int | None
+    mu: float
+    sigma: float
+    conservative_skill: float
+    matches: int
+    wins: int
+    losses: int
+    draws: int
+    operator: str
+    params: dict[str, float | int | str | bool | None]
+    seed: int
+    parents: list[str]
+
+
+class VersionAt(Model):
+    version: int
+    step: int = Field(description="the step after which this version was current")
+
+
+class AdapterPage(Model):
+    adapter: AdapterRecord
+    k: float = Field(description="the k of mu - k*sigma")
+    versions: list[VersionAt]
+    store_root: str = Field(description="the run's artifact store, as its config names it")
+    store_path: str = Field(description="the directory of the adapter's latest stored version")
+    journal: bool
+
+
+class ProposalSample(Model):
+    step: int
+    id: str
+    task_type: str
+    text: str
+    validated: bool
+    valid: bool
+    reason: str
+    detail: str
+    program: str
+    rho: float | None
+    version: int | None
+
+
+class AnswerSample(Model):
+    step: int
+    id: str
+    task_id: str
+    task_type: str
+    text: str
+    outcome: str
+    program: str
+    inputs: list[str]
+    outputs: list[str]
+
+
+class Samples(Model):
+    adapter_id: str
+    proposals: list[ProposalSample]
+    answers: list[AnswerSample]

@@ -1,0 +1,67 @@
+"""The league's REST app on uvicorn: serving the dashboard beside a run, or over a finished run's database; the
+tests' real server."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path as FilePath
+from typing import TYPE_CHECKING
+
+from services.league.rest_app import create_app
+from services.league.service import LeagueService
+
+if TYPE_CHECKING:
+    from populora.config import Config
+
+
+class LeagueRestServer:
+    """The league's REST app on uvicorn, read-only by default: in the foreground (`populora dashboard`) or in a
+    thread beside an embedded run (`populora train --dashboard`)."""
+
+    def __init__(self, service: LeagueService, host: str = "127.0.0.1", port: int = 8080, read_only: bool = True):
+        import uvicorn
+
+        self.service = service
+        config = uvicorn.Config(create_app(service, read_only=read_only), host=host, port=port, log_level="warning",
+                                access_log=False)
+        self.server = uvicorn.Server(config)
+        self.url = f"http://{host}:{port}/"
+        self._thread: threading.Thread | None = None
+
+    def run(self) -> None:
+        self.server.run()
+
+    def start(self) -> LeagueRestServer:
+        """Serve in a daemon thread; returns once the socket listens (or raises if it could not bind)."""
+        self._thread = threading.Thread(target=self.server.run, name="dashboard", daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + 30
+        while not self.server.started:
+            if not self._thread.is_alive():
+                raise OSError(f"the dashboard could not listen on {self.url}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the dashboard did not start on {self.url} within 30 s")
+            time.sleep(0.02)
+        return self
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(10)
+        self.service.close()
+
+
+def dashboard_server(cfg: Config, host: str = "127.0.0.1", port: int = 8080,
+                     existing: bool = True) -> LeagueRestServer:
+    """The read-only dashboard over the run database `cfg` names (`league.db_url`: the embedded SQLite file under
+    `run.output_dir`, or the distributed Postgres). With `existing`, a SQLite file that is not there is an error
+    rather than a new empty database."""
+    from populora.config import ConfigError
+
+    url = cfg.resolve(cfg.league.db_url) if existing else cfg.league_db_url
+    if existing and url.startswith("sqlite:///") and not FilePath(url[len("sqlite:///"):]).exists():
+        raise ConfigError(f"no run database at {url[len('sqlite:///'):]}: point --set run.output_dir=DIR at the "
+                          "directory `populora train` wrote to, or --set league.db_url=URL at its database")
+    return LeagueRestServer(LeagueService.from_config(cfg, url), host, port)
+
