@@ -8,6 +8,7 @@ from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
 from populora.config import Config
+from populora.config.deployment import PLACED
 from populora.retry import Backoff
 from populora.rpc import SERVICE_NAMES, connect, run_server
 
@@ -55,8 +56,14 @@ def build(name: str, cfg: Config) -> Any:
 
 
 def remote(name: str, cfg: Config) -> Any:
-    """The service `name` over gRPC at cfg.services.<name>, with the run's token, deadline and retries."""
+    """The service `name` over gRPC at cfg.services.<name>, with the run's token, deadline and retries. A trainer or
+    inference with several replicas (`replicas`, or `resolve` of a DNS name) is one object over all of them, each
+    adapter's calls going to its owner (coordinator.replicas)."""
     ep = getattr(cfg.services, name)
+    if name in PLACED and (ep.replicas or ep.resolve):
+        from coordinator.replicas import placed
+
+        return placed(name, cfg)
     return connect(name, f"{ep.host}:{ep.port}", cfg.services.token, cfg.services.grpc_timeout_s,
                    cfg.services.grpc_retries, Backoff.from_config(cfg))
 
