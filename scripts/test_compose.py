@@ -308,8 +308,8 @@ def main() -> int:
         log(f"run finished in {result['run_s']} s (exit {coordinator.returncode}); checking from the host")
 
         trainers = stack.containers("trainer")
-        result["trainers_updating"] = sum("updated " in run(["docker", "logs", cid], check=False).stdout + run(
-            ["docker", "logs", cid], check=False).stderr for cid in trainers)
+        logs = [run(["docker", "logs", cid], check=False) for cid in trainers]
+        result["trainers_updating"] = sum("updated " in out.stdout + out.stderr for out in logs)
         if result["trainers_updating"] < min(2, len(trainers)):
             errors.append(f"only {result['trainers_updating']} of {len(trainers)} trainer replicas updated an "
                           "adapter: the population was not split between them")
