@@ -94,8 +94,14 @@ class Replicas:
         return connect(self.service, address, s.token, s.grpc_timeout_s, s.grpc_retries, None)
 
     def refresh(self) -> None:
-        """Resolve the replicas again; probe the ones taken as dead, which rejoin when they answer."""
-        found = dict(self._addresses())
+        """Resolve the replicas again; probe the ones taken as dead, which rejoin when they answer. A name that does
+        not resolve (the replicas not started yet) keeps the replicas known so far."""
+        try:
+            found = dict(self._addresses())
+        except ServiceError as e:
+            log.warning("%s replicas: %s", self.service, e.message)
+            self._refreshed = time.monotonic()
+            return
         with self._lock:
             for name in list(self.remotes):
                 if found.get(name) != self.address[name]:

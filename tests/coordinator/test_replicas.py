@@ -100,3 +100,11 @@ def test_no_live_replica_is_unavailable_after_the_outage_wait():
     with pytest.raises(Exception, match="no trainer replica answers"):
         replicas.scatter(IDS[:2], lambda a: a, call)
     replicas.close()
+
+
+def test_a_name_that_does_not_resolve_yet_waits_like_an_outage():
+    cfg = _cfg("services.trainer.resolve=true", "services.trainer.host=no-such-host.invalid")
+    replicas = Replicas("trainer", cfg)  # the replicas may start after the coordinator
+    assert replicas.remotes == {}
+    with pytest.raises(Exception, match="no trainer replica answers"):
+        replicas.live()
