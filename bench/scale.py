@@ -15,7 +15,8 @@ one nonzero LoRA (as the warm start gives: every update and every generation doe
 - same_result: the same tokens from 1 and 2 inference replicas, and the same adapter weights (within 1e-5) after the
   same updates on 1 and 2 trainer replicas.
 - rss_mb_per_replica_1 / _2: each replica's resident set after its updates (the trainers; inference beside it as
-  inference_rss_mb_per_replica_*): a replica holds the base once and only its own adapters.
+  inference_rss_mb_per_replica_*): a replica holds the base once and only its own adapters, which
+  adapters_per_replica_1 / _2 count (each trainer's share of the population).
 - moved_on_rescale: the fraction of the population's adapters whose owner changes from 2 to 3 replicas
   (moved_on_rescale_1000: the same over 1,000 ids, the expected 1/3 without the noise of a small population).
 
@@ -128,6 +129,7 @@ def trainers(args, n: int, workdir: Path, report: Reporter) -> dict:
     """Init the population on `n` trainer replicas, then timed update phases; updates/s, RSS, final weights."""
     from bench.trainer import _rollouts
     from populora.pb import trainer_pb2
+    from populora.placement import owner
     from populora.rpc import ref_to_pb
     from populora.store import ArtifactStore
 
@@ -158,6 +160,8 @@ def trainers(args, n: int, workdir: Path, report: Reporter) -> dict:
                 best = min(best, seconds)
         report(f"updates_per_s_{n}", len(ids) / best)
         report(f"rss_mb_per_replica_{n}", group.rss_mb())
+        names = trainer.replicas.live()
+        report(f"adapters_per_replica_{n}", [sum(owner(a, names) == r for a in ids) for r in names])
         st = ArtifactStore(store)
         weights = {a: st.read(st.ref(a, refs[a].version)).weights for a in ids}
         trainer.close()
