@@ -201,18 +201,25 @@ def _unavailable(e: BaseException) -> bool:
 
 
 class PlacedTrainer:
-    """The trainer's replicas as one trainer: each adapter's calls go to its owner."""
+    """The trainer's replicas as one trainer: each adapter's calls go to its owner. An adapter whose owner changed
+    since this object last sent it anything (a replica joined) is freed on its old owner, when that one is live, so a
+    replica's memory holds its own adapters only."""
 
     def __init__(self, replicas: Replicas):
         self.replicas = replicas
+        self._where: dict[str, str] = {}  # adapter id -> the replica that last took a call about it
+        self._lock = threading.Lock()
 
     def InitAdapter(self, req: trainer_pb2.InitAdapterRequest) -> trainer_pb2.InitAdapterResponse:
-        return self.replicas.one(req.adapter_id, lambda r: r.InitAdapter(req))
+        return self._placed([req.adapter_id], self.replicas.one(req.adapter_id, lambda r: r.InitAdapter(req)))
 
     def AdoptAdapter(self, req: trainer_pb2.AdoptAdapterRequest) -> trainer_pb2.AdoptAdapterResponse:
-        return self.replicas.one(req.adapter.adapter_id, lambda r: r.AdoptAdapter(req))
+        adapter_id = req.adapter.adapter_id
+        return self._placed([adapter_id], self.replicas.one(adapter_id, lambda r: r.AdoptAdapter(req)))
 
     def DropAdapter(self, req: trainer_pb2.DropAdapterRequest) -> trainer_pb2.DropAdapterResponse:
+        with self._lock:
+            self._where.pop(req.adapter_id, None)
         return self.replicas.one(req.adapter_id, lambda r: r.DropAdapter(req))
 
     def WarmStart(self, req: trainer_pb2.WarmStartRequest) -> trainer_pb2.WarmStartResponse:
@@ -227,7 +234,27 @@ class PlacedTrainer:
             return list(resp.results)
 
         results = self.replicas.scatter(list(req.updates), lambda u: u.adapter.adapter_id, part)
+        self._placed([u.adapter.adapter_id for u in req.updates])
         return trainer_pb2.UpdateBatchResponse(results=results, mode=modes[0] if modes else "")
+
+    def _placed(self, adapter_ids: list[str], result: R | None = None) -> R | None:
+        """Note where the adapters are now; free each one that moved on its old owner, if that one is live (a
+        failure there changes nothing the run depends on: the new owner has the adapter from the store)."""
+        live = self.replicas.live()
+        moved = []
+        with self._lock:
+            for a in adapter_ids:
+                now, before = owner(a, live), self._where.get(a)
+                self._where[a] = now
+                if before is not None and before != now and before in live:
+                    moved.append((a, before))
+        for a, before in moved:
+            try:
+                self.replicas.remotes[before].DropAdapter(trainer_pb2.DropAdapterRequest(adapter_id=a, moved=True))
+                log.info("trainer: %s moved from %s to %s; freed on %s", a, before, owner(a, live), before)
+            except (ServiceError, KeyError) as e:
+                log.warning("trainer: could not free moved adapter %s on %s: %s", a, before, e)
+        return result
 
     def close(self) -> None:
         self.replicas.close()

@@ -182,9 +182,12 @@ class AdapterPool:
         held.updates = int(version.meta.get("updates", 0))
         return held
 
-    def drop(self, adapter_id: str) -> bool:
+    def drop(self, adapter_id: str, retire: bool = True) -> bool:
+        """Free an adapter's slot and optimizer. Retired, it is refused from then on; not retired (it moved to
+        another replica), it is taken from the store again if it comes back."""
         held = self.held.get(adapter_id)
-        self.dropped.add(adapter_id)
+        if retire:
+            self.dropped.add(adapter_id)
         if held is None:
             return False
         self._detach(held)
