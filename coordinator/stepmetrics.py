@@ -38,9 +38,10 @@ def compute_metrics(spent: Accounted) -> dict:
     """What a step spent (spec 14), in total and per adapter."""
     def flat(u: Usage) -> dict:
         return {"generated_tokens": u.generated_tokens, "trained_tokens": u.trained_tokens, "tokens": u.tokens,
-                "sandbox_jobs": u.sandbox_jobs}
+                "prompt_tokens": u.prompt_tokens, "sandbox_jobs": u.sandbox_jobs, "flops": u.flops}
 
-    return {"compute": flat(spent.total), "compute_per_adapter": {a: flat(u) for a, u in spent.adapters.items()}}
+    return {"compute": flat(spent.total), "compute_per_adapter": {a: flat(u) for a, u in spent.adapters.items()},
+            "compute_per_phase": {k: flat(u) for k, u in spent.phases.items()}}
 
 
 def eval_metrics(evaluated: Evaluated | None) -> dict:
@@ -167,7 +168,11 @@ class MetricsWriter:
         for kind, v in row.get("tokens_per_s", {}).items():
             tb.add_scalar(f"tokens_per_s/{kind}", v, step)
         for key, v in row.get("compute_cumulative", {}).items():
-            tb.add_scalar(f"compute/{key}", v, step)
+            if isinstance(v, dict):  # FLOPs per phase
+                for phase, f in v.items():
+                    tb.add_scalar(f"compute/{key}/{phase}", f, step)
+            else:
+                tb.add_scalar(f"compute/{key}", v, step)
         for adapter, r in row.get("ratings", {}).items():
             tb.add_scalar(f"rating_mu/{adapter}", r["mu"], step)
             tb.add_scalar(f"rating_skill/{adapter}", r["skill"], step)
