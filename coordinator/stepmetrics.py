@@ -106,6 +106,11 @@ def step_metrics(cfg: Config, r: StepRecord, seconds: dict[str, float]) -> dict:
     valid_all = [p for p in proposals if verdicts[p.id].valid]
     out["solve_rate"] = _mean(rho.get(p.id) for p in valid_all)  # mean rho over every valid task of the step
     out["complexity"] = complexity_spread([verdicts[p.id].task.complexity or {} for p in valid_all])
+    # every valid program with its teacher and complexity: the comparison's dynamics (spec 11: coverage, shapes,
+    # behavioural diversity, the complexity trend) are computed from these
+    out["valid_programs"] = [{"teacher": p.teacher, "task_type": p.task_type, "program": verdicts[p.id].task.program,
+                              **{k: (verdicts[p.id].task.complexity or {}).get(k) for k in COMPLEXITY_KEYS}}
+                             for p in valid_all]
     out["outcomes"] = dict(Counter(outcomes.values()))
     gen_tokens = {"propose": sum(len(p.response_token_ids) for p in proposals),
                   "solve": sum(len(a.response_token_ids) for a in attempts)}
