@@ -115,15 +115,17 @@ def compare_at_checkpoints(seeds: Sequence[int], rows: Mapping[tuple[str, int], 
             b_values = next(iter(b_state.values()))  # the baseline's one adapter
             pop[s] = {p: [m[p] for m in p_state.values()] for p in scoring}
             base[s] = {p: b_values[p] for p in scoring}
-            b, w = choose(p_state, validation)
-            best.append(mean(p_state[b][p] for p in scoring))
-            worst.append(mean(p_state[w][p] for p in scoring))
+            if validation:  # a benchmark of fewer than VALIDATION_EVERY problems has no best or worst member
+                b, w = choose(p_state, validation)
+                best.append(mean(p_state[b][p] for p in scoring))
+                worst.append(mean(p_state[w][p] for p in scoring))
             pmeans.append(mean(mean(v) for v in pop[s].values()))
             bmeans.append(mean(base[s].values()))
         row = {"fraction": fraction, "flops": fraction * budget, "arms": where, "seeds": sorted(pop)}
         if pop:
             d = paired_bootstrap(pop, base, n_resamples=n_resamples)
-            row.update({"population_mean": mean(pmeans), "best_member": mean(best), "worst_member": mean(worst),
+            row.update({"population_mean": mean(pmeans), "best_member": mean(best) if best else None,
+                        "worst_member": mean(worst) if worst else None,
                         "baseline": mean(bmeans), "difference": d.difference, "low": d.low, "high": d.high,
                         "confidence": d.confidence, "n_pairs": d.n_pairs,
                         "counts": {"both": d.counts.both, "only_population": d.counts.only_population,

@@ -165,8 +165,8 @@ def test_an_arm_is_finished_when_its_metrics_reach_its_limits(tmp_path):
 
 
 def test_a_done_evaluation_is_read_back_not_redone(tmp_path):
-    from coordinator.evalfiles import eval_path
     from coordinator.armeval import experiment_budget
+    from coordinator.evalfiles import eval_path
     from coordinator.experiment import arm_state, eval_settings, evaluate_arms
 
     exp = plan(_cfg(tmp_path), "e1", [1], ["humaneval"], limit=2)

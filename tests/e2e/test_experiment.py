@@ -75,10 +75,22 @@ def test_experiment_runs_both_arms_and_resumes_after_stops(tmp_path, echo_model)
     assert raw["benchmark"] == "heldout" and raw["limit"] == 3
     assert {r["adapter_id"] for r in raw["results"]} >= {f"{base}.B0"}
     assert scores["summary"]["population"]["runs"] == scores["summary"]["baseline"]["runs"] == 1
-    for png in ("rates.png", "complexity.png", "ratings.png", "compute.png", "evals.png"):
+    # equal compute: both arms at the four checkpoints of the compute the arms ended with (a token budget)
+    cps = scores["checkpoints"]["heldout"]
+    assert [c["fraction"] for c in cps] == [0.25, 0.5, 0.75, 1.0]
+    for c in cps:
+        for arm in c["arms"][str(cfg.run.seed)].values():
+            assert arm["gap"] is None or arm["gap"] >= 0
+        if "difference" in c:
+            assert c["low"] <= c["difference"] <= c["high"] and c["n_pairs"] == 3
+            assert sum(c["counts"].values()) == 3 * len(scores["arms"][pop]["population"])
+    assert "difference" in cps[-1]
+    assert set(scores["dynamics"]) == {"population", "baseline"}
+    for png in ("rates.png", "complexity.png", "ratings.png", "compute.png", "evals.png", "dynamics.png",
+                "checkpoints.png"):
         assert (exp.out_dir / png).stat().st_size > 1000, png
     page = (exp.out_dir / "report.html").read_text()
-    assert pop in page and base in page and "heldout pass@1" in page
+    assert pop in page and base in page and "heldout pass@1" in page and "At equal compute" in page
 
     # once more: nothing is trained or evaluated again
     evals_before = {p.name: p.read_text() for p in (exp.out_dir / "evals").iterdir()}
