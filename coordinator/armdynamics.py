@@ -37,7 +37,9 @@ def _nan_to_none(x: float | None) -> float | None:
 
 def step_dynamics(rows: list[dict]) -> dict:
     """Per step (>= 1) of one run: compute, the complexity of valid proposals, coverage, behavioural diversity of
-    the teachers over the last BEHAVIOUR_WINDOW steps; per student its oscillation over the run."""
+    the teachers over the last BEHAVIOUR_WINDOW steps; per student its oscillation over the run. A teacher enters
+    the behavioural diversity with its first valid proposal: a child born at an evolution step has proposed
+    nothing yet, and counting its empty set as entirely different would inflate the diversity."""
     steps = [r for r in rows if r["step"] > 0]
     shapes: dict[str, str | None] = {}
 
@@ -52,9 +54,6 @@ def step_dynamics(rows: list[dict]) -> dict:
     for r in steps:
         for v in r.get("valid_programs", []):
             teachers.setdefault(v["teacher"], {}).setdefault(r["step"], []).append(shape_of(v["program"]))
-        for name in r.get("population", {}):  # a teacher silent at this step still counts, with no shapes
-            if r["population"][name].get("role") in ("teacher", "both"):
-                teachers.setdefault(name, {}).setdefault(r["step"], [])
         b = behavioural_diversity(teachers, BEHAVIOUR_WINDOW) if len(teachers) > 1 else None
         behaviour.append(None if b is None else b.diversity)
     students = sorted({s for r in steps for s in r.get("student_solve_rate", {})})
