@@ -8,7 +8,7 @@ import json
 import logging
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
 from coordinator.checkpointeval import HELDOUT_PROBLEMS, WARM, budget_of, checkpoints_of, label, population_at
 from coordinator.evalfiles import eval_path, write_json
@@ -16,8 +16,8 @@ from coordinator.modelsize import model_size
 from coordinator.stepmetrics import read_metrics
 from populora.analysis.flops import FORWARD_FLOPS_PER_PARAM
 
-if TYPE_CHECKING:
-    from coordinator.experiment import Arm, Experiment
+# coordinator.experiment's Experiment and Arm: that module imports this one, so they are not imported here.
+Experiment = Arm = Any
 
 log = logging.getLogger(__name__)
 HELDOUT = "heldout"
