@@ -9,6 +9,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from statistics import mean
 
+from coordinator.checkpointeval import VALIDATION_EVERY
+from coordinator.equalcompute import (
+    checkpoint_section,
+    checkpoint_table,
+    dynamics_section,
+    plot_checkpoints,
+    plot_dynamics,
+    trend_table,
+)
 from coordinator.evalfiles import load_evals, write_json
 from coordinator.figures import plt, save_figure
 from coordinator.stepmetrics import COMPLEXITY_KEYS, read_metrics
@@ -84,6 +93,8 @@ def arm_numbers(rows: list[dict]) -> dict:
     first, second = _halves(rows)
     out = {"steps": len(steps), "tokens": spent.get("tokens", 0), "generated_tokens": spent.get("generated_tokens", 0),
            "trained_tokens": spent.get("trained_tokens", 0), "sandbox_jobs": spent.get("sandbox_jobs", 0),
+           "prompt_tokens": spent.get("prompt_tokens", 0), "flops": spent.get("flops", 0),
+           "budget_flops": spent.get("budget_flops", 0), "phase_flops": spent.get("phase_flops", {}),
            "step0_tokens": rows[0].get("compute_cumulative", {}).get("tokens", 0),
            "wall_seconds": sum(r.get("step_seconds", 0) for r in rows), "stopped": last.get("stopped", "")}
     for key in ("valid_rate", "solve_rate"):
@@ -101,11 +112,18 @@ def arm_numbers(rows: list[dict]) -> dict:
 
 
 def eval_numbers(scores: dict, run_id: str, population: dict) -> dict:
-    """One arm on one benchmark: pass@1 of each member, the members' mean (spec 15: report the population mean and
-    each member), the students' mean, the best member, and the warm-start adapter every arm began from."""
+    """One arm on one benchmark (its population at the last compute checkpoint): pass@1 of each member, the
+    members' mean (spec 15: report the population mean and each member), the students' mean, and the warm-start
+    adapter every arm began from. No best member here: it would be chosen on the problems it is scored on (the
+    checkpoint table chooses it on a validation split instead)."""
     members, start = {}, None
+    last = max(scores.get("targets", {}).values(), default=None)  # the last checkpoint's step, when checkpointed
+    if last is not None:  # the population at that step, every member at the version it had then
+        population = {n.rpartition("@v")[0]: {"role": population.get(n.rpartition("@v")[0], {}).get("role", ""),
+                                              "version": int(n.rpartition("@v")[2])}
+                      for n, step in scores["targets"].items() if step == last}
     for r in scores.get("results", []):
-        if r["adapter_id"] in population:
+        if r["adapter_id"] in population and r["version"] == population[r["adapter_id"]].get("version", r["version"]):
             members[r["adapter_id"]] = {"pass_at_1": r["pass_at_1"], "version": r["version"],
                                         "role": population[r["adapter_id"]].get("role", ""), "label": r.get("label")}
         elif (r.get("adapter_id") or "").endswith(".warm"):
@@ -113,7 +131,7 @@ def eval_numbers(scores: dict, run_id: str, population: dict) -> dict:
     students = [m["pass_at_1"] for m in members.values() if m["role"] in ("student", "both")]
     n_problems = max((r.get("n_problems", 0) for r in scores.get("results", [])), default=0)
     return {"members": members, "mean": _mean(m["pass_at_1"] for m in members.values()),
-            "students_mean": _mean(students), "best": max((m["pass_at_1"] for m in members.values()), default=None),
+            "students_mean": _mean(students),
             "start": start, "n_problems": n_problems, "samples": scores.get("samples"), "limit": scores.get("limit")}
 
 
@@ -148,12 +166,13 @@ def comparison(exp: ComparisonInput, metrics: dict[str, list[dict]], evals: dict
         for b in exp.benchmarks:
             got = [n["evals"][b] for n in mine if b in n["evals"]]
             if got:
-                s[b] = {"mean": _mean(g["mean"] for g in got), "best": _mean(g["best"] for g in got),
+                s[b] = {"mean": _mean(g["mean"] for g in got),
                         "students_mean": _mean(g["students_mean"] for g in got), "start": start[b],
                         "per_seed_mean": [g["mean"] for g in got]}
         summary[name] = s
     return {"experiment_id": exp.experiment_id, "seeds": exp.seeds, "benchmarks": exp.benchmarks,
-            "budget": {"tokens": exp.cfg.run.budget_tokens, "sandbox_jobs": exp.cfg.run.budget_sandbox_jobs},
+            "budget": {"flops": exp.cfg.run.budget_flops, "tokens": exp.cfg.run.budget_tokens,
+                       "sandbox_jobs": exp.cfg.run.budget_sandbox_jobs},
             "max_steps": exp.cfg.run.steps, "eval": {"limit": exp.limit, "samples": exp.samples},
             "summary": summary, "arms": arms}
 
@@ -295,7 +314,7 @@ def _cx(c: dict) -> str:
 def _table(exp: ComparisonInput, scores: dict) -> str:
     head = ["run", "steps", "tokens", "sandbox jobs", "wall s", "valid (1st/2nd half)", "solve (1st/2nd half)"]
     head += [f"{COMPLEXITY_TITLES[k]} (1st / 2nd half)" for k in COMPLEXITY_KEYS]
-    head += [f"{b} pass@1 mean / best (warm start {_f(scores['summary']['warm_start'].get(b))})"
+    head += [f"{b} pass@1 mean at 100% (warm start {_f(scores['summary']['warm_start'].get(b))})"
              for b in exp.benchmarks]
     rows = []
     for run_id, n in scores["arms"].items():
@@ -308,7 +327,7 @@ def _table(exp: ComparisonInput, scores: dict) -> str:
         for b in exp.benchmarks:
             e = n["evals"].get(b)
             cells.append("not evaluated" if not e else
-                         f"{_f(e['mean'])} / {_f(e['best'])} (n={e['n_problems']})")
+                         f"{_f(e['mean'])} (n={e['n_problems']})")
         rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     return ("<table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in head) + "</tr>" + "".join(rows)
             + "</table>")
@@ -318,8 +337,16 @@ def write_comparison(exp: ComparisonInput) -> tuple[Path, dict]:
     """scores.json, the figures and report.html under the experiment's directory; returns (report, scores)."""
     out = exp.out_dir
     metrics = {a.run_id: read_metrics(a.run_dir) for a in exp.arms}
-    scores = comparison(exp, metrics, load_evals(out, [a.run_id for a in exp.arms], exp.benchmarks))
+    evals = load_evals(out, [a.run_id for a in exp.arms], exp.benchmarks)
+    scores = comparison(exp, metrics, evals)
+    scores["checkpoints"] = checkpoint_section(exp, metrics, evals)
+    dyn = dynamics_section(exp, metrics)
+    scores["dynamics"] = dyn["arms"]
+    scores["evaluation_flops"] = {run_id: sum(e.get("flops", 0) for e in per.values()) for run_id, per in evals.items()}
     write_json(out / "scores.json", scores)
+    plot_dynamics(exp, dyn, out / "dynamics.png")
+    checkpoints_img = ('<img src="checkpoints.png">' if plot_checkpoints(exp, scores["checkpoints"],
+                                                                         out / "checkpoints.png") else "")
     figures = {"rates.png": plot_rates, "complexity.png": plot_complexity, "ratings.png": plot_ratings,
                "compute.png": plot_compute}
     for name, fn in figures.items():
@@ -335,6 +362,17 @@ td,th{{border:1px solid #ccc;padding:3px 6px;text-align:right}}img{{max-width:10
 against the AZR baseline (one adapter in both roles); the same warm start, seeds {exp.seeds} and budget ({budget},
 at most {exp.cfg.run.steps} steps per arm). Held-out scores: greedy pass@1 of every member of each arm's final
 population{'' if exp.samples == 1 else f', {exp.samples} samples'}.</p>
+<h2>At equal compute</h2>
+<p>Each arm at its last step not past each checkpoint (a fraction of the compute budget in FLOPs, spec 14), with the
+compute it left unspent (the gap). Scores on the scoring split of each benchmark; the best and worst members are
+chosen on the separate validation split (every {VALIDATION_EVERY}th problem), never on the problems they are scored
+on. The difference is population mean minus baseline with a 95% paired bootstrap interval over (seed, problem);
+the counts pair every member with its seed's baseline on each problem.</p>
+{checkpoint_table(exp, scores["checkpoints"])}{checkpoints_img}
+<h2>Dynamics against compute</h2>
+<p>Complexity trend of valid proposals (slope of the per-step mean against FLOPs, 95% bootstrap interval; spec 11),
+coverage, the students' solve-rate oscillation, the teachers' behavioural diversity and the members' weight
+distance.</p>{trend_table(dyn)}<img src="dynamics.png">
 <h2>Summary</h2>{_table(exp, scores)}
 <h2>Held-out scores against compute</h2>{evals_img}
 <h2>Solve and valid rates</h2><img src="rates.png">

@@ -23,8 +23,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from coordinator.armeval import HELDOUT, arm_state, eval_settings, evaluate_arms
 from coordinator.comparison import ArmRun, ComparisonInput, write_comparison
-from coordinator.evalfiles import eval_path, write_json
+from coordinator.evalfiles import write_json
 from coordinator.journal import JournalDB
 from coordinator.stepmetrics import read_metrics
 from coordinator.train import _apply_limits, as_baseline, budget_spent, run_training
@@ -35,7 +36,8 @@ from populora.records import Usage
 log = logging.getLogger(__name__)
 
 ARMS = ("population", "baseline")
-HELDOUT = "heldout"
+__all__ = ["ARMS", "HELDOUT", "Arm", "Experiment", "arm_state", "eval_settings", "evaluate_arms", "main", "plan",
+           "run_experiment"]
 
 
 @dataclass(frozen=True)
@@ -66,7 +68,7 @@ class Experiment:
 
     def manifest(self) -> dict:
         return {"experiment_id": self.experiment_id, "config_yaml": self.cfg.to_yaml(), "seeds": self.seeds,
-                "budget_tokens": self.cfg.run.budget_tokens, "budget_sandbox_jobs": self.cfg.run.budget_sandbox_jobs,
+                "budget_flops": self.cfg.run.budget_flops, "budget_tokens": self.cfg.run.budget_tokens, "budget_sandbox_jobs": self.cfg.run.budget_sandbox_jobs,
                 "max_steps": self.cfg.run.steps, "arms": [{"arm": a.name, "seed": a.seed, "run_id": a.run_id}
                                                           for a in self.arms]}
 
@@ -116,9 +118,9 @@ def arm_config(cfg: Config, arm: str, seed: int, run_id: str) -> Config:
 def plan(cfg: Config, experiment_id: str, seeds: list[int], benchmarks: list[str], limit: int | None = None,
          samples: int = 1) -> Experiment:
     """The experiment's arms. Compute-matched (spec 14) means a budget: without one the arms would run equal steps."""
-    if not (cfg.run.budget_tokens or cfg.run.budget_sandbox_jobs):
+    if not (cfg.run.budget_flops or cfg.run.budget_tokens or cfg.run.budget_sandbox_jobs):
         raise ConfigError("an experiment compares the arms at equal compute (spec 14): give a budget, e.g. "
-                          "--budget tokens=60000 (or set run.budget_tokens)")
+                          "--budget flops=2e15 (or set run.budget_flops)")
     if not re.fullmatch(r"[A-Za-z0-9_-]{1,90}", experiment_id):
         raise ConfigError(f"--id {experiment_id!r}: use 1-90 letters, digits, '-' or '_'")
     if limit is not None and limit < 1:
@@ -142,7 +144,7 @@ def plan(cfg: Config, experiment_id: str, seeds: list[int], benchmarks: list[str
     return exp
 
 
-LIMITS = ("budget_tokens", "budget_sandbox_jobs", "max_steps")
+LIMITS = ("budget_flops", "budget_tokens", "budget_sandbox_jobs", "max_steps")
 
 
 def _training_yaml(cfg: Config, limits: bool = True) -> str:
@@ -152,7 +154,7 @@ def _training_yaml(cfg: Config, limits: bool = True) -> str:
     tree = cfg.model_dump(mode="json")
     tree.pop("eval", None)
     if not limits:
-        for key in ("steps", "budget_tokens", "budget_sandbox_jobs"):
+        for key in ("steps", "budget_flops", "budget_tokens", "budget_sandbox_jobs"):
             tree["run"].pop(key)
     return json.dumps(tree, sort_keys=True)
 
@@ -195,7 +197,7 @@ def arm_finished(db: JournalDB, arm: Arm) -> bool:
         return False
     spent = rows[-1].get("compute_cumulative", {})
     used = Usage(spent.get("generated_tokens", 0), spent.get("trained_tokens", 0), spent.get("sandbox_jobs", 0))
-    return bool(budget_spent(arm.cfg, used)) or rows[-1]["step"] >= arm.cfg.run.steps
+    return bool(budget_spent(arm.cfg, used, spent.get("budget_flops", 0))) or rows[-1]["step"] >= arm.cfg.run.steps
 
 
 def run_arm(db: JournalDB, arm: Arm, workers: int = 1, progress: bool = False) -> bool:
@@ -212,86 +214,12 @@ def run_arm(db: JournalDB, arm: Arm, workers: int = 1, progress: bool = False) -
         cfg = config_from_yaml(stored["config_yaml"], f"the stored config of run {arm.run_id}")
         cfg.run.steps = arm.cfg.run.steps
         cfg.run.budget_tokens, cfg.run.budget_sandbox_jobs = arm.cfg.run.budget_tokens, arm.cfg.run.budget_sandbox_jobs
+        cfg.run.budget_flops = arm.cfg.run.budget_flops
         log.info("arm %s (seed %d): continuing run %s", arm.name, arm.seed, arm.run_id)
     start = time.perf_counter()
     run_training(cfg, arm.run_id, db, workers, progress=progress)
     log.info("arm %s (seed %d): run %s done in %.0f s", arm.name, arm.seed, arm.run_id, time.perf_counter() - start)
     return True
-
-
-# ---------------------------------------------------------------- evaluation
-
-def eval_settings(exp: Experiment) -> dict:
-    """What decides an evaluation's scores besides the arm and the benchmark; a file made with other settings is
-    redone."""
-    e = exp.cfg.eval
-    return {"limit": exp.limit, "samples": exp.samples, "temperature": e.temperature,
-            "max_new_tokens": e.max_new_tokens, "seed": exp.cfg.run.seed}
-
-
-def arm_state(arm: Arm) -> dict:
-    """How far the arm trained (its last step and the tokens spent): an evaluation of an arm trained further since
-    (a grown budget) is redone."""
-    rows = read_metrics(Path(arm.cfg.run.output_dir) / arm.run_id)
-    last = rows[-1] if rows else {"step": -1}
-    return {"step": last["step"], "tokens": last.get("compute_cumulative", {}).get("tokens", 0)}
-
-
-def evaluate_arm(exp: Experiment, arm: Arm, benchmark: str, with_start: bool) -> dict:
-    """The arm's final population (every active member at its latest version) on `benchmark`, greedy unless
-    eval.temperature says otherwise, in one multi-LoRA batch (spec 15); with `with_start`, the warm-start adapter
-    every arm began from too (spec 13: identical in all arms, so it is scored once). The scores are also recorded in
-    the arm's league, as `populora eval --run` records them. Returns the layout `populora eval --out` writes."""
-    from coordinator.evaluate import expected_cache, open_eval_services, record, run_targets, scores_of
-    from populora.evals import EvalTarget, evaluate
-    from populora.store import ArtifactStore
-
-    cfg, settings = arm.cfg, eval_settings(exp)
-    store = ArtifactStore(cfg.store_root)
-    services = open_eval_services(cfg, league=True)
-    try:
-        targets = run_targets(services.league, store, arm.run_id)
-        warm = f"{arm.run_id}.warm"
-        if with_start and store.versions(warm):
-            ref = store.latest(warm)
-            targets.insert(0, EvalTarget("warm start", warm, ref.version, str(store.path_of(ref))))
-        results = evaluate(services, targets, benchmark, limit=exp.limit, samples=exp.samples,
-                           temperature=settings["temperature"], seed=settings["seed"], data=cfg.eval.data or None,
-                           max_new_tokens=settings["max_new_tokens"], chat=cfg.model.chat_template,
-                           code_f_inputs=cfg.tasks.code_f_inputs, timeout_s=cfg.eval.timeout_s, run_id=arm.run_id,
-                           cache=expected_cache(cfg))
-        # the league knows the run's members, not the warm start (it is no member): its score stays in the file
-        members = [r for r in results if r.adapter_id != warm]
-        record(services.league, arm.run_id, benchmark, scores_of(members), {})
-    finally:
-        services.close()
-    n_problems = max((r.n_problems for r in results), default=0)
-    return {"benchmark": benchmark, "limit": exp.limit if exp.limit is not None else n_problems,
-            "samples": exp.samples, "settings": settings, "results": [r.to_json() for r in results]}
-
-
-def evaluate_arms(exp: Experiment) -> list[Path]:
-    """Every arm on every benchmark (the first arm's evaluation also scores the warm start); a scores file made with
-    the same settings, of the arm trained as far as it is now, is not redone. Returns the files written by this
-    call."""
-    written = []
-    for i, arm in enumerate(exp.arms):
-        trained = arm_state(arm)
-        for benchmark in exp.benchmarks:
-            path = eval_path(exp.out_dir, arm.run_id, benchmark)
-            if path.exists():
-                done = json.loads(path.read_text())
-                if (done.get("settings"), done.get("trained")) == (eval_settings(exp), trained):
-                    log.info("evaluation of %s on %s done before, not redone", arm.run_id, benchmark)
-                    continue
-            log.info("evaluating %s on %s", arm.run_id, benchmark)
-            start = time.perf_counter()
-            scores = evaluate_arm(exp, arm, benchmark, i == 0)
-            scores["trained"] = trained
-            scores["seconds"] = time.perf_counter() - start
-            write_json(path, scores)
-            written.append(path)
-    return written
 
 
 # ---------------------------------------------------------------- the whole experiment
@@ -338,7 +266,8 @@ def main(args, cfg: Config) -> int:
     experiment_id = args.experiment_id or default_id(cfg, label or "", seeds)
     exp = plan(cfg, experiment_id, seeds, args.benchmark, args.limit, args.samples)
     print(f"experiment {experiment_id}: {len(exp.arms)} arms "
-          f"({', '.join(a.run_id for a in exp.arms)}), budget tokens={exp.cfg.run.budget_tokens} "
+          f"({', '.join(a.run_id for a in exp.arms)}), budget flops={exp.cfg.run.budget_flops:.3g} "
+          f"tokens={exp.cfg.run.budget_tokens} "
           f"sandbox_jobs={exp.cfg.run.budget_sandbox_jobs}, at most {exp.cfg.run.steps} steps each; "
           f"benchmarks {', '.join(exp.benchmarks)}", flush=True)
     db = JournalDB(exp.cfg.league_db_url)

@@ -86,7 +86,7 @@ def prepare(j: Journal, run: Run) -> Prepared:
     warmed = j.once(0, "warmstart", warm_start, run)                                        # 13  format warm-up
     initialized = j.once(0, "init", init, run, warmed)                                      # 1   the members
     seeded = j.once(0, "seed", seed, run, warmed)                                           # 10  fill the buffers
-    spent = j.once(0, "account", account, run, 0, seed_usage(warmed, seeded))               # 14  compute spent
+    spent = j.once(0, "account", account, run, 0, seed_usage(warmed, seeded, run.size))     # 14  compute spent
     evaluated = None
     if run.evaluates(0):
         evaluated = j.once(0, "eval", eval_phase, run, 0, initialized.population)           #     held-out scores
@@ -107,7 +107,7 @@ def train_step(j: Journal, run: Run, t: int) -> StepRecord:
     evolved = None
     if run.evolves(t):
         evolved = j.once(t, "evolve", evolve, run, t, updated.population)                   # 8,9 replace the worst
-    spent = usage(proposed, validated, solved, checked, batch, updated)                     # 14  compute spent
+    spent = usage(proposed, validated, solved, checked, batch, updated, run.cfg, run.size)  # 14  compute spent
     spent = j.once(t, "account", account, run, t, spent)
     evaluated = None
     if run.evaluates(t):

@@ -38,9 +38,10 @@ def compute_metrics(spent: Accounted) -> dict:
     """What a step spent (spec 14), in total and per adapter."""
     def flat(u: Usage) -> dict:
         return {"generated_tokens": u.generated_tokens, "trained_tokens": u.trained_tokens, "tokens": u.tokens,
-                "sandbox_jobs": u.sandbox_jobs}
+                "prompt_tokens": u.prompt_tokens, "sandbox_jobs": u.sandbox_jobs, "flops": u.flops}
 
-    return {"compute": flat(spent.total), "compute_per_adapter": {a: flat(u) for a, u in spent.adapters.items()}}
+    return {"compute": flat(spent.total), "compute_per_adapter": {a: flat(u) for a, u in spent.adapters.items()},
+            "compute_per_phase": {k: flat(u) for k, u in spent.phases.items()}}
 
 
 def eval_metrics(evaluated: Evaluated | None) -> dict:
@@ -105,6 +106,11 @@ def step_metrics(cfg: Config, r: StepRecord, seconds: dict[str, float]) -> dict:
     valid_all = [p for p in proposals if verdicts[p.id].valid]
     out["solve_rate"] = _mean(rho.get(p.id) for p in valid_all)  # mean rho over every valid task of the step
     out["complexity"] = complexity_spread([verdicts[p.id].task.complexity or {} for p in valid_all])
+    # every valid program with its teacher and complexity: the comparison's dynamics (spec 11: coverage, shapes,
+    # behavioural diversity, the complexity trend) are computed from these
+    out["valid_programs"] = [{"teacher": p.teacher, "task_type": p.task_type, "program": verdicts[p.id].task.program,
+                              **{k: (verdicts[p.id].task.complexity or {}).get(k) for k in COMPLEXITY_KEYS}}
+                             for p in valid_all]
     out["outcomes"] = dict(Counter(outcomes.values()))
     gen_tokens = {"propose": sum(len(p.response_token_ids) for p in proposals),
                   "solve": sum(len(a.response_token_ids) for a in attempts)}
@@ -167,7 +173,11 @@ class MetricsWriter:
         for kind, v in row.get("tokens_per_s", {}).items():
             tb.add_scalar(f"tokens_per_s/{kind}", v, step)
         for key, v in row.get("compute_cumulative", {}).items():
-            tb.add_scalar(f"compute/{key}", v, step)
+            if isinstance(v, dict):  # FLOPs per phase
+                for phase, f in v.items():
+                    tb.add_scalar(f"compute/{key}/{phase}", f, step)
+            else:
+                tb.add_scalar(f"compute/{key}", v, step)
         for adapter, r in row.get("ratings", {}).items():
             tb.add_scalar(f"rating_mu/{adapter}", r["mu"], step)
             tb.add_scalar(f"rating_skill/{adapter}", r["skill"], step)

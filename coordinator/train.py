@@ -13,6 +13,7 @@ from pydantic import ValidationError
 
 from coordinator.journal import Journal, JournalDB, RunFailed
 from coordinator.phases import Run
+from coordinator.phases.accounting import budget_flops
 from coordinator.queue import RedisStreamQueue
 from coordinator.services import open_services
 from coordinator.step import prepare, train_step
@@ -33,8 +34,11 @@ def new_run_id(cfg: Config, label: str) -> str:
     return f"{stem}-{cfg.run.mode[:4]}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
-def budget_spent(cfg: Config, spent: Usage) -> str:
-    """Which compute budget (spec 14) `spent` has reached, or "" while none is."""
+def budget_spent(cfg: Config, spent: Usage, charged_flops: int = 0) -> str:
+    """Which compute budget (spec 14) `spent` has reached, or "" while none is; `charged_flops` is the FLOPs charged
+    to the training budget (all but the warm start's)."""
+    if cfg.run.budget_flops and charged_flops >= cfg.run.budget_flops:
+        return f"flops {charged_flops:.3e} >= budget {cfg.run.budget_flops:.3e}"
     if cfg.run.budget_tokens and spent.tokens >= cfg.run.budget_tokens:
         return f"tokens {spent.tokens} >= budget {cfg.run.budget_tokens}"
     if cfg.run.budget_sandbox_jobs and spent.sandbox_jobs >= cfg.run.budget_sandbox_jobs:
@@ -42,11 +46,19 @@ def budget_spent(cfg: Config, spent: Usage) -> str:
     return ""
 
 
+def cumulative(spent: Usage, charged: int, phases: dict[str, int]) -> dict:
+    """metrics.jsonl's `compute_cumulative`: tokens (the second axis), sandbox jobs, FLOPs in all, FLOPs charged to
+    the budget (`budget_flops`, the axis the comparison plots against), and FLOPs per phase."""
+    return {"generated_tokens": spent.generated_tokens, "trained_tokens": spent.trained_tokens,
+            "prompt_tokens": spent.prompt_tokens, "tokens": spent.tokens, "sandbox_jobs": spent.sandbox_jobs,
+            "flops": spent.flops, "budget_flops": charged, "phase_flops": dict(phases)}
+
+
 def train(j: Journal, run: Run, steps: int, metrics: MetricsWriter) -> None:
     """Steps 0..steps, or fewer when a compute budget is spent (checked at every step boundary); a step already
     stored is read back (resume), so metrics.jsonl comes out the same."""
     rows = []
-    spent = Usage()
+    spent, charged, phases = Usage(), 0, {}
     for t in range(steps + 1):
         step_var.set(t)
         stored = set(j.seconds(t))
@@ -58,10 +70,11 @@ def train(j: Journal, run: Run, steps: int, metrics: MetricsWriter) -> None:
             record = train_step(j, run, t)
             row = step_metrics(run.cfg, record, j.seconds(t))
         spent = spent + record.spent.total
-        row["compute_cumulative"] = {"generated_tokens": spent.generated_tokens,
-                                     "trained_tokens": spent.trained_tokens, "tokens": spent.tokens,
-                                     "sandbox_jobs": spent.sandbox_jobs}
-        reached = budget_spent(run.cfg, spent)
+        charged += budget_flops(record.spent)
+        for k, u in record.spent.phases.items():
+            phases[k] = phases.get(k, 0) + u.flops
+        row["compute_cumulative"] = cumulative(spent, charged, phases)
+        reached = budget_spent(run.cfg, spent, charged)
         if reached:
             row["stopped"] = f"budget: {reached}"
         rows.append(row)
@@ -90,11 +103,11 @@ def summary(row: dict) -> str:
     return "; ".join(parts)
 
 
-BUDGET_KEYS = ("tokens", "sandbox_jobs")
+BUDGET_KEYS = ("flops", "tokens", "sandbox_jobs")
 
 
 def parse_budget(text: str) -> dict[str, int]:
-    """`tokens=2e6,sandbox_jobs=5000` -> {"tokens": 2000000, "sandbox_jobs": 5000}."""
+    """`flops=1e15,tokens=2e6,sandbox_jobs=5000` -> {"flops": 10**15, "tokens": 2000000, "sandbox_jobs": 5000}."""
     out: dict[str, int] = {}
     for part in filter(None, (p.strip() for p in text.split(","))):
         key, _, value = part.partition("=")

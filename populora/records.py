@@ -250,29 +250,37 @@ class Seeded:
 # ------------------------------------------------------------------------------------------------ compute
 @dataclass(frozen=True)
 class Usage:
-    """Compute (spec 14): tokens generated, tokens trained on (forward + backward counted once per token: prompt and
-    response of every rollout of an update), and sandbox jobs (program runs)."""
+    """Compute (spec 14): tokens generated, tokens trained on (prompt and response of the rows an update used: rows
+    of zero advantage cost no pass and are not charged; times the update's epochs), sandbox jobs (program runs),
+    prompt tokens passed forward before generation, and the FLOPs of all of it (2N per prompt or generated token,
+    6N per trained token, N = base parameters + the adapter's)."""
 
     generated_tokens: int = 0
     trained_tokens: int = 0
     sandbox_jobs: int = 0
+    prompt_tokens: int = 0
+    flops: int = 0
 
     @property
     def tokens(self) -> int:
+        """Generated + trained tokens: what `run.budget_tokens` counts (the prompt pass is in `flops`)."""
         return self.generated_tokens + self.trained_tokens
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(self.generated_tokens + other.generated_tokens, self.trained_tokens + other.trained_tokens,
-                     self.sandbox_jobs + other.sandbox_jobs)
+                     self.sandbox_jobs + other.sandbox_jobs, self.prompt_tokens + other.prompt_tokens,
+                     self.flops + other.flops)
 
 
 @dataclass(frozen=True)
 class Accounted:
-    """What one step spent: per adapter ("base": the bare base model, while seeding) and in total. Sandbox jobs are
-    counted per step only (one job may serve a teacher and a student)."""
+    """What one step spent: per adapter ("base": the bare base model, while seeding), per phase and in total. Sandbox
+    jobs are counted per step only (one job may serve a teacher and a student)."""
 
     adapters: dict[str, Usage]
     total: Usage
+    # per phase of spec 14 ("propose", "solve", "update"; step 0: "warm_start", "seeding"); sandbox jobs in total only
+    phases: dict[str, Usage] = field(default_factory=dict)
 
 
 # ------------------------------------------------------------------------------------------------ codec

@@ -1,10 +1,19 @@
-"""The compute a step spent (spec 14), from its records, and its record in the league."""
+"""The compute a step spent (spec 14), from its records, and its record in the league.
+
+FLOPs after Kaplan et al. (populora/analysis/flops.py): 2N per token a forward pass reads (the prompt pass before
+generation and every generated token), 6N per trained token, N = the base model's parameters plus the adapter's
+(coordinator/modelsize.py). A row the update skips (its (task type, role) group has equal rewards, so zero
+advantage, spec 5) costs no pass and is not charged; with an entropy bonus every row is trained and charged.
+"""
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, defaultdict
 
+from coordinator.modelsize import ModelSize
 from coordinator.phases.run import Run
+from populora.analysis.flops import TokenCounts, phase_flops
+from populora.config import Config
 from populora.pb import league_pb2
 from populora.records import (
     Accounted,
@@ -19,34 +28,79 @@ from populora.records import (
     WarmStarted,
 )
 
+# Phases not charged to the training budget (spec 14): both arms share the warm start.
+OFF_BUDGET = frozenset({"warm_start"})
+
+
+def charged_rows(rows: list[Rollout], entropy_coef: float = 0.0) -> list[Rollout]:
+    """The rows an update passes over: those of (task type, role) groups whose rewards differ (spec 5: a group of
+    equal rewards has zero advantage and the trainer skips it), or every row when an entropy bonus makes even a
+    zero-advantage row contribute."""
+    if entropy_coef:
+        return list(rows)
+    groups: dict[tuple[str, str], set[float]] = defaultdict(set)
+    for r in rows:
+        groups[(r.task_type, r.role)].add(r.reward)
+    return [r for r in rows if len(groups[(r.task_type, r.role)]) > 1]
+
+
+def _flops(tokens: TokenCounts, n: int) -> int:
+    return phase_flops({"x": tokens}, n).total
+
 
 def usage(proposed: Proposed, validated: Validated, solved: Solved, checked: Checked,
-          batch: dict[str, list[Rollout]], updated: Updated) -> Accounted:
-    """The compute of one step (spec 14), from its records: tokens each adapter generated (its proposals or
-    attempts) and was trained on (prompt and response of its rollouts, for the adapters that were updated), and the
-    sandbox jobs of validation and checking."""
+          batch: dict[str, list[Rollout]], updated: Updated, cfg: Config, size: ModelSize) -> Accounted:
+    """The compute of one step (spec 14), from its records: per adapter the prompt tokens it read and the tokens it
+    generated (its proposals or attempts), and the tokens it was trained on (prompt and response of the charged
+    rows, times the update's epochs, for the adapters that were updated); per phase the same; the sandbox jobs of
+    validation and checking."""
+    n = size.with_adapter
+    prompt: Counter = Counter()
     generated: Counter = Counter()
-    for p in proposed.proposals:
-        generated[p.teacher] += len(p.response_token_ids)
-    for a in solved.attempts:
-        generated[a.student] += len(a.response_token_ids)
-    trained = Counter({adapter_id: sum(len(r.prompt_token_ids) + len(r.response_token_ids) for r in rows)
+    phase: dict[str, TokenCounts] = {}
+    for name, items in (("propose", [(p.teacher, p) for p in proposed.proposals]),
+                        ("solve", [(a.student, a) for a in solved.attempts])):
+        for adapter_id, x in items:
+            prompt[adapter_id] += len(x.prompt_token_ids)
+            generated[adapter_id] += len(x.response_token_ids)
+        phase[name] = TokenCounts(prompt=sum(len(x.prompt_token_ids) for _, x in items),
+                                  generated=sum(len(x.response_token_ids) for _, x in items))
+    epochs = cfg.trainer.epochs
+    trained = Counter({adapter_id: epochs * sum(len(r.prompt_token_ids) + len(r.response_token_ids)
+                                                for r in charged_rows(rows, cfg.trainer.entropy_coef))
                        for adapter_id, rows in batch.items() if adapter_id in updated.stats})
-    adapters = {a: Usage(generated[a], trained[a]) for a in sorted(set(generated) | set(trained))}
-    total = sum(adapters.values(), Usage()) + Usage(sandbox_jobs=validated.sandbox_jobs + checked.sandbox_jobs)
-    return Accounted(adapters, total)
-
-
-def seed_usage(warmed: WarmStarted, seeded: Seeded) -> Accounted:
-    """The compute of step 0: the warm start's fit (counted whether this run fitted it or found it cached: every
-    run that starts from it pays for it, so two arms compare alike) and the seeding proposals with their
-    validation, written by the warm adapter or the bare base model ("base")."""
+    phase["update"] = TokenCounts(trained=sum(trained.values()))
     adapters = {}
+    for a in sorted(set(generated) | set(trained)):
+        t = TokenCounts(prompt=prompt[a], generated=generated[a], trained=trained[a])
+        adapters[a] = Usage(generated[a], trained[a], 0, prompt[a], _flops(t, n))
+    phases = {k: Usage(t.generated, t.trained, 0, t.prompt, _flops(t, n)) for k, t in phase.items()}
+    total = sum(phases.values(), Usage()) + Usage(sandbox_jobs=validated.sandbox_jobs + checked.sandbox_jobs)
+    return Accounted(adapters, total, phases)
+
+
+def seed_usage(warmed: WarmStarted, seeded: Seeded, size: ModelSize) -> Accounted:
+    """The compute of step 0: the warm start's fit (counted whether this run fitted it or found it cached: every
+    run that starts from it pays for it, so two arms compare alike; off the training budget, spec 14) and the
+    seeding proposals with their validation, written by the warm adapter or the bare base model ("base", N = the
+    base's parameters only). Seeding's prompt pass is not in its records and is not counted."""
+    adapters, phases = {}, {}
     if warmed.tokens:
-        adapters["warmstart"] = Usage(trained_tokens=warmed.tokens)
+        t = TokenCounts(trained=warmed.tokens)
+        adapters["warmstart"] = phases["warm_start"] = Usage(trained_tokens=warmed.tokens,
+                                                             flops=_flops(t, size.with_adapter))
     if seeded.generated_tokens:
-        adapters[warmed.adapter_id or "base"] = Usage(generated_tokens=seeded.generated_tokens)
-    return Accounted(adapters, sum(adapters.values(), Usage()) + Usage(sandbox_jobs=seeded.sandbox_jobs))
+        n = size.with_adapter if warmed.adapter_id else size.base
+        t = TokenCounts(generated=seeded.generated_tokens)
+        adapters[warmed.adapter_id or "base"] = phases["seeding"] = Usage(generated_tokens=seeded.generated_tokens,
+                                                                          flops=_flops(t, n))
+    total = sum(phases.values(), Usage()) + Usage(sandbox_jobs=seeded.sandbox_jobs)
+    return Accounted(adapters, total, phases)
+
+
+def budget_flops(spent: Accounted) -> int:
+    """The FLOPs of a step charged to the training budget: every phase but the warm start (spec 14)."""
+    return spent.total.flops - sum(u.flops for k, u in spent.phases.items() if k in OFF_BUDGET)
 
 
 def account(run: Run, step: int, spent: Accounted) -> Accounted:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from coordinator.modelsize import ModelSize, model_size
 from coordinator.services import Services
 from populora.config import Config
 from populora.pb import common_pb2
@@ -22,6 +23,11 @@ class Run:
     services: Services
     store: ArtifactStore
     progress: bool = False
+
+    @property
+    def size(self) -> ModelSize:
+        """N of spec 14 (the base model's parameters and an adapter's), for charging compute."""
+        return model_size(self.cfg)
 
     def seed(self, *parts: object) -> int:
         """A seed for one random choice of this run: same parts, same seed, in any process (resume-safe)."""

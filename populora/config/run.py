@@ -27,6 +27,10 @@ class RunConfig(Section):
     budget_tokens: int = Field(0, ge=0)
     """Compute budget in tokens, generated + trained (spec 14): the run stops at the first step boundary at or past
     it, so two arms can be compared at equal compute. 0 = no budget (run.steps steps)."""
+    budget_flops: int = Field(0, ge=0)
+    """Compute budget in FLOPs (spec 14: 2N per prompt or generated token, 6N per trained token; the warm start,
+    evaluation and evolution not charged): the run stops at the first step boundary at or past it; an experiment
+    compares its arms at fractions of it. 0 = none."""
     budget_sandbox_jobs: int = Field(0, ge=0)
     """Compute budget in sandbox jobs (program runs), alike; 0 = none."""
 

@@ -13,7 +13,8 @@ def test_parse_budget():
     assert parse_budget("tokens=2e6") == {"tokens": 2_000_000}
     assert parse_budget("tokens=1500, sandbox_jobs=40") == {"tokens": 1500, "sandbox_jobs": 40}
     assert parse_budget("") == {}
-    for bad, says in (("flops=3", "unknown budget 'flops'"), ("tokens=lots", "not a number"),
+    assert parse_budget("flops=2.5e15") == {"flops": 2_500_000_000_000_000}
+    for bad, says in (("steps=3", "unknown budget 'steps'"), ("tokens=lots", "not a number"),
                       ("tokens=-5", "positive"), ("tokens=nan", "positive"), ("tokens=inf", "positive")):
         with pytest.raises(ConfigError, match=says):
             parse_budget(bad)
@@ -26,3 +27,10 @@ def test_budget_is_reached_at_or_past_it():
     jobs = load_config(env=False, overrides=["run.budget_sandbox_jobs=5"])
     assert budget_spent(jobs, Usage(10**9, 0, 4)) == "" and budget_spent(jobs, Usage(0, 0, 5))
     assert budget_spent(load_config(env=False), Usage(10**12, 10**12, 10**9)) == ""  # no budget: never
+
+
+def test_flop_budget_counts_only_the_charged_flops():
+    cfg = load_config(env=False, overrides=["run.budget_flops=1000"])
+    # the warm start's FLOPs are in Usage.flops but not charged: only `charged_flops` decides
+    assert budget_spent(cfg, Usage(flops=10**9), 999) == ""
+    assert budget_spent(cfg, Usage(flops=10**9), 1000).startswith("flops")

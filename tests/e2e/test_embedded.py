@@ -136,7 +136,10 @@ def test_baseline_and_resume(tmp_path, echo_model):
 
 
 def _tokens_in_records(j: Journal, cfg, steps: int) -> int:
-    """Generated + trained tokens (spec 14) counted straight from the stored phase results."""
+    """Generated + trained tokens (spec 14) counted straight from the stored phase results; a row the update skips
+    (zero advantage) is not trained on and not counted."""
+    from coordinator.phases.accounting import charged_rows
+
     total = j.get(0, "seed").generated_tokens
     for s in range(1, steps + 1):
         proposed, solved = j.get(s, "propose"), j.get(s, "solve")
@@ -144,8 +147,9 @@ def _tokens_in_records(j: Journal, cfg, steps: int) -> int:
         total += sum(len(a.response_token_ids) for a in solved.attempts)
         batch = rollouts(cfg.rewards, proposed, j.get(s, "validate"), solved, j.get(s, "check"))
         updated = j.get(s, "update").stats
-        total += sum(len(r.prompt_token_ids) + len(r.response_token_ids) for a, rows in batch.items()
-                     if a in updated for r in rows)
+        total += cfg.trainer.epochs * sum(len(r.prompt_token_ids) + len(r.response_token_ids)
+                                          for a, rows in batch.items() if a in updated
+                                          for r in charged_rows(rows, cfg.trainer.entropy_coef))
     return total
 
 

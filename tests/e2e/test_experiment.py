@@ -21,15 +21,15 @@ class Stopped(Exception):  # noqa: N818 - the stand-in for a stop (Ctrl-C, a kil
 
 
 def test_experiment_runs_both_arms_and_resumes_after_stops(tmp_path, echo_model):
-    sets = e2e_overrides(tmp_path, echo_model) + ["run.steps=3"]
-    budget = "tokens=2500"
+    sets = e2e_overrides(tmp_path, echo_model) + ["run.steps=5"]
+    budget = "flops=2.5e11"  # a population step is ~1.3e11 FLOPs here, a baseline step about half
     argv = ["experiment", "--preset", "cpu-tiny", "--budget", budget, "--id", "exp", "--limit", "3"]
     for s in sets:
         argv += ["--set", s]
 
     # the first call: the same config the command builds; stopped right after the first arm
     cfg = load_config(preset="cpu-tiny", overrides=sets)
-    cfg.run.budget_tokens = parse_budget(budget)["tokens"]
+    cfg.run.budget_flops = parse_budget(budget)["flops"]
     exp = plan(cfg, "exp", [cfg.run.seed], [], limit=3)
     db = JournalDB(cfg.league_db_url)
     pop, base = (a.run_id for a in exp.arms)
@@ -63,22 +63,39 @@ def test_experiment_runs_both_arms_and_resumes_after_stops(tmp_path, echo_model)
     assert all(r["attempts"] == 1 for r in base_rows)
 
     scores = json.loads((exp.out_dir / "scores.json").read_text())
-    assert set(scores["arms"]) == {pop, base} and scores["budget"]["tokens"] == 2500
+    assert set(scores["arms"]) == {pop, base} and scores["budget"]["flops"] == 250_000_000_000
     for run_id, n in scores["arms"].items():
         metrics = [json.loads(x) for x in (tmp_path / "runs" / run_id / "metrics.jsonl").read_text().splitlines()]
-        assert n["tokens"] == metrics[-1]["compute_cumulative"]["tokens"] >= 2500  # stopped by the budget
-        assert metrics[-1]["stopped"].startswith("budget: tokens") and n["steps"] == len(metrics) - 1
+        spent = metrics[-1]["compute_cumulative"]
+        assert n["budget_flops"] == spent["budget_flops"] >= 2.5e11  # stopped by the budget
+        assert spent["flops"] == spent["budget_flops"] + spent["phase_flops"].get("warm_start", 0)
+        assert metrics[-1]["stopped"].startswith("budget: flops") and n["steps"] == len(metrics) - 1
         held = n["evals"]["heldout"]
-        assert held["n_problems"] == 3 and set(held["members"]) == set(n["population"])
+        # the members scored are the population at the last checkpoint (the last step not past the budget)
+        at = scores["checkpoints"]["heldout"][-1]["arms"][str(cfg.run.seed)][n["arm"]]["step"]
+        assert at == len(metrics) - 2 and metrics[at]["compute_cumulative"]["budget_flops"] <= 2.5e11
+        assert held["n_problems"] == 3 and set(held["members"]) == set(metrics[at]["population"])
         assert all(0.0 <= m["pass_at_1"] <= 1.0 for m in held["members"].values())
     raw = json.loads((exp.out_dir / "evals" / f"{base}.heldout.json").read_text())
     assert raw["benchmark"] == "heldout" and raw["limit"] == 3
     assert {r["adapter_id"] for r in raw["results"]} >= {f"{base}.B0"}
     assert scores["summary"]["population"]["runs"] == scores["summary"]["baseline"]["runs"] == 1
-    for png in ("rates.png", "complexity.png", "ratings.png", "compute.png", "evals.png"):
+    # equal compute: both arms at the four checkpoints of the compute the arms ended with (a token budget)
+    cps = scores["checkpoints"]["heldout"]
+    assert [c["fraction"] for c in cps] == [0.25, 0.5, 0.75, 1.0]
+    for c in cps:
+        for arm in c["arms"][str(cfg.run.seed)].values():
+            assert arm["gap"] is None or arm["gap"] >= 0
+        if "difference" in c:
+            assert c["low"] <= c["difference"] <= c["high"] and c["n_pairs"] == 3
+            assert sum(c["counts"].values()) == 3 * len(scores["arms"][pop]["population"])
+    assert "difference" in cps[-1]
+    assert set(scores["dynamics"]) == {"population", "baseline"}
+    for png in ("rates.png", "complexity.png", "ratings.png", "compute.png", "evals.png", "dynamics.png",
+                "checkpoints.png"):
         assert (exp.out_dir / png).stat().st_size > 1000, png
     page = (exp.out_dir / "report.html").read_text()
-    assert pop in page and base in page and "heldout pass@1" in page
+    assert pop in page and base in page and "heldout pass@1" in page and "At equal compute" in page
 
     # once more: nothing is trained or evaluated again
     evals_before = {p.name: p.read_text() for p in (exp.out_dir / "evals").iterdir()}

@@ -1,0 +1,134 @@
+"""The arms at equal compute (spec 14): which step of each arm stands at each compute checkpoint, which adapter
+versions were its population then, the split of the held-out problems into a validation part (the best and worst
+members are chosen there) and a scoring part (everything reported is scored there), and the paired comparison of
+the population mean with the baseline at every checkpoint, with its bootstrap interval over problems and seeds.
+
+Pure functions over the arms' metrics rows and evaluation files; coordinator/experiment.py runs the evaluations.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from statistics import mean
+
+from coordinator.armdynamics import compute_axis
+from populora.analysis.checkpoints import DEFAULT_FRACTIONS, equal_compute_checkpoints
+from populora.analysis.intervals import paired_bootstrap
+
+# Every VALIDATION_EVERY-th problem (in the benchmark's own order) is a validation problem: held out from the
+# reported scores, it only chooses the best and worst members. The held-out benchmark cycles through its three task
+# types, so both parts hold all three.
+VALIDATION_EVERY = 5
+# Held-out problems an experiment generates when --limit does not say: 380, so 304 are scored after the validation
+# fifth is set apart (at least 300, spec 14).
+HELDOUT_PROBLEMS = 380
+WARM = "warm start"  # the label of the warm-start adapter, every arm's state before its first step
+
+
+def split(problem_ids: Sequence[str]) -> tuple[list[str], list[str]]:
+    """(validation, scoring) problem ids: every VALIDATION_EVERY-th problem validates, the others score."""
+    validation = [p for i, p in enumerate(problem_ids) if i % VALIDATION_EVERY == VALIDATION_EVERY - 1]
+    chosen = set(validation)
+    return validation, [p for p in problem_ids if p not in chosen]
+
+
+def choose(members: Mapping[str, Mapping[str, float]], validation: Sequence[str]) -> tuple[str, str]:
+    """(best, worst) member by mean pass value on the validation problems alone (ties: the first name in order), so
+    the scores they are reported with were never used to choose them."""
+    if not validation:
+        raise ValueError("choosing a member needs validation problems; the benchmark has too few problems to split")
+    score = {m: mean(v[p] for p in validation) for m, v in members.items()}
+    names = sorted(score)
+    return max(names, key=lambda m: score[m]), min(names, key=lambda m: score[m])
+
+
+def budget_of(budget_flops: int, axes: Mapping[str, Sequence[tuple[int, float]]]) -> float:
+    """The compute the checkpoints are fractions of: the FLOP budget when there is one, else (a token or
+    sandbox-job budget) the least compute any arm ended with, so every arm reaches the last checkpoint."""
+    if budget_flops:
+        return float(budget_flops)
+    ends = [axis[-1][1] for axis in axes.values() if axis]
+    if not ends or min(ends) <= 0:
+        raise ValueError("the arms recorded no FLOPs (metrics.jsonl without budget_flops): retrain them")
+    return min(ends)
+
+
+def checkpoints_of(rows: Mapping[str, list[dict]], budget: float, fractions: Sequence[float] = DEFAULT_FRACTIONS):
+    """Each arm's last step not past each checkpoint (populora.analysis.checkpoints), for one seed's arms."""
+    return equal_compute_checkpoints({arm: compute_axis(r) for arm, r in rows.items()}, budget, fractions)
+
+
+def population_at(rows: list[dict], step: int | None) -> dict[str, int] | None:
+    """{adapter: version} of the population after `step`; None at step 0 or before (every member is the warm
+    start then)."""
+    if step is None or step < 1:
+        return None
+    row = next(r for r in rows if r["step"] == step)
+    return {a: m["version"] for a, m in sorted(row.get("population", {}).items())}
+
+
+def label(adapter_id: str, version: int) -> str:
+    return f"{adapter_id}@v{version}"
+
+
+def per_problem(scores: dict) -> tuple[list[str], dict[str, dict[str, float]]]:
+    """An evaluation file's problem ids in order, and {target label: {problem: passed / n}}."""
+    results = scores.get("results", [])
+    ids = [p["id"] for p in results[0]["problems"]] if results else []
+    return ids, {r["label"]: {p["id"]: p["passed"] / p["n"] for p in r["problems"]} for r in results}
+
+
+def _state(values: dict[str, dict[str, float]], population: dict[str, int] | None,
+           warm: dict[str, float] | None) -> dict[str, dict[str, float]] | None:
+    """Each member's per-problem values at a checkpoint; the warm start for every member before the first step."""
+    if population is None:
+        return None if warm is None else {WARM: warm}
+    got = {a: values.get(label(a, v)) for a, v in population.items()}
+    return None if any(v is None for v in got.values()) else got
+
+
+def compare_at_checkpoints(seeds: Sequence[int], rows: Mapping[tuple[str, int], list[dict]],
+                           evals: Mapping[tuple[str, int], dict], budget: float, *, n_resamples: int = 10_000,
+                           fractions: Sequence[float] = DEFAULT_FRACTIONS) -> list[dict]:
+    """Per checkpoint on one benchmark: the arms' steps and gaps per seed; the population mean, best and worst
+    member (chosen on the validation problems), and the baseline, on the scoring problems, as means over seeds; the
+    difference population mean - baseline with its 95% paired bootstrap interval over (seed, problem) and the
+    paired counts (spec 14). `rows[(arm, seed)]` are an arm run's metrics, `evals[(arm, seed)]` its evaluation file."""
+    out = []
+    per_seed = {s: checkpoints_of({a: rows[(a, s)] for a in ("population", "baseline")}, budget, fractions)
+                for s in seeds}
+    warm = next((per_problem(e)[1].get(WARM) for e in evals.values() if WARM in per_problem(e)[1]), None)
+    for i, fraction in enumerate(fractions):
+        pop, base, where, best, worst, pmeans, bmeans = {}, {}, {}, [], [], [], []
+        for s in seeds:
+            cp = per_seed[s][i]
+            where[s] = {a: {"step": st.step, "flops": st.flops, "gap": st.gap} for a, st in cp.arms.items()}
+            if ("population", s) not in evals or ("baseline", s) not in evals:
+                continue
+            ids, pv = per_problem(evals[("population", s)])
+            _, bv = per_problem(evals[("baseline", s)])
+            p_state = _state(pv, population_at(rows[("population", s)], cp.arms["population"].step), warm)
+            b_state = _state(bv, population_at(rows[("baseline", s)], cp.arms["baseline"].step), warm)
+            if not p_state or not b_state:
+                continue
+            validation, scoring = split(ids)
+            b_values = next(iter(b_state.values()))  # the baseline's one adapter
+            pop[s] = {p: [m[p] for m in p_state.values()] for p in scoring}
+            base[s] = {p: b_values[p] for p in scoring}
+            if validation:  # a benchmark of fewer than VALIDATION_EVERY problems has no best or worst member
+                b, w = choose(p_state, validation)
+                best.append(mean(p_state[b][p] for p in scoring))
+                worst.append(mean(p_state[w][p] for p in scoring))
+            pmeans.append(mean(mean(v) for v in pop[s].values()))
+            bmeans.append(mean(base[s].values()))
+        row = {"fraction": fraction, "flops": fraction * budget, "arms": where, "seeds": sorted(pop)}
+        if pop:
+            d = paired_bootstrap(pop, base, n_resamples=n_resamples)
+            row.update({"population_mean": mean(pmeans), "best_member": mean(best) if best else None,
+                        "worst_member": mean(worst) if worst else None,
+                        "baseline": mean(bmeans), "difference": d.difference, "low": d.low, "high": d.high,
+                        "confidence": d.confidence, "n_pairs": d.n_pairs,
+                        "counts": {"both": d.counts.both, "only_population": d.counts.only_population,
+                                   "only_baseline": d.counts.only_baseline, "neither": d.counts.neither}})
+        out.append(row)
+    return out

@@ -1,0 +1,178 @@
+"""The comparison's equal-compute and dynamics sections (spec 11, 14): the arms at each compute checkpoint with the
+paired interval, and each arm's dynamics against compute with the complexity trend, as numbers (scores.json) and
+as the report's tables and figures."""
+
+from __future__ import annotations
+
+import html
+import json
+from pathlib import Path
+
+from coordinator.armdynamics import arm_dynamics, complexity_values
+from coordinator.checkpointeval import compare_at_checkpoints
+from coordinator.evalfiles import write_json
+from coordinator.figures import plt, save_figure
+from populora.analysis.intervals import trend
+
+ARM_COLORS = {"population": "#1f77b4", "baseline": "#d62728"}
+TREND_KEYS = ("ast_depth", "cyclomatic", "lines_of_code")
+
+
+def checkpoint_section(exp, metrics: dict[str, list[dict]], evals: dict[str, dict[str, dict]]) -> dict:
+    """{benchmark: [per checkpoint numbers]} (coordinator/checkpointeval.compare_at_checkpoints) over the seeds
+    whose two arms both have metrics and, for that benchmark, an evaluation made at a compute budget."""
+    rows = {(a.name, a.seed): metrics.get(a.run_id, []) for a in exp.arms}
+    seeds = [s for s in exp.seeds if rows.get(("population", s)) and rows.get(("baseline", s))]
+    out = {}
+    for b in exp.benchmarks:
+        files = {(a.name, a.seed): evals[a.run_id][b] for a in exp.arms
+                 if b in evals.get(a.run_id, {}) and evals[a.run_id][b].get("budget")}
+        budgets = {f["budget"] for f in files.values()}
+        if not seeds or len(budgets) != 1:
+            continue
+        out[b] = compare_at_checkpoints(seeds, rows, files, budgets.pop())
+    return out
+
+
+def _cached_dynamics(exp, arm, rows: list[dict]) -> dict:
+    """An arm run's dynamics, kept in dynamics/<run>.json and recomputed only when the run has more steps."""
+    path = exp.out_dir / "dynamics" / f"{arm.run_id}.json"
+    last = rows[-1]["step"] if rows else -1
+    if path.exists():
+        done = json.loads(path.read_text())
+        if done.get("last_step") == last:
+            return done
+    dyn = arm_dynamics(rows, exp.cfg.store_root, weights=arm.name == "population")
+    dyn["last_step"] = last
+    write_json(path, dyn)
+    return dyn
+
+
+def _trend(series: dict) -> dict | None:
+    try:
+        t = trend(series)
+    except ValueError:  # fewer than two steps with valid programs
+        return None
+    return {"slope": t.slope, "low": t.low, "high": t.high, "n_steps": t.n_steps, "n_seeds": t.n_seeds,
+            "resampled": t.resampled, "per": "FLOP"}
+
+
+def dynamics_section(exp, metrics: dict[str, list[dict]]) -> dict:
+    """Per arm run its dynamics; per arm the complexity trends over its seeds (slope per FLOP with a 95%
+    bootstrap interval) and the students' mean oscillation."""
+    runs = {a.run_id: _cached_dynamics(exp, a, metrics[a.run_id]) for a in exp.arms if metrics.get(a.run_id)}
+    arms = {}
+    for name in ("population", "baseline"):
+        mine = [a for a in exp.arms if a.name == name and a.run_id in runs]
+        if not mine:
+            continue
+        osc = [v for a in mine for v in runs[a.run_id]["oscillation"].values() if v is not None]
+        arms[name] = {"trend": {k: _trend({a.seed: complexity_values(metrics[a.run_id], k) for a in mine})
+                                for k in TREND_KEYS},
+                      "oscillation_mean": sum(osc) / len(osc) if osc else None,
+                      "distinct_shapes": [runs[a.run_id]["coverage"][-1]["distinct_shapes"]
+                                          for a in mine if runs[a.run_id]["coverage"]]}
+    return {"runs": runs, "arms": arms}
+
+
+# ---------------------------------------------------------------- figures
+
+def _seed_styles(exp) -> dict[int, str]:
+    return {s: ("-", "--", ":", "-.")[i % 4] for i, s in enumerate(sorted({a.seed for a in exp.arms}))}
+
+
+def plot_dynamics(exp, dyn: dict, path: Path) -> None:
+    """Complexity, coverage, behavioural and weight diversity, each against the compute charged to the budget."""
+    panels = (("mean AST depth of valid proposals", lambda d: (d["flops"], d["complexity"]["ast_depth"])),
+              ("distinct program shapes (cumulative)", lambda d: (d["flops"], [c["distinct_shapes"]
+                                                                               for c in d["coverage"]])),
+              ("AST node types used (cumulative)", lambda d: (d["flops"], [c["node_types"] for c in d["coverage"]])),
+              ("new-shape rate", lambda d: (d["flops"], [c["new_shape_rate"] for c in d["coverage"]])),
+              ("teachers' behavioural diversity", lambda d: (d["flops"], d["behavioural_diversity"])),
+              ("members' weight distance (relative)", lambda d: ([w["flops"] for w in d["weight_diversity"]],
+                                                                 [w["distance"] for w in d["weight_diversity"]])))
+    fig, axes = plt.subplots(2, 3, figsize=(13, 6))
+    styles = _seed_styles(exp)
+    for ax, (title, xy) in zip(axes.flat, panels):
+        for arm in exp.arms:
+            d = dyn["runs"].get(arm.run_id)
+            if not d:
+                continue
+            xs, ys = xy(d)
+            pts = [(x, y) for x, y in zip(xs, ys) if y is not None]
+            if pts:
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], color=ARM_COLORS[arm.name], ls=styles[arm.seed],
+                        marker="o", ms=3, label=f"{arm.name} s{arm.seed}")
+        ax.set_title(title, fontsize=9)
+        ax.set_xlabel("FLOPs charged to the budget")
+        if ax.lines:
+            ax.legend(fontsize=6)
+    save_figure(fig, path, 72)
+
+
+def plot_checkpoints(exp, section: dict, path: Path) -> bool:
+    """Per benchmark: population mean, baseline and the difference with its interval at each checkpoint."""
+    if not section:
+        return False
+    fig, axes = plt.subplots(1, len(section), figsize=(5 * len(section), 3.6), squeeze=False)
+    for ax, (b, cps) in zip(axes[0], section.items()):
+        done = [c for c in cps if "difference" in c]
+        xs = [c["flops"] for c in done]
+        ax.plot(xs, [c["population_mean"] for c in done], "D-", color=ARM_COLORS["population"], label="population mean")
+        ax.plot(xs, [c["baseline"] for c in done], "o-", color=ARM_COLORS["baseline"], label="baseline")
+        ax.errorbar(xs, [c["difference"] for c in done], yerr=[[c["difference"] - c["low"] for c in done],
+                                                                [c["high"] - c["difference"] for c in done]],
+                    fmt="s", color="black", capsize=3, label="difference, 95% interval")
+        ax.axhline(0, color="grey", lw=0.8)
+        ax.set_title(f"{b}: pass@1 at equal compute (scoring split)", fontsize=9)
+        ax.set_xlabel("FLOPs charged to the budget")
+        ax.legend(fontsize=7)
+    save_figure(fig, path, 72)
+    return True
+
+
+# ---------------------------------------------------------------- tables
+
+def _f(v, digits: int = 3) -> str:
+    return "-" if v is None else f"{v:.{digits}f}"
+
+
+def checkpoint_table(exp, section: dict) -> str:
+    head = ["benchmark", "checkpoint", "FLOPs", "steps pop / base (per seed)", "gap pop / base (FLOPs)",
+            "population mean", "worst member", "best member", "baseline", "difference [95% interval]",
+            "pairs", "both / only pop / only base / neither"]
+    rows = []
+    for b, cps in section.items():
+        for c in cps:
+            arms = c["arms"]
+            steps = "; ".join(f"s{s}: {a['population']['step']} / {a['baseline']['step']}" for s, a in arms.items())
+            gaps = "; ".join(f"s{s}: {_e(a['population']['gap'])} / {_e(a['baseline']['gap'])}"
+                             for s, a in arms.items())
+            k = c.get("counts", {})
+            cells = [b, f"{c['fraction']:.0%}", _e(c["flops"]), steps, gaps, _f(c.get("population_mean")),
+                     _f(c.get("worst_member")), _f(c.get("best_member")), _f(c.get("baseline")),
+                     f"{_f(c.get('difference'))} [{_f(c.get('low'))}, {_f(c.get('high'))}]", str(c.get("n_pairs", "-")),
+                     " / ".join(str(k.get(x, "-")) for x in ("both", "only_population", "only_baseline", "neither"))]
+            rows.append("<tr>" + "".join(f"<td>{html.escape(x)}</td>" for x in cells) + "</tr>")
+    return ("<table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in head) + "</tr>" + "".join(rows)
+            + "</table>")
+
+
+def _e(v) -> str:
+    return "-" if v is None else f"{v:.3g}"
+
+
+def trend_table(dyn: dict) -> str:
+    head = ["arm"] + [f"{k} slope per 1e15 FLOPs [95%]" for k in TREND_KEYS] + ["mean oscillation",
+                                                                                  "distinct shapes (per seed)"]
+    rows = []
+    for name, a in dyn["arms"].items():
+        cells = [name]
+        for k in TREND_KEYS:
+            t = a["trend"][k]
+            cells.append("-" if t is None else f"{t['slope'] * 1e15:.3g} [{t['low'] * 1e15:.3g}, "
+                                               f"{t['high'] * 1e15:.3g}]")
+        cells += [_f(a["oscillation_mean"], 2), ", ".join(map(str, a["distinct_shapes"]))]
+        rows.append("<tr>" + "".join(f"<td>{html.escape(x)}</td>" for x in cells) + "</tr>")
+    return ("<table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in head) + "</tr>" + "".join(rows)
+            + "</table>")

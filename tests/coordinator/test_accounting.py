@@ -1,0 +1,64 @@
+"""Compute accounting in FLOPs (spec 14): the prompt pass is charged, rows the update skips are not."""
+
+from __future__ import annotations
+
+from coordinator.modelsize import ModelSize
+from coordinator.phases.accounting import budget_flops, charged_rows, seed_usage, usage
+from populora.config import load_config
+from populora.records import (
+    Attempt,
+    Checked,
+    Proposal,
+    Proposed,
+    Rollout,
+    Seeded,
+    Solved,
+    Updated,
+    UpdateStats,
+    Validated,
+    WarmStarted,
+)
+
+SIZE = ModelSize(base=1000, adapter=10)  # N = 1010 with an adapter
+
+
+def test_rows_of_a_group_with_equal_rewards_are_not_charged():
+    rows = [Rollout("teacher", "code_o", 0.5, [1], [2]), Rollout("teacher", "code_o", 0.5, [1], [2]),
+            Rollout("student", "code_o", 1.0, [1], [2]), Rollout("student", "code_o", 0.0, [1], [2])]
+    assert charged_rows(rows) == rows[2:]
+    assert charged_rows(rows, entropy_coef=0.001) == rows  # the entropy bonus trains every row
+
+
+def _step(cfg):
+    proposals = [Proposal("p1", "code_o", "t1", "m", 0, "", [1] * 300, [2] * 100)]
+    attempts = [Attempt("a1", "p1", "s1", "m", "", [1] * 200, [2] * 20)]
+    batch = {"t1": [Rollout("teacher", "code_o", 0.5, [1] * 300, [2] * 100)],  # alone in its group: zero advantage
+             "s1": [Rollout("student", "code_o", 1.0, [1] * 200, [2] * 20),
+                    Rollout("student", "code_o", 0.0, [1] * 200, [2] * 20)]}
+    updated = Updated({}, {"t1": UpdateStats(), "s1": UpdateStats()})
+    return usage(Proposed(proposals), Validated({}, None, 3), Solved(attempts), Checked({}, {}, 2), batch, updated,
+                 cfg, SIZE)
+
+
+def test_step_flops_charge_the_prompt_pass_at_2n_and_trained_tokens_at_6n():
+    cfg = load_config(env=False)
+    spent = _step(cfg)
+    n = SIZE.with_adapter
+    assert spent.phases["propose"].flops == 2 * n * 400
+    assert spent.phases["solve"].flops == 2 * n * 220
+    assert spent.phases["update"].trained_tokens == 440  # the student's two rows; the teacher's lone row skipped
+    assert spent.phases["update"].flops == 6 * n * 440
+    assert spent.total.flops == 2 * n * 620 + 6 * n * 440 == budget_flops(spent)
+    assert spent.total.prompt_tokens == 500 and spent.total.sandbox_jobs == 5
+    assert spent.adapters["t1"].trained_tokens == 0 and spent.adapters["s1"].flops == 2 * n * 220 + 6 * n * 440
+
+
+def test_the_warm_start_is_counted_but_not_charged_to_the_budget():
+    spent = seed_usage(WarmStarted(adapter_id="w", tokens=100), Seeded(None, 1, 1, {}, {}, generated_tokens=50),
+                       SIZE)
+    n = SIZE.with_adapter
+    assert spent.phases["warm_start"].flops == 6 * n * 100
+    assert spent.total.flops == 6 * n * 100 + 2 * n * 50
+    assert budget_flops(spent) == 2 * n * 50
+    bare = seed_usage(WarmStarted(), Seeded(None, 1, 1, {}, {}, generated_tokens=50), SIZE)
+    assert bare.phases["seeding"].flops == 2 * SIZE.base * 50  # the bare base model: no adapter's parameters
