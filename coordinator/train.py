@@ -13,11 +13,13 @@ from pydantic import ValidationError
 
 from coordinator.journal import Journal, JournalDB, RunFailed
 from coordinator.phases import Run
+from coordinator.pipeline import step_records
 from coordinator.queue import RedisStreamQueue
 from coordinator.services import open_services
-from coordinator.step import prepare, train_step
+from coordinator.step import StepRecord
 from coordinator.stepmetrics import MetricsWriter, prepared_metrics, step_metrics
 from coordinator.stepsummary import record_step_summary, step_summary
+from coordinator.timeline import timeline_metrics
 from coordinator.worker import start_worker_threads
 from populora.config import Config, ConfigError, config_from_yaml
 from populora.logs import run_id_var, setup_logging, step_var
@@ -44,36 +46,45 @@ def budget_spent(cfg: Config, spent: Usage) -> str:
 
 def train(j: Journal, run: Run, steps: int, metrics: MetricsWriter) -> None:
     """Steps 0..steps, or fewer when a compute budget is spent (checked at every step boundary); a step already
-    stored is read back (resume), so metrics.jsonl comes out the same."""
+    stored is read back (resume), so metrics.jsonl comes out the same. With loop.max_staleness >= 1 the games of a
+    step overlap the update of the one before (coordinator.pipeline); the rows are still written in step order."""
     rows = []
     spent = Usage()
-    for t in range(steps + 1):
-        step_var.set(t)
-        stored = set(j.seconds(t))
-        start = time.perf_counter()
-        if t == 0:
-            record = prepare(j, run)
-            row = prepared_metrics(record, j.seconds(0))
-        else:
-            record = train_step(j, run, t)
-            row = step_metrics(run.cfg, record, j.seconds(t))
-        spent = spent + record.spent.total
-        row["compute_cumulative"] = {"generated_tokens": spent.generated_tokens,
-                                     "trained_tokens": spent.trained_tokens, "tokens": spent.tokens,
-                                     "sandbox_jobs": spent.sandbox_jobs}
-        reached = budget_spent(run.cfg, spent)
-        if reached:
-            row["stopped"] = f"budget: {reached}"
-        rows.append(row)
-        shown = step_summary(record, row, j.db.phase_rows(run.run_id, t))
-        record_step_summary(run.services.league, run.run_id, shown)  # what the dashboard shows of the step
-        if set(row["seconds"]) != stored:  # this call ran at least one phase of the step
-            metrics.rewrite(rows[:-1])
-            metrics.write(row)
-            log.info("step %d done in %.1fs: %s", t, time.perf_counter() - start, summary(row))
-        if reached:
-            log.info("compute budget spent after step %d (%s): the run ends here", t, reached)
-            return
+    stored: dict[int, set[str]] = {}  # the phases each step had stored before this call: a resume reads them back
+    for r in j.db.phase_rows(run.run_id):
+        stored.setdefault(r["step"], set()).add(r["phase"])
+    start = time.perf_counter()
+    records = step_records(j, run, steps)
+    try:
+        for record in records:
+            t = record.step if isinstance(record, StepRecord) else 0
+            step_var.set(t)
+            if t == 0:
+                row = prepared_metrics(record, j.seconds(0))
+            else:
+                row = step_metrics(run.cfg, record, j.seconds(t))
+            spent = spent + record.spent.total
+            row["compute_cumulative"] = {"generated_tokens": spent.generated_tokens,
+                                         "trained_tokens": spent.trained_tokens, "tokens": spent.tokens,
+                                         "sandbox_jobs": spent.sandbox_jobs}
+            reached = budget_spent(run.cfg, spent)
+            if reached:
+                row["stopped"] = f"budget: {reached}"
+            phase_rows = j.db.phase_rows(run.run_id, t)
+            near = [r for s in (t - 1, t + 1) for r in j.db.phase_rows(run.run_id, s)] + phase_rows
+            row.update(timeline_metrics(t, near))
+            rows.append(row)
+            shown = step_summary(record, row, phase_rows)
+            record_step_summary(run.services.league, run.run_id, shown)  # what the dashboard shows of the step
+            if set(row["seconds"]) != stored.get(t, set()):  # this call ran at least one phase of the step
+                metrics.rewrite(rows[:-1])
+                metrics.write(row)
+                log.info("step %d done (%.1fs into the run): %s", t, time.perf_counter() - start, summary(row))
+            if reached:
+                log.info("compute budget spent after step %d (%s): the run ends here", t, reached)
+                return
+    finally:
+        records.close()
 
 
 def summary(row: dict) -> str:
@@ -176,7 +187,8 @@ def run_training(cfg: Config, run_id: str, db: JournalDB, workers: int = 1, prog
     queue = stop_workers = None
     if cfg.queue.backend == "redis":
         queue = RedisStreamQueue.from_config(cfg, run_id)
-        stop_workers = start_worker_threads(run, db, queue, workers)
+        # overlapped steps (spec 16) dispatch a step's games while the previous update's job runs: two at once
+        stop_workers = start_worker_threads(run, db, queue, max(workers, 2) if cfg.loop.max_staleness else workers)
     run_dir = Path(cfg.run.output_dir) / run_id
     metrics = MetricsWriter(run_dir)
     db.set_status(run_id, "running")

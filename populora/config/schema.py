@@ -11,7 +11,7 @@ from populora.config.base import TASK_TYPES, Section
 from populora.config.deployment import OutageConfig, QueueConfig, SandboxConfig, ServicesConfig, StoreConfig
 from populora.config.learning import EvalConfig, RewardConfig, TasksConfig, TrainerConfig, WarmStartConfig
 from populora.config.population import EvolutionConfig, LeagueConfig, PopulationConfig
-from populora.config.run import GenerationConfig, LoraConfigModel, ModelConfig, RunConfig
+from populora.config.run import GenerationConfig, LoopConfig, LoraConfigModel, ModelConfig, RunConfig
 
 
 class Config(Section):
@@ -19,6 +19,8 @@ class Config(Section):
 
     run: RunConfig = RunConfig()
     """Run identity, length and mode."""
+    loop: LoopConfig = LoopConfig()
+    """How steps follow each other: lock-step or overlapped with bounded staleness (spec 16)."""
     model: ModelConfig = ModelConfig()
     """The frozen base model."""
     lora: LoraConfigModel = LoraConfigModel()
