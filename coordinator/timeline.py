@@ -26,7 +26,7 @@ def spans(phase_rows: list[dict]) -> list[dict]:
     return sorted(out, key=lambda s: (s["start"], s["step"]))
 
 
-def _busy(intervals: list[tuple[float, float]], lo: float, hi: float) -> float:
+def busy_seconds(intervals: list[tuple[float, float]], lo: float, hi: float) -> float:
     """Seconds of [lo, hi] covered by the union of `intervals`."""
     total, reach = 0.0, lo
     for a, b in sorted(intervals):
@@ -60,7 +60,7 @@ def timeline_metrics(step: int, phase_rows: list[dict]) -> dict:
     all_spans = spans(phase_rows)
     idle = {}
     for service in IDLE_SERVICES:
-        busy = _busy([(s["start"], s["end"]) for s in all_spans if s["service"] == service], lo, hi)
+        busy = busy_seconds([(s["start"], s["end"]) for s in all_spans if s["service"] == service], lo, hi)
         idle[service] = round(1 - busy / (hi - lo), 4) if hi > lo else None
     return {"timeline": [{k: (round(v, 3) if isinstance(v, float) else v) for k, v in s.items()}
                          for s in all_spans if s["step"] == step],

@@ -177,7 +177,8 @@ def resolve(args: argparse.Namespace, cfg: Config) -> tuple[Config, str, bool]:
     return Config.model_validate(cfg.model_dump()), run_id, bool(args.resume)
 
 
-def run_training(cfg: Config, run_id: str, db: JournalDB, workers: int = 1, progress: bool = False) -> Path:
+def run_training(cfg: Config, run_id: str, db: JournalDB, workers: int | None = None, progress: bool = False
+                 ) -> Path:
     """Train run `run_id` (created in `db` already) to cfg.run.steps, or until its budget is spent; returns the run
     directory. The run's status ends `finished`, or `stopped` when training raised (a phase that failed on every
     delivery marks it `failed`). Distributed (queue.backend=redis): phases go to the step queue, `workers` threads
@@ -187,8 +188,9 @@ def run_training(cfg: Config, run_id: str, db: JournalDB, workers: int = 1, prog
     queue = stop_workers = None
     if cfg.queue.backend == "redis":
         queue = RedisStreamQueue.from_config(cfg, run_id)
-        # overlapped steps (spec 16) dispatch a step's games while the previous update's job runs: two at once
-        stop_workers = start_worker_threads(run, db, queue, max(workers, 2) if cfg.loop.max_staleness else workers)
+        if workers is None:  # overlapped steps (spec 16) run a step's games beside the previous update: two jobs
+            workers = 2 if cfg.loop.max_staleness else 1
+        stop_workers = start_worker_threads(run, db, queue, workers)
     run_dir = Path(cfg.run.output_dir) / run_id
     metrics = MetricsWriter(run_dir)
     db.set_status(run_id, "running")
@@ -220,7 +222,7 @@ def main(args: argparse.Namespace, cfg: Config) -> int:
     print(f"run {run_id}: {cfg.run.mode}, {cfg.run.deployment}, model {cfg.model.name}, "
           f"{cfg.population.n_teachers}T+{cfg.population.n_students}S, {cfg.run.steps} steps", flush=True)
     try:
-        run_dir = run_training(cfg, run_id, db, getattr(args, "workers", 1), progress=sys.stderr.isatty())
+        run_dir = run_training(cfg, run_id, db, getattr(args, "workers", None), progress=sys.stderr.isatty())
     except RunFailed as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
