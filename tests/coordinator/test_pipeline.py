@@ -119,3 +119,14 @@ def test_timeline_and_idle_fractions():
     first = timeline_metrics(1, rows)
     assert first["window_s"] == 10 and first["idle_fraction"]["trainer"] == pytest.approx(0.6)
     assert timeline_metrics(3, rows) == {}
+
+
+def test_the_report_draws_the_timeline(tmp_path):
+    from coordinator.report import plot_timeline
+
+    rows = [_row(1, "propose", 0, 3), _row(1, "solve", 3, 6), _row(1, "update", 6, 10), _row(2, "propose", 6, 9),
+            _row(2, "solve", 9, 12), _row(2, "update", 12, 16)]
+    metrics = [{"step": 0}, {"step": 1, **timeline_metrics(1, rows)}, {"step": 2, **timeline_metrics(2, rows)}]
+    assert plot_timeline(metrics, tmp_path / "timeline.png")
+    assert (tmp_path / "timeline.png").stat().st_size > 1000
+    assert not plot_timeline([{"step": 0}], tmp_path / "none.png")  # metrics written before timelines existed
