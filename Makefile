@@ -78,6 +78,7 @@ bench: install
 	$(BIN)/python -m bench.inference --json
 	$(BIN)/python -m bench.trainer --json
 	$(BIN)/python -m bench.step --json
+	$(BIN)/python -m bench.pipeline --json
 
 # The GPU check (docs/gpu.md). It needs CUDA torch, so it runs with the machine's own Python, not the CPU venv;
 # every figure is also appended to GPU_JSONL the moment it is taken. GPU_ARGS="--shape tiny" runs it on a CPU.

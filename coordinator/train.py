@@ -157,6 +157,8 @@ def resolve(args: argparse.Namespace, cfg: Config) -> tuple[Config, str, bool]:
     if "distributed" in modes:
         cfg.run.deployment = "distributed"
         cfg.queue.backend = "redis"
+        if "max_staleness" not in cfg.loop.model_fields_set:  # distributed overlaps steps unless told not to
+            cfg.loop.max_staleness = 1
     if "embedded" in modes:
         cfg.run.deployment = "embedded"
         cfg.queue.backend = "inprocess"

@@ -60,6 +60,8 @@ class Config(Section):
             raise ValueError("evolution.x4_eta_max must be >= evolution.x4_eta_min")
         if self.evolution.epsilon_max < self.evolution.epsilon_min:
             raise ValueError("evolution.epsilon_max must be >= evolution.epsilon_min")
+        if self.run.deployment == "distributed" and "max_staleness" not in self.loop.model_fields_set:
+            self.loop.max_staleness = 1  # distributed, each role has its own machines: overlap unless told not to
         unknown = sorted(set(self.sandbox.verifiers) - set(TASK_TYPES))
         if unknown:
             raise ValueError(f"sandbox.verifiers: unknown task type(s) {unknown}; allowed: {list(TASK_TYPES)}")
