@@ -199,6 +199,8 @@ def token_objective(logp: torch.Tensor, old_logp: torch.Tensor | None, adv: torc
     """Per-token objective to maximise: A · log pi on-policy; PPO's min(rho A, clip(rho, 1±eps) A) otherwise.
 
     rho = pi / pi_old. At the first epoch pi_old = pi (detached): rho = 1 and the gradient equals that of A log pi.
+    When pi_old is the behaviour policy mu_b that sampled the rollout (overlapped steps), this is the
+    bounded-staleness objective of spec 16: r = exp(log pi_v - log mu_b), - min(r A, clip(r, 1 - eps, 1 + eps) A).
     """
     if old_logp is None:
         return adv * logp
