@@ -3,6 +3,10 @@
 Each line is one phase of spec/ALGORITHMS.md, run through the journal (`j.once`), which stores the phase's typed
 result before the next line runs; a resumed run reads what is stored instead of running it again, and in
 distributed mode the journal hands each phase to a worker. The phases themselves are in coordinator.phases.
+
+A step is its games (`play_step`: match to rate) then its update (`finish_step`: update, evolve, account, eval),
+so that with loop.max_staleness >= 1 coordinator.pipeline can run the games of one step beside the update of the
+one before (spec 16); `train_step` runs both, as lock-step does and as a worker replaying a step does.
 """
 
 from __future__ import annotations
