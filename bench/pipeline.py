@@ -9,7 +9,8 @@ pipeline_gain (= k1 / k0), trainer_idle_fraction_k0 / _k1 and inference_idle_fra
 time the service ran no phase, from the journal's phase spans), staleness_max_observed_k1, update_to_served_ms
 (p50 and p99 at k = 1: the trainer's answer to the new versions served), valid_rate_k1, nonzero_gradient_fraction_k1
 (updates whose gradient was not zero), identical_k0 (the k = 0 run's records, clock readings left out, equal those of
-a second lock-step run of the same seed for its first --check-steps steps; null with --check-steps 0).
+a second lock-step run of the same seed for its first --check-steps steps; null with --check-steps 0), and the
+load averages after each arm (the arms run one after the other: other jobs on the machine can slow one of them).
 """
 
 from __future__ import annotations
@@ -144,10 +145,11 @@ def main(argv: list[str] | None = None) -> int:
     run_id = "bench-pipeline"  # one id for every run: the same seeds
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="populora-bench-pipeline-") as tmp:
-        figures, records = {}, {}
+        figures, records, loads = {}, {}, {}
         for k in (0, 1):
             rows, metrics, records[k] = run_arm(Path(tmp) / f"k{k}", args.preset, k, args.steps, overrides, run_id)
             figures[k] = arm_figures(rows, metrics)
+            loads[f"load_average_k{k}"] = load_averages()  # beside each arm: a busy machine slows one arm only
             progress("pipeline", f"steps_per_hour_k{k}", figures[k]["steps_per_hour"])
         identical = None
         if args.check_steps:
@@ -156,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
             identical = first == again
     out = {"preset": args.preset, "steps": args.steps, "overrides": overrides, **results(figures[0], figures[1],
                                                                                        identical),
-           "load_average": load_averages(), "bench_seconds": round(time.perf_counter() - t0, 1)}
+           **loads, "bench_seconds": round(time.perf_counter() - t0, 1)}
     emit(out, indent=None if args.json else 2)
     return 0
 
