@@ -189,6 +189,12 @@ class MetricsWriter:
             tb.add_scalar(f"rating_skill/{adapter}", r["skill"], step)
         for adapter, s in row.get("updates", {}).items():
             tb.add_scalar(f"loss/{adapter}", s["loss"], step)
+        for service, v in row.get("idle_fraction", {}).items():
+            if v is not None:
+                tb.add_scalar(f"idle_fraction/{service}", v, step)
+        for key in ("max", "ratio_dev", "clipped_fraction", "update_to_served_ms"):
+            if row.get("staleness", {}).get(key) is not None:
+                tb.add_scalar(f"staleness/{key}", row["staleness"][key], step)
         ev = row.get("eval")
         if ev:
             for key in ("population_mean", "population_best"):
