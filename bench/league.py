@@ -22,16 +22,16 @@ matches/s), 4 dashboards refresh in a loop, each refresh being the JSON calls th
 leaderboard, rating curves, lineage and payoff (`dashboard_api_p99_ms`).
 
 The workloads are bench/league_reads.py (matchmaking, reports, leaderboard and lineage reads, staleness) and
-bench/league_dashboard.py (the dashboard's run); bench/league_server.py starts the servers and loads them.
+bench/league_dashboard.py (the dashboard's run); bench/league_server.py starts the servers, bench/loadgen.py loads them.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
+from bench.harness import emit, load_average
 from bench.league_dashboard import bench_dashboard, build_dashboard_run
 from bench.league_reads import (
     bench_leaderboard,
@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
 
     schema, url = make_schema(args.pg_url)
     result: dict = {"backend": "postgresql", "adapters": args.adapters, "cpu_count": os.cpu_count(),
-                    "load_average_1m_at_start": round(os.getloadavg()[0], 2)}
+                    "load_average_1m_at_start": round(load_average(), 2)}
     try:
         db = LeagueDB(url)
         db.migrate()
@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
                        "dashboard_writes_matches_per_s": min(dash["write_rate"], dash_off["write_rate"]),
                        "dashboard_adapters": args.dashboard_adapters, "dashboard_matches": args.dashboard_matches})
         result["tables_after_reports"] = table_health(url)
-        result["load_average_1m_at_end"] = round(os.getloadavg()[0], 2)
+        result["load_average_1m_at_end"] = round(load_average(), 2)
         result["targets_met"] = {
             "matchmake_p99_ms<=20": result["matchmake_p99_ms"] <= 20,
             "report_matches_per_s>=1000": result["report_matches_per_s"] >= 1000,
@@ -144,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
             "dashboard_api_p99_ms<=50": result["dashboard_api_p99_ms"] <= 50}
     finally:
         drop_schema(args.pg_url, schema)
-    print(json.dumps(result, indent=None if args.json else 2))
+    emit(result, indent=None if args.json else 2)
     return 0
 
 

@@ -11,15 +11,8 @@ import random
 import statistics
 import time
 
-from bench.league_server import (
-    BENCH_TOKEN,
-    LeagueProcess,
-    cpu_ms_per_request,
-    http_get,
-    load,
-    percentile,
-    run_async,
-)
+from bench.league_server import BENCH_TOKEN, LeagueProcess, cpu_ms_per_request
+from bench.loadgen import http_get, load, percentile, run_async
 from populora.config import TASK_TYPES
 
 DASH_RUN = "dash"

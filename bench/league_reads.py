@@ -11,18 +11,15 @@ import random
 import statistics
 import time
 
-from bench.league_server import (
-    BENCH_TOKEN,
-    LeagueProcess,
+from bench.league_server import BENCH_TOKEN, LeagueProcess, cpu_ms_per_request, serve_rest
+from bench.loadgen import (
     client_loop,
-    cpu_ms_per_request,
     free_port,
     http_get,
     latency_figures,
     load,
     percentile,
     run_async,
-    serve_rest,
     wait_http,
 )
 from populora.config import TASK_TYPES

@@ -3,28 +3,14 @@
 
 from __future__ import annotations
 
-import asyncio
 import multiprocessing as mp
 import os
-import statistics
-import time
 import uuid
+
+from bench.loadgen import free_port, load, run_async, wait_http
 
 BENCH_TOKEN = "bench-league-token"  # the token of the league servers this benchmark starts
 DEFAULT_PG = os.environ.get("POPULORA_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(q / 100 * len(ordered)) - 1))]
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def make_schema(base_url: str) -> tuple[str, str]:
@@ -48,7 +34,6 @@ def drop_schema(base_url: str, schema: str) -> None:
     engine.dispose()
 
 
-
 def serve_rest(url: str, port: int, read_cache_s: float) -> None:
     """Child process: the league REST app alone on uvicorn."""
     import uvicorn
@@ -59,72 +44,6 @@ def serve_rest(url: str, port: int, read_cache_s: float) -> None:
 
     service = LeagueService(LeagueDB(url), read_cache_s=read_cache_s)
     uvicorn.run(create_app(service), host="127.0.0.1", port=port, log_level="warning", access_log=False)
-
-
-async def http_get(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, path: str) -> bytes:
-    """One GET on a keep-alive HTTP/1.1 connection: the whole body; anything but 200 raises."""
-    writer.write(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
-    head = await reader.readuntil(b"\r\n\r\n")
-    status = int(head.split(b" ", 2)[1])
-    length = next(int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
-                  if line.lower().startswith(b"content-length:"))
-    body = await reader.readexactly(length)
-    if status != 200 or not body:
-        raise RuntimeError(f"GET {path}: HTTP {status}")
-    return body
-
-
-async def client_loop(port: int, paths: list[str], deadline: float, latencies: list[float]) -> None:
-    """A keep-alive HTTP/1.1 client: one request at a time, read the full body, time it."""
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    i = 0
-    try:
-        while time.perf_counter() < deadline:
-            path = paths[i % len(paths)]
-            i += 1
-            start = time.perf_counter()
-            await http_get(reader, writer, path)
-            latencies.append((time.perf_counter() - start) * 1000)
-    finally:
-        writer.close()
-
-
-def run_async(coro):
-    """asyncio.run on uvloop where it is installed (a lighter client leaves more CPU to the server)."""
-    try:
-        import uvloop
-
-        return uvloop.run(coro)
-    except ImportError:
-        return asyncio.run(coro)
-
-
-async def load(port: int, paths: list[str], clients: int, seconds: float) -> tuple[list[float], float]:
-    latencies: list[float] = []
-    start = time.perf_counter()
-    await asyncio.gather(*(client_loop(port, paths, start + seconds, latencies) for _ in range(clients)))
-    return latencies, time.perf_counter() - start
-
-
-def wait_http(port: int, timeout: float = 60.0) -> None:
-    import urllib.request
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as resp:
-                if resp.status == 200:
-                    return
-        except OSError:
-            time.sleep(0.2)
-    raise TimeoutError(f"REST server on port {port} not ready after {timeout:.0f}s")
-
-
-
-
-def latency_figures(latencies: list[float], wall: float) -> dict:
-    return {"rps": round(len(latencies) / wall, 1), "p50_ms": round(statistics.median(latencies), 2),
-            "p99_ms": round(percentile(latencies, 99), 2), "requests": len(latencies)}
 
 
 class LeagueProcess:
@@ -181,7 +100,6 @@ def serve_league(url: str, grpc_port: int, rest_port: int, read_cache_s: float) 
     service = LeagueService(LeagueDB(url), read_cache_s=read_cache_s, token=BENCH_TOKEN)
     run_server("league", service, grpc_port, "127.0.0.1", BENCH_TOKEN, rest_app=create_app(service),
                rest_port=rest_port)
-
 
 
 def cpu_ms_per_request(league: LeagueProcess, paths: list[str], clients: int, seconds: float) -> float:

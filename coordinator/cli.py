@@ -67,7 +67,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from populora.logs import setup_logging
 
     setup_logging(json_lines=os.environ.get("POPULORA_LOG_JSON", "1") == "1")
-    return int(serve(args.service, load_cli_config(args), port=args.port, bind=args.bind) or 0)
+    return int(serve(args.service, load_cli_config(args), port=args.port, bind=args.bind,
+                     metrics_port=args.metrics_port) or 0)
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -140,6 +141,8 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("serve", help="start one service (distributed mode)")
     s.add_argument("service", choices=SERVICE_NAMES)
     s.add_argument("--port", type=int, default=None, help="gRPC port (default: services.<name>.port)")
+    s.add_argument("--metrics-port", type=int, default=None,
+                   help="/metrics port (default: services.<name>.metrics_port; one per replica on one host)")
     s.add_argument("--bind", default=None,
                    help="listen address (default: services.<name>.bind, loopback unless the config says otherwise)")
     _config_args(s, default_preset=None)

@@ -43,19 +43,34 @@ def ensure_database(url: str) -> None:
 
 
 class LocalCluster:
-    """Services as subprocesses of `populora serve`, all reading one config file on free loopback ports."""
+    """Services as subprocesses of `populora serve`, all reading one config file on free loopback ports; `trainers`
+    and `inference` replicas of those two (each on its own port, listed in services.<name>.replicas, each adapter
+    placed on one of them), one process each of the others. A process is named after its service, a replica
+    `trainer-0`, `trainer-1`, ... when there are several."""
 
     def __init__(self, workdir: Path, preset: str = "cpu-tiny", overrides: list[str] | None = None,
-                 db_url: str = DEFAULT_PG, redis_url: str = "redis://127.0.0.1:6379/0"):
+                 db_url: str = DEFAULT_PG, redis_url: str = "redis://127.0.0.1:6379/0", trainers: int = 1,
+                 inference: int = 1):
         self.workdir = Path(workdir).resolve()
         self.workdir.mkdir(parents=True, exist_ok=True)
+        counts = {"trainer": trainers, "inference": inference}
+        if min(counts.values()) < 1:
+            raise ValueError(f"each placed service needs at least one replica, got {counts}")
         ports = []
+        self.replicas: dict[str, tuple[str, int, int]] = {}  # process name -> (service, gRPC port, metrics port)
         for name in SERVICE_NAMES:
-            ports += [f"services.{name}.host=127.0.0.1", f"services.{name}.port={free_port()}"]
+            n = counts.get(name, 1)
+            for i in range(n):
+                self.replicas[name if n == 1 else f"{name}-{i}"] = (name, free_port(), free_port())
+            first = next(v for k, v in self.replicas.items() if v[0] == name)
+            ports += [f"services.{name}.host=127.0.0.1", f"services.{name}.port={first[1]}"]
             if name in ("league", "sandbox"):
                 ports.append(f"services.{name}.rest_port={free_port()}")
             else:
-                ports.append(f"services.{name}.metrics_port={free_port()}")
+                ports.append(f"services.{name}.metrics_port={first[2]}")
+            if n > 1:
+                listed = ",".join(f"127.0.0.1:{v[1]}" for v in self.replicas.values() if v[0] == name)
+                ports.append(f"services.{name}.replicas=[{listed}]")
         cfg = load_config(preset=preset, env=False, overrides=[
             f"run.output_dir={self.workdir / 'runs'}", f"store.root={self.workdir / 'store'}",
             "run.deployment=distributed", "queue.backend=redis", f"queue.redis_url={redis_url}",
@@ -76,22 +91,24 @@ class LocalCluster:
         return env
 
     def address(self, name: str) -> str:
-        ep = getattr(self.cfg.services, name)
-        return f"{ep.host}:{ep.port}"
+        """The gRPC address of process `name` (a service, or one replica: `trainer-1`)."""
+        return f"127.0.0.1:{self.replicas[name][1]}"
 
     def start_service(self, name: str) -> None:
+        service, port, metrics_port = self.replicas[name]
         log = open(self.logs / f"{name}.log", "ab")
+        extra = ["--metrics-port", str(metrics_port)] if service not in ("league", "sandbox") else []
         self.procs[name] = subprocess.Popen(
-            [sys.executable, "-m", "coordinator.cli", "serve", name, "--config", str(self.config_path),
-             "--bind", "127.0.0.1"], stdout=log, stderr=subprocess.STDOUT, env=self.env(),
-            start_new_session=True)
+            [sys.executable, "-m", "coordinator.cli", "serve", service, "--config", str(self.config_path),
+             "--bind", "127.0.0.1", "--port", str(port), *extra], stdout=log, stderr=subprocess.STDOUT,
+            env=self.env(), start_new_session=True)
 
     def start(self, timeout: float = 300.0) -> None:
         if self.cfg.league.db_url.startswith("postgresql"):
             ensure_database(self.cfg.league.db_url)
-        for name in SERVICE_NAMES:
+        for name in self.replicas:
             self.start_service(name)
-        for name in SERVICE_NAMES:
+        for name in self.replicas:
             self.wait(name, timeout)
 
     def wait(self, name: str, timeout: float = 300.0) -> None:
@@ -149,12 +166,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workdir", default="runs/distributed")
     p.add_argument("--db-url", default=DEFAULT_PG)
     p.add_argument("--set", dest="overrides", action="append", default=[])
+    p.add_argument("--trainers", type=int, default=int(os.environ.get("TRAINERS", "1")),
+                   help="trainer replicas, each holding its share of the adapters ($TRAINERS, default 1)")
+    p.add_argument("--inference", type=int, default=int(os.environ.get("INFERENCE", "1")),
+                   help="inference replicas, each serving its share of the adapters ($INFERENCE, default 1)")
     args = p.parse_args(argv)
-    cluster = LocalCluster(Path(args.workdir), args.preset, args.overrides, db_url=args.db_url)
-    print(f"starting {', '.join(SERVICE_NAMES)} on loopback (logs in {cluster.logs})", flush=True)
+    cluster = LocalCluster(Path(args.workdir), args.preset, args.overrides, db_url=args.db_url,
+                           trainers=args.trainers, inference=args.inference)
+    print(f"starting {', '.join(cluster.replicas)} on loopback (logs in {cluster.logs})", flush=True)
     try:
         cluster.start()
-        print("services ready: " + ", ".join(f"{n}@{cluster.address(n)}" for n in SERVICE_NAMES), flush=True)
+        print("services ready: " + ", ".join(f"{n}@{cluster.address(n)}" for n in cluster.replicas), flush=True)
         run_id = f"dist-{time.strftime('%Y%m%d-%H%M%S')}"
         rc = subprocess.call(cluster.train_command(run_id, args.steps), env=cluster.env())
         print(yaml.safe_dump({"run_id": run_id, "exit_code": rc, "config": str(cluster.config_path)}), flush=True)

@@ -8,6 +8,7 @@ from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
 from populora.config import Config
+from populora.config.deployment import PLACED
 from populora.retry import Backoff
 from populora.rpc import SERVICE_NAMES, connect, run_server
 
@@ -55,8 +56,14 @@ def build(name: str, cfg: Config) -> Any:
 
 
 def remote(name: str, cfg: Config) -> Any:
-    """The service `name` over gRPC at cfg.services.<name>, with the run's token, deadline and retries."""
+    """The service `name` over gRPC at cfg.services.<name>, with the run's token, deadline and retries. A trainer or
+    inference with several replicas (`replicas`, or `resolve` of a DNS name) is one object over all of them, each
+    adapter's calls going to its owner (coordinator.replicas)."""
     ep = getattr(cfg.services, name)
+    if name in PLACED and (ep.replicas or ep.resolve):
+        from coordinator.replicas import placed
+
+        return placed(name, cfg)
     return connect(name, f"{ep.host}:{ep.port}", cfg.services.token, cfg.services.grpc_timeout_s,
                    cfg.services.grpc_retries, Backoff.from_config(cfg))
 
@@ -67,7 +74,8 @@ def open_services(cfg: Config) -> Services:
     return Services(**{name: make(name, cfg) for name in SERVICE_NAMES})
 
 
-def serve(name: str, cfg: Config, port: int | None = None, bind: str | None = None) -> int:
+def serve(name: str, cfg: Config, port: int | None = None, bind: str | None = None,
+          metrics_port: int | None = None) -> int:
     """`populora serve NAME`: build the service, then serve its contract over gRPC on cfg.services.<name>.port
     (bound to cfg.services.<name>.bind unless `bind` says otherwise), its REST app where it has one, /metrics."""
     service = build(name, cfg)
@@ -75,7 +83,8 @@ def serve(name: str, cfg: Config, port: int | None = None, bind: str | None = No
     rest_app = importlib.import_module(_REST[name]).create_app(service) if name in _REST else None
     try:
         return run_server(name, service, ep.port if port is None else port, bind or ep.bind, cfg.services.token,
-                          metrics_port=ep.metrics_port, rest_app=rest_app, rest_port=ep.rest_port,
+                          metrics_port=ep.metrics_port if metrics_port is None else metrics_port,
+                          rest_app=rest_app, rest_port=ep.rest_port,
                           max_workers=getattr(service, "GRPC_WORKERS", 16))
     finally:
         close = getattr(service, "close", None)

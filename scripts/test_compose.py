@@ -9,7 +9,8 @@ sandbox (under gVisor) is contained. Always ends with `down -v` and checks that 
 the stack is left. Prints one JSON line; exits 1 when anything failed (the errors on stderr and in the line).
 
 Environment: what scripts/images.sh reads (LOCAL_BASE, CA_BUNDLE, TORCH_WHEEL, ...), and
-COMPOSE_TEST_TIMEOUT_S (default 900: the wait for health checks and the run, each).
+COMPOSE_TEST_TIMEOUT_S (default 900: the wait for health checks and the run, each), COMPOSE_TEST_TRAINERS
+(default 2: trainer replicas, `up --scale trainer=N`, each holding its share of the adapters).
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ PROJECT = "populora-composetest"
 HEALTHCHECKED = ("postgres", "redis", "inference", "trainer", "league", "sandbox", "evolver")
 LOG_DIR = ROOT / "build" / "test-compose"
 TIMEOUT_S = float(os.environ.get("COMPOSE_TEST_TIMEOUT_S", "900"))
+# replicas of the placed services (`up --scale`): the run's adapters are split between the trainers
+SCALE = {"trainer": int(os.environ.get("COMPOSE_TEST_TRAINERS", "2"))}
 
 
 class SetupError(RuntimeError):
@@ -114,17 +117,28 @@ class Stack:
     def __call__(self, *args: str, timeout: float | None = None, check: bool = True) -> subprocess.CompletedProcess:
         return run([*self.compose, "-f", COMPOSE_FILE, *args], env=self.env, timeout=timeout, check=check)
 
-    def container(self, service: str) -> str:
+    def containers(self, service: str) -> list[str]:
         ids = self("ps", "-q", service).stdout.split()
         if not ids:
             raise RuntimeError(f"service {service} has no container")
-        return ids[0]
+        return ids
+
+    def container(self, service: str) -> str:
+        return self.containers(service)[0]
 
     def state(self, service: str) -> tuple[str, int, str]:
-        """(status, restarts, health) of the service's container: ("running", 0, "healthy"), ("exited", 0, "")..."""
+        """(status, restarts, health) of the service's containers: ("running", 0, "healthy"), ("exited", 0, "")...;
+        of a scaled service, the first container that is not running and healthy (else the first), and healthy
+        only once it has all its replicas."""
         fmt = "{{.State.Status}} {{.RestartCount}} {{if .State.Health}}{{.State.Health.Status}}{{end}}"
-        out = run(["docker", "inspect", "--format", fmt, self.container(service)]).stdout.split()
-        return out[0], int(out[1]), out[2] if len(out) > 2 else ""
+        states = []
+        for cid in self.containers(service):
+            out = run(["docker", "inspect", "--format", fmt, cid]).stdout.split()
+            states.append((out[0], int(out[1]), out[2] if len(out) > 2 else ""))
+        worst = next((st for st in states if st[0] != "running" or st[2] != "healthy"), states[0])
+        if len(states) < SCALE.get(service, 1) and worst[2] == "healthy":
+            return worst[0], worst[1], "starting"
+        return worst
 
     def address(self, service: str) -> str:
         """The container's address on one of its networks (the host reaches the stack's bridges directly)."""
@@ -276,7 +290,8 @@ def main() -> int:
         stack.down()  # what an interrupted earlier run of this test left
         log(f"docker-compose up ({PROJECT}): {', '.join(HEALTHCHECKED)}")
         t0 = time.monotonic()
-        stack("up", "-d", "--no-build", *HEALTHCHECKED, timeout=TIMEOUT_S)
+        scale = [a for name, n in SCALE.items() for a in ("--scale", f"{name}={n}")]
+        stack("up", "-d", "--no-build", *scale, *HEALTHCHECKED, timeout=TIMEOUT_S)
         wait_healthy(stack, result)
         result["compose_up_s"] = round(time.monotonic() - t0, 1)
         log(f"all {result['services_healthy']} services healthy after {result['compose_up_s']} s; "
@@ -292,6 +307,12 @@ def main() -> int:
                           f"{(coordinator.stderr or coordinator.stdout)[-1500:]}")
         log(f"run finished in {result['run_s']} s (exit {coordinator.returncode}); checking from the host")
 
+        trainers = stack.containers("trainer")
+        logs = [run(["docker", "logs", cid], check=False) for cid in trainers]
+        result["trainers_updating"] = sum("updated " in out.stdout + out.stderr for out in logs)
+        if result["trainers_updating"] < min(2, len(trainers)):
+            errors.append(f"only {result['trainers_updating']} of {len(trainers)} trainer replicas updated an "
+                          "adapter: the population was not split between them")
         adapters = leaderboard(stack, run_id)
         result["adapters_listed"] = len(adapters)
         volume = check_volume(stack, project_image, run_id, cfg["model"]["name"], adapters)

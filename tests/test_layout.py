@@ -108,6 +108,27 @@ def test_no_import_circle():
     assert not circles(module_graph(tracked("*.py"))), "modules that import each other, directly or not"
 
 
+def documented_modules(text: str) -> dict[str, set[str]]:
+    """docs/architecture.md's "Modules" section: package folder -> the module files listed under it."""
+    listed: dict[str, set[str]] = {}
+    folder = None
+    for line in text.split("## Modules", 1)[-1].splitlines():
+        if line.startswith("`") and line.rstrip().endswith("/`"):
+            folder = line.strip().strip("`").rstrip("/")
+            listed[folder] = set()
+        elif folder and line.startswith("- `") and "`:" in line:
+            listed[folder].add(line[3:line.index("`:")])
+    return listed
+
+
+def test_every_module_has_its_sentence_in_the_architecture_map():
+    listed = documented_modules((ROOT / "docs" / "architecture.md").read_text())
+    missing = [f for f in tracked("populora/*.py", "services/*.py", "coordinator/*.py", "bench/*.py")
+               if not f.endswith("__init__.py") and not f.startswith(("populora/pb/", "services/league/migrations/"))
+               and Path(f).name not in listed.get(str(Path(f).parent), set())]
+    assert not missing, f"add a sentence for each to the Modules section of docs/architecture.md: {missing}"
+
+
 def test_the_checks_see_a_circle_made_inside_a_function(tmp_path):
     """The circle check is not vacuous: a planted circle (one side importing inside a function, one by a relative
     import) is found, and the same modules without it are not."""

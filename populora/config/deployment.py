@@ -81,6 +81,32 @@ class ServiceEndpoint(Section):
     """Prometheus /metrics port (0 = the REST port where the service has one, else none)."""
     rest_port: int = Field(0, ge=0, le=65535)
     """REST port (league and sandbox); 0 = no REST."""
+    replicas: list[str] = Field(default_factory=list)
+    """Trainer and inference only: the addresses (`host:port`) of the service's replicas, each holding the share of
+    the adapters that rendezvous hashing gives it (populora.placement, spec 17); empty = one replica at host:port."""
+    resolve: bool = False
+    """Trainer and inference only: every IPv4 address `host` resolves to (socket.getaddrinfo) is one replica on
+    `port`, as a Kubernetes headless Service or Compose's `--scale` present them; resolved when the coordinator
+    connects and again when a replica stops answering."""
+
+    @model_validator(mode="after")
+    def _replica_list(self) -> ServiceEndpoint:
+        if self.replicas and self.resolve:
+            raise ValueError("give either replicas (a list of host:port) or resolve: true (host is a DNS name of "
+                             "several addresses), not both")
+        seen = set()
+        for i, address in enumerate(self.replicas):
+            host, sep, port = address.rpartition(":")
+            if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+                raise ValueError(f"replicas[{i}] = {address!r} is not host:port with a port in 1..65535")
+            if address in seen:
+                raise ValueError(f"replicas[{i}] = {address!r} is listed twice; each replica once")
+            seen.add(address)
+        return self
+
+
+PLACED = ("trainer", "inference")  # the services that hold adapters, so each replica holds its own share
+UNPLACED = ("league", "sandbox", "evolver")
 
 
 class ServicesConfig(Section):
@@ -114,6 +140,16 @@ class ServicesConfig(Section):
                 if isinstance(given, dict) and isinstance(field_info.default, ServiceEndpoint):
                     data[name] = {**field_info.default.model_dump(), **given}
         return data
+
+    @model_validator(mode="after")
+    def _placed_only(self) -> ServicesConfig:
+        for name in UNPLACED:
+            ep = getattr(self, name)
+            if ep.replicas or ep.resolve:
+                raise ValueError(f"services.{name} has no adapters to place: replicas and resolve are for the "
+                                 f"trainer and inference only (give {name} one host:port; a load-balancing name "
+                                 "for the sandbox is fine)")
+        return self
 
 
 class StoreConfig(Section):

@@ -175,14 +175,19 @@ class AdapterPool:
         optimizer state and update count saved there (an evolver child has none: a fresh optimizer, as adopted)."""
         ref = self.store.latest(adapter_id)
         version, opt = self.store.load(ref, with_optimizer=True)
+        if adapter_id in self.held:  # an older version, from before another replica updated it
+            self._detach(self.held[adapter_id])
         held = self._attach(adapter_id, ref.version, version.meta.get("role", "both"), version.config,
                             version.weights, opt if version.meta.get("written_by") == TRAINER_KIND else {})
         held.updates = int(version.meta.get("updates", 0))
         return held
 
-    def drop(self, adapter_id: str) -> bool:
+    def drop(self, adapter_id: str, retire: bool = True) -> bool:
+        """Free an adapter's slot and optimizer. Retired, it is refused from then on; not retired (it moved to
+        another replica), it is taken from the store again if it comes back."""
         held = self.held.get(adapter_id)
-        self.dropped.add(adapter_id)
+        if retire:
+            self.dropped.add(adapter_id)
         if held is None:
             return False
         self._detach(held)
@@ -226,7 +231,8 @@ class AdapterPool:
         """The held adapter at exactly `version`. With `resume`, an adapter this process does not hold (and has not
         dropped) is resumed from the store when `version` is its latest stored version."""
         held = self.held.get(adapter_id)
-        if held is None and resume and adapter_id not in self.dropped and self.store.versions(adapter_id):
+        stale = held is not None and held.version < version  # another replica updated it since (it moved back)
+        if (held is None or stale) and resume and adapter_id not in self.dropped and self.store.versions(adapter_id):
             if self.store.latest(adapter_id).version == version:
                 held = self.resume(adapter_id)
         if held is None:
@@ -239,14 +245,22 @@ class AdapterPool:
         return held
 
     def replay(self, item: UpdateItem) -> tuple[AdapterRef, UpdateStats] | None:
-        """The result of an update already made (a retried request): the held version was made from this request."""
+        """The result of an update already made (a retried request): the held version was made from this request,
+        or, for an adapter this trainer does not hold at that version, the stored one was (another replica made it
+        and went away before answering: this one takes the adapter over from that version)."""
         held = self.held.get(item.adapter_id)
-        if held is None or held.version != item.version + 1:
-            return None
-        meta = self._read(self.store.ref(held.adapter_id, held.version))[0].meta
+        made = self.store.ref(item.adapter_id, item.version + 1)
+        if held is None or held.version != made.version:
+            if item.adapter_id in self.dropped or (held is not None and held.version > made.version):
+                return None
+            if not self.store.exists(made) or self.store.latest(item.adapter_id).version != made.version:
+                return None
+        meta = self._read(made)[0].meta
         if meta.get("request_digest") != request_digest(item):
             return None
-        return self.store.ref(held.adapter_id, held.version), UpdateStats(**meta.get("stats", {}))
+        if held is None or held.version != made.version:
+            self.resume(item.adapter_id)
+        return made, UpdateStats(**meta.get("stats", {}))
 
     def update(self, items: Sequence[UpdateItem], batched: bool) -> list[tuple[AdapterRef, UpdateStats]]:
         """One TRR++ step per item's adapter, all in one pass when `batched`; writes and returns the new versions.

@@ -219,7 +219,7 @@ class TrainerService:
     def DropAdapter(self, req: trainer_pb2.DropAdapterRequest) -> trainer_pb2.DropAdapterResponse:
         self._check_id(req.adapter_id)
         with self._lock:
-            return trainer_pb2.DropAdapterResponse(dropped=self.pool.drop(req.adapter_id))
+            return trainer_pb2.DropAdapterResponse(dropped=self.pool.drop(req.adapter_id, retire=not req.moved))
 
     # ---- the update
     def _update(self, reqs: list[trainer_pb2.UpdateRequest]) -> list[trainer_pb2.UpdateResponse]:

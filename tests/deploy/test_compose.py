@@ -275,3 +275,21 @@ def test_no_model_weights_or_secrets_in_the_build_context_the_repository_or_the_
                         f"{file}: {name} mounts {spec}; only the models directory, read-only, comes from the host"
             for value in (svc.get("environment") or {}).values():
                 assert not re.search(r"dummy|BEGIN .*PRIVATE", str(value)), f"{file}: {name} holds a literal secret"
+
+
+def test_placed_services_scale():
+    """`--scale trainer=N --scale inference=N` works: no fixed container name or published port on either, and the
+    config the coordinator reads resolves each name to every replica."""
+    from populora.config import load_config
+    from tests.deploy.deployment import only_env
+
+    for file in COMPOSE_FILES:
+        services = rendered_compose(file)["services"]
+        coordinator = services["coordinator"]
+        mounts = dict(reversed(_volume(v)) for v in coordinator["volumes"])
+        with only_env({k: str(v) for k, v in coordinator["environment"].items()}):
+            cfg = load_config(path=mounts[CONFIG_PATH])
+        for name in ("trainer", "inference"):
+            assert "container_name" not in services[name] and not services[name].get("ports"), \
+                f"{file}: {name} pins a container name or a host port, so it cannot be scaled"
+            assert getattr(cfg.services, name).resolve, f"{file}: services.{name}.resolve is off"

@@ -171,7 +171,7 @@ def test_resources_everywhere():
 
 def test_gpu_requests_only_in_the_gpu_overlay(tmp_path):
     gpu = rendered("gpu")
-    workloads = by_kind(gpu, "Deployment")
+    workloads = by_kind(gpu, "StatefulSet")
     for name in ("inference", "trainer"):
         spec = pod_spec(workloads[name])
         (c,) = spec["containers"]
@@ -312,3 +312,18 @@ def test_populora_pods_meet_the_restricted_pod_security_profile():
                 sc = c.get("securityContext", {})
                 assert sc.get("allowPrivilegeEscalation") is False, f"{where}: allows privilege escalation"
                 assert sc.get("capabilities", {}).get("drop") == ["ALL"], f"{where}: keeps capabilities"
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_placed_services_are_statefulsets_behind_headless_services(overlay, tmp_path):
+    """Each trainer and inference pod has a stable name, and the coordinator resolves the Service's name to every
+    ready pod (services.<name>.resolve), placing each adapter on one of them (coordinator.replicas)."""
+    from populora.config import load_config
+
+    docs = rendered(overlay)
+    cfg = load_config(path=_config_file(docs, tmp_path, overlay), env=False)
+    sets, services = by_kind(docs, "StatefulSet"), by_kind(docs, "Service")
+    for name in ("trainer", "inference"):
+        assert sets[name]["spec"]["serviceName"] == name, f"overlay {overlay}: {name} is not a StatefulSet of {name}"
+        assert services[name]["spec"].get("clusterIP") == "None", f"overlay {overlay}: Service {name} is not headless"
+        assert getattr(cfg.services, name).resolve, f"overlay {overlay}: services.{name}.resolve is off"

@@ -1,0 +1,259 @@
+"""Scale-out: one and two trainer and inference replicas, each pinned to its own core, as the coordinator reaches
+them (coordinator.replicas: every adapter placed on one replica, batches split by owner and sent concurrently).
+
+    python -m bench.scale --json [--model smollm2-135m] [--adapters 8] [--rank 32] [--rollouts 2] [--tokens 128]
+
+Each replica is a `populora serve trainer|inference` process on loopback, pinned with os.sched_setaffinity to core i
+(one torch thread), so one replica computes on one core and two on two. The population of `--adapters` starts from
+one nonzero LoRA (as the warm start gives: every update and every generation does its full work), on one store.
+
+- updates_per_s_1, updates_per_s_2: adapter updates per second of an update phase (one UpdateBatch of every adapter,
+  `--rollouts` rollouts of `--tokens` random tokens each; the best of `--repeats` after one untimed);
+  trainer_scale_efficiency = updates_per_s_2 / (2 x updates_per_s_1).
+- tokens_per_s_1, tokens_per_s_2: generated tokens per second of a propose-like batch (`--requests` per adapter,
+  chat prompts, `--max-new` tokens, seeded sampling); inference_scale_efficiency likewise.
+- same_result: the same tokens from 1 and 2 inference replicas, and the same adapter weights (within 1e-5) after the
+  same updates on 1 and 2 trainer replicas.
+- rss_mb_per_replica_1 / _2: each replica's resident set after its updates (the trainers; inference beside it as
+  inference_rss_mb_per_replica_*): a replica holds the base once and only its own adapters, which
+  adapters_per_replica_1 / _2 count (each trainer's share of the population).
+- moved_on_rescale: the fraction of the population's adapters whose owner changes from 2 to 3 replicas
+  (moved_on_rescale_1000: the same over 1,000 ids, the expected 1/3 without the noise of a small population).
+
+Every figure is printed as it is measured (stderr), then the whole object on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import secrets
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench.harness import Reporter, cores, emit, load_average, progress, random_adapters
+
+ROLES = ("teacher", "student")
+TOKEN = secrets.token_urlsafe(24)  # the replicas' and the bench's, for this run only
+
+
+def population(n: int) -> list[str]:
+    """`n` adapter ids as a run names them: half teachers, half students."""
+    return [f"bench.{'T' if i % 2 == 0 else 'S'}{i // 2}" for i in range(n)]
+
+
+def moved_fraction(ids: list[str], before: int, after: int) -> float:
+    """The fraction of `ids` whose owner changes when `before` loopback replicas become `after`."""
+    from populora.placement import moves
+
+    names = [f"127.0.0.1:{50100 + i}" for i in range(max(before, after))]
+    return len(moves(ids, names[:before], names[:after])) / len(ids)
+
+
+def efficiency(one: float, two: float) -> float:
+    """two / (2 x one): 1.0 when two replicas do twice the work of one."""
+    return two / (2 * one) if one > 0 else float("nan")
+
+
+class Replicas:
+    """`n` replicas of one service as pinned processes, and the coordinator's object over them."""
+
+    def __init__(self, service: str, n: int, cfg_path: Path, logs: Path):
+        from coordinator.distributed import free_port
+
+        self.service, self.ports = service, [free_port() for _ in range(n)]
+        self.procs = []
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "POPULORA_LOG_JSON": "1",
+               "POPULORA_TOKEN": TOKEN}
+        available = sorted(os.sched_getaffinity(0))
+        for i, port in enumerate(self.ports):
+            log = open(logs / f"{service}-{n}-{i}.log", "ab")
+            proc = subprocess.Popen([sys.executable, "-m", "coordinator.cli", "serve", service, "--config",
+                                     str(cfg_path), "--port", str(port), "--metrics-port", "0"],
+                                    stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+            os.sched_setaffinity(proc.pid, {available[i % len(available)]})
+            self.procs.append(proc)
+
+    def connect(self, cfg):
+        """The coordinator's object over these replicas (PlacedTrainer or PlacedInference), once each answers."""
+        from coordinator.replicas import PlacedInference, PlacedTrainer
+        from coordinator.replicas import Replicas as Placed
+        from populora.rpc import wait_ready
+
+        for port in self.ports:
+            wait_ready(f"127.0.0.1:{port}", timeout=600)
+        addresses = [(f"127.0.0.1:{p}", f"127.0.0.1:{p}") for p in self.ports]
+        wrap = PlacedTrainer if self.service == "trainer" else PlacedInference
+        return wrap(Placed(self.service, cfg, addresses=lambda: addresses))
+
+    def rss_mb(self) -> list[float]:
+        import psutil
+
+        return [round(psutil.Process(p.pid).memory_info().rss / 2**20, 1) for p in self.procs]
+
+    def stop(self) -> None:
+        for p in self.procs:
+            p.terminate()
+        for p in self.procs:
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+def config(args, workdir: Path, store: Path):
+    from populora.config import load_config
+
+    return load_config(preset="cpu-smol", env=False, overrides=[
+        f"model.name={args.model}", f"store.root={store}", f"run.output_dir={workdir / 'runs'}",
+        f"lora.rank={args.rank}", f"lora.alpha={2 * args.rank}", "trainer.threads=1", "generation.threads=1",
+        f"generation.max_resident_adapters={max(32, args.adapters)}", "lora.dropout=0",
+        f"services.token={TOKEN}"])
+
+
+def start_adapter(cfg, store_root: Path):
+    """One nonzero LoRA in the store that every member starts from (init_from), as the warm start gives."""
+    from populora.models import load_from_config
+    from populora.store import ArtifactStore
+
+    base = load_from_config(cfg)
+    (ref,) = random_adapters(ArtifactStore(store_root), base.model, list(cfg.lora.target_modules), cfg.lora.rank, 1,
+                             "bench.start", base_model=cfg.model.name)
+    return ref, base.tokenizer.vocab_size
+
+
+def trainers(args, n: int, workdir: Path, report: Reporter) -> dict:
+    """Init the population on `n` trainer replicas, then timed update phases; updates/s, RSS, final weights."""
+    from bench.trainer import _rollouts
+    from populora.pb import trainer_pb2
+    from populora.placement import owner
+    from populora.rpc import ref_to_pb
+    from populora.store import ArtifactStore
+
+    store = workdir / f"store-t{n}"
+    cfg = config(args, workdir, store)
+    cfg_path = workdir / f"trainer-{n}.yaml"
+    cfg_path.write_text(cfg.to_yaml())
+    start, vocab = start_adapter(cfg, store)
+    group = Replicas("trainer", n, cfg_path, workdir)
+    try:
+        trainer = group.connect(cfg)
+        ids = population(args.adapters)
+        refs = {}
+        for i, a in enumerate(ids):
+            refs[a] = trainer.InitAdapter(trainer_pb2.InitAdapterRequest(
+                adapter_id=a, role=ROLES[i % 2], seed=i, init_from=ref_to_pb(start))).adapter
+        rows = _rollouts(len(ids), args.rollouts, args.tokens, vocab)
+        best = float("inf")
+        for k in range(args.repeats + 1):
+            req = trainer_pb2.UpdateBatchRequest(updates=[trainer_pb2.UpdateRequest(
+                adapter=refs[a], rollouts=[_as_role(x, ROLES[i % 2]) for x in rows[i]], seed=k, step=k + 1)
+                for i, a in enumerate(ids)])
+            t0 = time.perf_counter()
+            resp = trainer.UpdateBatch(req)
+            seconds = time.perf_counter() - t0
+            refs.update({r.adapter.adapter_id: r.adapter for r in resp.results})
+            if k > 0:  # the first is the warm-up
+                best = min(best, seconds)
+        report(f"updates_per_s_{n}", len(ids) / best)
+        report(f"rss_mb_per_replica_{n}", group.rss_mb())
+        names = trainer.replicas.live()
+        report(f"adapters_per_replica_{n}", [sum(owner(a, names) == r for a in ids) for r in names])
+        st = ArtifactStore(store)
+        weights = {a: st.read(st.ref(a, refs[a].version)).weights for a in ids}
+        trainer.close()
+        return {"updates_per_s": len(ids) / best, "weights": weights}
+    finally:
+        group.stop()
+
+
+def _as_role(rollout, role: str):
+    from populora.pb import trainer_pb2
+
+    out = trainer_pb2.Rollout()
+    out.CopyFrom(rollout)
+    out.role = role
+    return out
+
+
+def inference(args, n: int, workdir: Path, report: Reporter) -> dict:
+    """A propose-like batch on `n` inference replicas; tokens/s, RSS, the tokens."""
+    from populora.pb import common_pb2, inference_pb2
+    from populora.store import ArtifactStore
+
+    store = workdir / "store-t1"  # the adapters the one-trainer run wrote
+    cfg = config(args, workdir, store)
+    cfg_path = workdir / f"inference-{n}.yaml"
+    cfg_path.write_text(cfg.to_yaml())
+    st = ArtifactStore(store)
+    group = Replicas("inference", n, cfg_path, workdir)
+    try:
+        infer = group.connect(cfg)
+        requests = [inference_pb2.GenerationRequest(
+            request_id=f"{a}/r{k}", adapter=common_pb2.AdapterRef(adapter_id=a, version=st.latest(a).version),
+            messages=[inference_pb2.ChatMessage(role="user", content=f"Write a Python function number {k}.")],
+            sampling=inference_pb2.SamplingParams(temperature=1.0, top_p=1.0, max_new_tokens=args.max_new,
+                                                  seed=1000 + 17 * k + i, n=1))
+            for i, a in enumerate(population(args.adapters)) for k in range(args.requests)]
+        best, tokens = float("inf"), {}
+        for k in range(args.repeats + 1):
+            t0 = time.perf_counter()
+            results = list(infer.Generate(inference_pb2.GenerateRequest(requests=requests)))
+            seconds = time.perf_counter() - t0
+            tokens = {r.request_id: [list(c.token_ids) for c in r.completions] for r in results}
+            if k > 0:
+                best = min(best, seconds)
+        total = sum(len(t) for ts in tokens.values() for t in ts)
+        report(f"tokens_per_s_{n}", total / best)
+        report(f"inference_rss_mb_per_replica_{n}", group.rss_mb())
+        infer.close()
+        return {"tokens_per_s": total / best, "tokens": tokens}
+    finally:
+        group.stop()
+
+
+def same_weights(a: dict, b: dict, tol: float = 1e-5) -> bool:
+    return a.keys() == b.keys() and all(
+        a[k].keys() == b[k].keys() and all(float((a[k][w] - b[k][w]).abs().max()) <= tol for w in a[k]) for k in a)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--json", action="store_true", help="print the JSON object on one line")
+    p.add_argument("--model", default="smollm2-135m")
+    p.add_argument("--adapters", type=int, default=8)
+    p.add_argument("--rank", type=int, default=32)
+    p.add_argument("--rollouts", type=int, default=2, help="rollouts per adapter per update")
+    p.add_argument("--tokens", type=int, default=128, help="tokens per rollout")
+    p.add_argument("--requests", type=int, default=2, help="generation requests per adapter")
+    p.add_argument("--max-new", type=int, default=48, help="tokens generated per request")
+    p.add_argument("--repeats", type=int, default=2, help="timed rounds after one untimed (the best counts)")
+    p.add_argument("--jsonl", default=None, help="also append each figure to this file as it is measured")
+    args = p.parse_args(argv)
+    report = Reporter(args.jsonl)
+    report("cores", cores())
+    report("load_average_1m_at_start", load_average())
+    ids = population(args.adapters)
+    report("moved_on_rescale", moved_fraction(ids, 2, 3))
+    report("moved_on_rescale_1000", moved_fraction([f"run.{'TS'[i % 2]}{i}" for i in range(1000)], 2, 3))
+    with tempfile.TemporaryDirectory(prefix="bench-scale-") as tmp:
+        workdir = Path(tmp)
+        t = {n: trainers(args, n, workdir, report) for n in (1, 2)}
+        progress("bench.scale", "trainers", "done")
+        report("trainer_scale_efficiency", efficiency(t[1]["updates_per_s"], t[2]["updates_per_s"]))
+        g = {n: inference(args, n, workdir, report) for n in (1, 2)}
+        report("inference_scale_efficiency", efficiency(g[1]["tokens_per_s"], g[2]["tokens_per_s"]))
+        report("same_tokens", g[1]["tokens"] == g[2]["tokens"])
+        report("same_weights", same_weights(t[1]["weights"], t[2]["weights"]))
+        report("same_result", report.out["same_tokens"] and report.out["same_weights"])
+    report("load_average_1m_at_end", load_average())
+    emit({"model": args.model, "adapters": args.adapters, "rank": args.rank, **report.out},
+         indent=None if args.json else 2)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,51 @@
+"""A Generate batch split by placement over two inference replicas gives the tokens one replica gives, in the
+batch's order, and each replica loads only the adapters placed on it."""
+
+from __future__ import annotations
+
+import copy
+
+from coordinator.replicas import PlacedInference, Replicas
+from populora.config import ALL_TARGET_MODULES, load_config
+from populora.pb import common_pb2, inference_pb2
+from populora.placement import owner
+from populora.rpc import make_server
+
+
+def _service(tiny, store):
+    from populora.models import BaseModel
+    from services.inference.hf import HfBackend
+    from services.inference.service import InferenceService
+
+    base = BaseModel(tiny.name, copy.deepcopy(tiny.model), tiny.tokenizer, tiny.path, 0.0)
+    return InferenceService(HfBackend(base, store, ALL_TARGET_MODULES, max_rank=16, max_resident=16),
+                            default_max_new_tokens=8)
+
+
+def test_a_split_batch_gives_one_replicas_tokens(tiny, store, adapters):
+    services = [_service(tiny, store) for _ in range(3)]
+    servers = [make_server([s], 0, token="t") for s in services]
+    names = [f"127.0.0.1:{port}" for _, port, _ in servers]
+    cfg = load_config(preset="cpu-tiny", env=False, overrides=["services.token=t"])
+    one = PlacedInference(Replicas("inference", cfg, addresses=lambda: [(names[0], names[0])]))
+    two = PlacedInference(Replicas("inference", cfg, addresses=lambda: [(n, n) for n in names[1:]]))
+    requests = [inference_pb2.GenerationRequest(
+        request_id=f"r{i}", adapter=common_pb2.AdapterRef(adapter_id=a.adapter_id, version=a.version),
+        prompt=f"def f{i}(x):", sampling=inference_pb2.SamplingParams(temperature=1.0, max_new_tokens=8, seed=i, n=2))
+        for i, a in enumerate(adapters)]
+    requests.append(inference_pb2.GenerationRequest(request_id="base", prompt="x =", sampling=requests[0].sampling))
+    try:
+        got = [list(p.Generate(inference_pb2.GenerateRequest(requests=requests))) for p in (one, two)]
+        assert [r.request_id for r in got[1]] == [r.request_id for r in requests]
+        tokens = [{r.request_id: [list(c.token_ids) for c in r.completions] for r in g} for g in got]
+        assert tokens[0] == tokens[1] and all(len(t) == 2 for t in tokens[1].values())
+        for i, name in enumerate(names[1:], start=1):
+            resident = {a.adapter_id for a in services[i].ListAdapters(inference_pb2.ListAdaptersRequest()).adapters}
+            assert resident == {a.adapter_id for a in adapters if owner(a.adapter_id, names[1:]) == name}
+        listed = two.ListAdapters(inference_pb2.ListAdaptersRequest())
+        assert sorted(a.adapter_id for a in listed.adapters) == sorted(a.adapter_id for a in adapters)
+    finally:
+        one.close()
+        two.close()
+        for server, _, _ in servers:
+            server.stop(None)
