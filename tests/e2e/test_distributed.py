@@ -9,7 +9,7 @@ import sqlalchemy as sa
 
 from coordinator.distributed import LocalCluster
 from coordinator.journal import JournalDB
-from coordinator.queue import RedisStreamQueue
+from coordinator.queue import PhaseJob, RedisStreamQueue
 from tests.e2e.conftest import e2e_overrides
 
 
@@ -113,6 +113,8 @@ def test_a_worker_killed_with_two_steps_in_flight(tmp_path, echo_model, pg_url, 
             assert time.monotonic() < deadline, "worker-a never took a job"
             time.sleep(0.02)
         in_flight = {(r["step"], r["phase"]) for r in state.phase_rows(run_id)}
+        entry = queue.client.xrange(queue.stream, held[0]["message_id"], held[0]["message_id"])[0][1]
+        killed_job = PhaseJob.from_json(entry[b"job"])
         cluster.kill("worker-a")
         queue.close()
         cluster.start_worker(run_id, "worker-c")
@@ -123,7 +125,7 @@ def test_a_worker_killed_with_two_steps_in_flight(tmp_path, echo_model, pg_url, 
     rows = {(r["step"], r["phase"]): r for r in state.phase_rows(run_id)}
     assert state.get_run(run_id)["status"] == "finished"
     assert (2, "match") in in_flight and (3, "account") in rows
-    assert any(r["attempts"] >= 2 for r in rows.values())  # the killed worker's job was taken over
+    assert (killed_job.step, killed_job.phase) in rows  # the killed worker's job was taken over and stored
     _matches_once(pg_url, state, run_id, (1, 2, 3))
     store = ArtifactStore(tmp_path / "store")
     updates: dict[str, int] = {}
