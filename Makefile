@@ -80,6 +80,7 @@ bench: install
 	$(BIN)/python -m bench.inference --json
 	$(BIN)/python -m bench.trainer --json
 	$(BIN)/python -m bench.step --json
+	$(BIN)/python -m bench.pipeline --json
 	$(BIN)/python -m bench.scale --json
 
 # The GPU check (docs/gpu.md). It needs CUDA torch, so it runs with the machine's own Python, not the CPU venv;

@@ -159,9 +159,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="stop at the first step boundary at or past this compute (spec 14), e.g. flops=2e15 "
                         "(the warm start not charged) or tokens=2e6")
     t.add_argument("--no-report", action="store_true", help="skip writing the HTML report at the end")
-    t.add_argument("--workers", type=int, default=1,
+    t.add_argument("--workers", type=int, default=None,
                    help="distributed mode: phase-worker threads in this process (0 = only external "
-                        "`python -m coordinator.worker` processes)")
+                        "`python -m coordinator.worker` processes; default 1, or 2 with loop.max_staleness >= 1 "
+                        "so a step's games and the previous update run at once)")
     t.add_argument("--dashboard", type=int, nargs="?", const=8080, default=None, metavar="PORT",
                    help="serve the web dashboard on 127.0.0.1:PORT (8080) while the run trains")
     t.set_defaults(func=cmd_train)

@@ -297,6 +297,46 @@ def _evolution_table(rows: list[dict], store_root: str | None) -> str:
     return f"<table>{head}{''.join(body)}</table>"
 
 
+TIMELINE_SERVICES = ("inference", "sandbox", "league", "trainer", "evolver")
+TIMELINE_STEPS = 10  # the last steps drawn: more would be bars too thin to read
+
+
+def plot_timeline(rows, path: Path) -> bool:
+    """Each step's phases per service on one time axis (the last TIMELINE_STEPS steps), coloured and labelled by
+    step, so overlapped steps (loop.max_staleness >= 1) show a step's games beside the previous update; beside it
+    the idle fraction of the trainer and inference per step. False when the metrics hold no timeline."""
+    shown = [r for r in rows if r.get("timeline")][-TIMELINE_STEPS:]
+    if not shown:
+        return False
+    fig, (ax, idle) = plt.subplots(1, 2, figsize=(14, 3.6), gridspec_kw={"width_ratios": [3, 1]})
+    t0 = min(s["start"] for r in shown for s in r["timeline"])
+    colors = plt.get_cmap("tab10")
+    for r in shown:
+        for s in r["timeline"]:
+            if s["service"] not in TIMELINE_SERVICES:
+                continue
+            y = TIMELINE_SERVICES.index(s["service"])
+            ax.broken_barh([(s["start"] - t0, max(s["end"] - s["start"], 1e-3))], (y - 0.35, 0.7),
+                           color=colors(s["step"] % 10), alpha=0.85)
+            if s["end"] - s["start"] > 0.02 * (shown[-1]["timeline"][-1]["end"] - t0 or 1):
+                ax.text((s["start"] + s["end"]) / 2 - t0, y, f"{s['step']}:{s['phase']}", ha="center",
+                        va="center", fontsize=6)
+    ax.set_yticks(range(len(TIMELINE_SERVICES)), TIMELINE_SERVICES)
+    ax.set_xlabel("seconds")
+    ax.set_title("phases per service (label: step:phase)")
+    for service in ("trainer", "inference"):
+        pts = [(r["step"], r["idle_fraction"][service]) for r in shown
+               if r.get("idle_fraction", {}).get(service) is not None]
+        if pts:
+            idle.plot(*zip(*pts), marker="o", label=service)
+    idle.set_ylim(-0.05, 1.05)
+    idle.set_xlabel("step")
+    idle.set_title("idle fraction")
+    idle.legend(fontsize=8)
+    save_figure(fig, path, DPI)
+    return True
+
+
 def _stopped(last: dict) -> str:
     return f" The run stopped early: {html.escape(last['stopped'])}." if last.get("stopped") else ""
 
@@ -311,6 +351,7 @@ def write_report(run_dir: Path, cfg=None) -> Path:
         fn(rows, run_dir / name)
     points = eval_points(rows, run_dir)
     eval_plot = '<img src="evals.png">' if plot_evals(points, run_dir / "evals.png") else ""
+    timeline = '<img src="timeline.png">' if plot_timeline(rows, run_dir / "timeline.png") else ""
     rejections: dict[str, int] = {}
     for r in rows:
         for m in r.get("task_types", {}).values():
@@ -329,6 +370,7 @@ Rejection reasons over the run: {html.escape(json.dumps(rejections, sort_keys=Tr
 <h2>Ratings and evolution events</h2><img src="ratings.png">
 <h2>Lineage</h2><img src="lineage.png">
 <h2>Children and their parents</h2>{_evolution_table(rows, cfg.store_root if cfg is not None else None)}
+<h2>Timeline: phases per service and idle time</h2>{timeline}
 <h2>Held-out evaluation</h2>{eval_plot}{_eval_table(points)}
 <h2>Steps</h2>{_table(rows)}
 <p>Raw data: <a href="metrics.jsonl">metrics.jsonl</a>; TensorBoard: <code>tensorboard --logdir {html.escape(str(run_dir / 'tb'))}</code></p>

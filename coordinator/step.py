@@ -3,6 +3,10 @@
 Each line is one phase of spec/ALGORITHMS.md, run through the journal (`j.once`), which stores the phase's typed
 result before the next line runs; a resumed run reads what is stored instead of running it again, and in
 distributed mode the journal hands each phase to a worker. The phases themselves are in coordinator.phases.
+
+A step is its games (`play_step`: match to rate) then its update (`finish_step`: update, evolve, account, eval),
+so that with loop.max_staleness >= 1 coordinator.pipeline can run the games of one step beside the update of the
+one before (spec 16); `train_step` runs both, as lock-step does and as a worker replaying a step does.
 """
 
 from __future__ import annotations
@@ -93,17 +97,42 @@ def prepare(j: Journal, run: Run) -> Prepared:
     return Prepared(warmed, initialized, seeded, spent, evaluated)
 
 
+@dataclass(frozen=True)
+class Played:
+    """The games of step t (spec 2-7), as stored: what its update trains on."""
+
+    matched: Matched
+    proposed: Proposed
+    validated: Validated
+    solved: Solved
+    checked: Checked
+    rated: Rated
+
+
 def train_step(j: Journal, run: Run, t: int) -> StepRecord:
     """Step t >= 1: spec sections 2-9 in order."""
-    population, buffers = state_before(j, t)
+    return finish_step(j, run, t, play_step(j, run, t))
+
+
+def play_step(j: Journal, run: Run, t: int) -> Played:
+    """The games of step t, played by the versions of step `behaviour_step(run, t)` (spec 16; lock-step: t-1)."""
+    population, buffers = games_state(j, run, t)
     matched = j.once(t, "match", match, run, t)                                             # 7   PFSP pairings
     proposed = j.once(t, "propose", propose, run, t, matched, population, buffers)          # 2,10 teachers, 1 batch
     validated = j.once(t, "validate", validate, run, proposed, buffers)                     # 3   sandbox; buffers
     solved = j.once(t, "solve", solve, run, t, matched, proposed, validated, population)    # 2   students, 1 batch
     checked = j.once(t, "check", check, run, solved, validated)                             # 2,4 correctness, rho
     rated = j.once(t, "rate", rate, run, t, matched, proposed, checked)                     # 6   TrueSkill
+    return Played(matched, proposed, validated, solved, checked, rated)
+
+
+def finish_step(j: Journal, run: Run, t: int, played: Played) -> StepRecord:
+    """The update of step t, trained on its games, from the versions step t-1 left; then evolution and accounting."""
+    population = state_before(j, t)[0]
+    matched, proposed, validated, solved, checked, rated = (played.matched, played.proposed, played.validated,
+                                                             played.solved, played.checked, played.rated)
     batch = rollouts(run.cfg.rewards, proposed, validated, solved, checked)                 # 4   rewards
-    updated = j.once(t, "update", update, run, t, population, batch)                        # 5   TRR++ per adapter
+    updated = j.once(t, "update", update, run, t, population, batch)                        # 5,16 TRR++ per adapter
     evolved = None
     if run.evolves(t):
         evolved = j.once(t, "evolve", evolve, run, t, updated.population)                   # 8,9 replace the worst
@@ -115,9 +144,29 @@ def train_step(j: Journal, run: Run, t: int) -> StepRecord:
     return StepRecord(t, matched, proposed, validated, solved, checked, rated, updated, evolved, spent, evaluated)
 
 
+def behaviour_step(run: Run, t: int) -> int:
+    """The step whose versions play the games of step t: t-1-k with loop.max_staleness = k (lock-step: t-1), but
+    never before a step that evolved, since evolution is a barrier (spec 16): its children play the next games."""
+    b = max(0, t - 1 - run.cfg.loop.max_staleness)
+    return next((s for s in range(t - 1, b, -1) if run.evolves(s)), b)
+
+
+def population_after(j: Journal, s: int) -> Population:
+    """The population step s left (step 0: the members as created)."""
+    if s == 0:
+        return j.get(0, "init").population
+    last: Updated | Evolved = j.get(s, "evolve") or j.get(s, "update")
+    return last.population
+
+
+def games_state(j: Journal, run: Run, t: int) -> tuple[Population, BufferSet]:
+    """The population that plays step t's games and the buffers they draw from (what step t-1's games left)."""
+    buffers = j.get(0, "seed").buffers if t == 1 else j.get(t - 1, "validate").buffers
+    return population_after(j, behaviour_step(run, t)), buffers
+
+
 def state_before(j: Journal, t: int) -> tuple[Population, BufferSet]:
     """The population and buffers step t starts from: what step t-1 (or step 0) left."""
     if t == 1:
         return j.get(0, "init").population, j.get(0, "seed").buffers
-    last: Updated | Evolved = j.get(t - 1, "evolve") or j.get(t - 1, "update")
-    return last.population, j.get(t - 1, "validate").buffers
+    return population_after(j, t - 1), j.get(t - 1, "validate").buffers

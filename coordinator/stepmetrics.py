@@ -122,9 +122,25 @@ def step_metrics(cfg: Config, r: StepRecord, seconds: dict[str, float]) -> dict:
     out["population"] = to_json(r.population)
     if r.evolved is not None:
         out["evolution"] = to_json(r.evolved.events)
+    if cfg.loop.max_staleness:
+        out["staleness"] = staleness_metrics(r)
     out.update(compute_metrics(r.spent))
     out.update(eval_metrics(r.evaluated))
     return out
+
+
+def staleness_metrics(r: StepRecord) -> dict:
+    """Overlapped steps (spec 16): rollouts by staleness v - b over the step's updates, rollouts dropped, mean |r - 1|
+    and clipped fraction (means over the adapters updated), and the time from the update's end to the new versions
+    served (update_to_served_ms)."""
+    hist: Counter = Counter()
+    stats = list(r.updated.stats.values())
+    for s in stats:
+        hist.update({int(k): n for k, n in s.staleness.items()})
+    return {"histogram": {str(k): n for k, n in sorted(hist.items())}, "max": max(hist, default=0),
+            "dropped": sum(s.dropped for s in stats), "ratio_dev": _mean(s.ratio_dev for s in stats),
+            "clipped_fraction": _mean(s.clipped_fraction for s in stats),
+            "update_to_served_ms": r.updated.served_ms}
 
 
 class MetricsWriter:
@@ -183,6 +199,12 @@ class MetricsWriter:
             tb.add_scalar(f"rating_skill/{adapter}", r["skill"], step)
         for adapter, s in row.get("updates", {}).items():
             tb.add_scalar(f"loss/{adapter}", s["loss"], step)
+        for service, v in row.get("idle_fraction", {}).items():
+            if v is not None:
+                tb.add_scalar(f"idle_fraction/{service}", v, step)
+        for key in ("max", "ratio_dev", "clipped_fraction", "update_to_served_ms"):
+            if row.get("staleness", {}).get(key) is not None:
+                tb.add_scalar(f"staleness/{key}", row["staleness"][key], step)
         ev = row.get("eval")
         if ev:
             for key in ("population_mean", "population_best"):

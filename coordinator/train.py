@@ -14,11 +14,13 @@ from pydantic import ValidationError
 from coordinator.journal import Journal, JournalDB, RunFailed
 from coordinator.phases import Run
 from coordinator.phases.accounting import budget_flops
+from coordinator.pipeline import step_records
 from coordinator.queue import RedisStreamQueue
 from coordinator.services import open_services
-from coordinator.step import prepare, train_step
+from coordinator.step import StepRecord
 from coordinator.stepmetrics import MetricsWriter, prepared_metrics, step_metrics
 from coordinator.stepsummary import record_step_summary, step_summary
+from coordinator.timeline import timeline_metrics
 from coordinator.worker import start_worker_threads
 from populora.config import Config, ConfigError, config_from_yaml
 from populora.logs import run_id_var, setup_logging, step_var
@@ -56,37 +58,46 @@ def cumulative(spent: Usage, charged: int, phases: dict[str, int]) -> dict:
 
 def train(j: Journal, run: Run, steps: int, metrics: MetricsWriter) -> None:
     """Steps 0..steps, or fewer when a compute budget is spent (checked at every step boundary); a step already
-    stored is read back (resume), so metrics.jsonl comes out the same."""
+    stored is read back (resume), so metrics.jsonl comes out the same. With loop.max_staleness >= 1 the games of a
+    step overlap the update of the one before (coordinator.pipeline); the rows are still written in step order."""
     rows = []
     spent, charged, phases = Usage(), 0, {}
-    for t in range(steps + 1):
-        step_var.set(t)
-        stored = set(j.seconds(t))
-        start = time.perf_counter()
-        if t == 0:
-            record = prepare(j, run)
-            row = prepared_metrics(record, j.seconds(0))
-        else:
-            record = train_step(j, run, t)
-            row = step_metrics(run.cfg, record, j.seconds(t))
-        spent = spent + record.spent.total
-        charged += budget_flops(record.spent)
-        for k, u in record.spent.phases.items():
-            phases[k] = phases.get(k, 0) + u.flops
-        row["compute_cumulative"] = cumulative(spent, charged, phases)
-        reached = budget_spent(run.cfg, spent, charged)
-        if reached:
-            row["stopped"] = f"budget: {reached}"
-        rows.append(row)
-        shown = step_summary(record, row, j.db.phase_rows(run.run_id, t))
-        record_step_summary(run.services.league, run.run_id, shown)  # what the dashboard shows of the step
-        if set(row["seconds"]) != stored:  # this call ran at least one phase of the step
-            metrics.rewrite(rows[:-1])
-            metrics.write(row)
-            log.info("step %d done in %.1fs: %s", t, time.perf_counter() - start, summary(row))
-        if reached:
-            log.info("compute budget spent after step %d (%s): the run ends here", t, reached)
-            return
+    stored: dict[int, set[str]] = {}  # the phases each step had stored before this call: a resume reads them back
+    for r in j.db.phase_rows(run.run_id):
+        stored.setdefault(r["step"], set()).add(r["phase"])
+    start = time.perf_counter()
+    records = step_records(j, run, steps)
+    try:
+        for record in records:
+            t = record.step if isinstance(record, StepRecord) else 0
+            step_var.set(t)
+            if t == 0:
+                row = prepared_metrics(record, j.seconds(0))
+            else:
+                row = step_metrics(run.cfg, record, j.seconds(t))
+            spent = spent + record.spent.total
+            charged += budget_flops(record.spent)
+            for k, u in record.spent.phases.items():
+                phases[k] = phases.get(k, 0) + u.flops
+            row["compute_cumulative"] = cumulative(spent, charged, phases)
+            reached = budget_spent(run.cfg, spent, charged)
+            if reached:
+                row["stopped"] = f"budget: {reached}"
+            phase_rows = j.db.phase_rows(run.run_id, t)
+            near = [r for s in (t - 1, t + 1) for r in j.db.phase_rows(run.run_id, s)] + phase_rows
+            row.update(timeline_metrics(t, near))
+            rows.append(row)
+            shown = step_summary(record, row, phase_rows)
+            record_step_summary(run.services.league, run.run_id, shown)  # what the dashboard shows of the step
+            if set(row["seconds"]) != stored.get(t, set()):  # this call ran at least one phase of the step
+                metrics.rewrite(rows[:-1])
+                metrics.write(row)
+                log.info("step %d done (%.1fs into the run): %s", t, time.perf_counter() - start, summary(row))
+            if reached:
+                log.info("compute budget spent after step %d (%s): the run ends here", t, reached)
+                return
+    finally:
+        records.close()
 
 
 def summary(row: dict) -> str:
@@ -159,6 +170,8 @@ def resolve(args: argparse.Namespace, cfg: Config) -> tuple[Config, str, bool]:
     if "distributed" in modes:
         cfg.run.deployment = "distributed"
         cfg.queue.backend = "redis"
+        if "max_staleness" not in cfg.loop.model_fields_set:  # distributed overlaps steps unless told not to
+            cfg.loop.max_staleness = 1
     if "embedded" in modes:
         cfg.run.deployment = "embedded"
         cfg.queue.backend = "inprocess"
@@ -179,7 +192,8 @@ def resolve(args: argparse.Namespace, cfg: Config) -> tuple[Config, str, bool]:
     return Config.model_validate(cfg.model_dump()), run_id, bool(args.resume)
 
 
-def run_training(cfg: Config, run_id: str, db: JournalDB, workers: int = 1, progress: bool = False) -> Path:
+def run_training(cfg: Config, run_id: str, db: JournalDB, workers: int | None = None, progress: bool = False
+                 ) -> Path:
     """Train run `run_id` (created in `db` already) to cfg.run.steps, or until its budget is spent; returns the run
     directory. The run's status ends `finished`, or `stopped` when training raised (a phase that failed on every
     delivery marks it `failed`). Distributed (queue.backend=redis): phases go to the step queue, `workers` threads
@@ -189,6 +203,8 @@ def run_training(cfg: Config, run_id: str, db: JournalDB, workers: int = 1, prog
     queue = stop_workers = None
     if cfg.queue.backend == "redis":
         queue = RedisStreamQueue.from_config(cfg, run_id)
+        if workers is None:  # overlapped steps (spec 16) run a step's games beside the previous update: two jobs
+            workers = 2 if cfg.loop.max_staleness else 1
         stop_workers = start_worker_threads(run, db, queue, workers)
     run_dir = Path(cfg.run.output_dir) / run_id
     metrics = MetricsWriter(run_dir)
@@ -221,7 +237,7 @@ def main(args: argparse.Namespace, cfg: Config) -> int:
     print(f"run {run_id}: {cfg.run.mode}, {cfg.run.deployment}, model {cfg.model.name}, "
           f"{cfg.population.n_teachers}T+{cfg.population.n_students}S, {cfg.run.steps} steps", flush=True)
     try:
-        run_dir = run_training(cfg, run_id, db, getattr(args, "workers", 1), progress=sys.stderr.isatty())
+        run_dir = run_training(cfg, run_id, db, getattr(args, "workers", None), progress=sys.stderr.isatty())
     except RunFailed as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

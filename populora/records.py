@@ -19,6 +19,15 @@ from populora.tasks.buffers import BufferSet
 from populora.tasks.triplet import Triplet
 
 
+def overlap_field(factory: Any = None, default: Any = 0) -> Any:
+    """A field that only overlapped steps (spec 16, loop.max_staleness >= 1) fill: left out of the stored JSON while
+    it holds its default, so a lock-step run stores exactly the records it stored before the field existed."""
+    meta = {"omit_default": True}
+    if factory is not None:
+        return field(default_factory=factory, metadata=meta)
+    return field(default=default, metadata=meta)
+
+
 # ------------------------------------------------------------------------------------------------ population
 @dataclass(frozen=True)
 class Member:
@@ -62,6 +71,7 @@ class Proposal:
     response_token_ids: list[int]
     finish_reason: str = ""
     given_program: str = ""  # code_f: the program the teacher was given
+    logprobs: list[float] = overlap_field(list)  # log mu_b of each response token, as inference sampled it
 
 
 @dataclass(frozen=True)
@@ -98,6 +108,8 @@ class Attempt:
     prompt_token_ids: list[int]
     response_token_ids: list[int]
     finish_reason: str = ""
+    version: int = overlap_field()  # the student's behaviour version (0: the step's own version, lock-step)
+    logprobs: list[float] = overlap_field(list)  # log mu_b of each response token, as inference sampled it
 
 
 @dataclass(frozen=True)
@@ -137,6 +149,8 @@ class Rollout:
     reward: float
     prompt_token_ids: list[int]
     response_token_ids: list[int]
+    version: int = 0  # the behaviour version b that generated it (spec 16); 0: the version it trains
+    logprobs: list[float] = field(default_factory=list)  # log mu_b per response token (spec 16), when recorded
 
 
 @dataclass(frozen=True)
@@ -149,6 +163,12 @@ class UpdateStats:
     tokens: int = 0  # response tokens trained on
     seconds: float = 0.0  # of the whole update (shared by the adapters of one batched update)
     rollouts: int = 0
+    # spec 16, overlapped steps only: rollouts by staleness v - b, rollouts dropped for v - b > k, the mean of
+    # |r - 1| over the tokens trained on and the fraction of them whose ratio the clip cut off
+    staleness: dict[str, int] = overlap_field(dict)
+    dropped: int = overlap_field()
+    ratio_dev: float = overlap_field(default=0.0)
+    clipped_fraction: float = overlap_field(default=0.0)
 
 
 @dataclass(frozen=True)
@@ -157,6 +177,7 @@ class Updated:
     stats: dict[str, UpdateStats]
     mode: str = ""
     reused: list[str] = field(default_factory=list)  # adapters whose version a crashed earlier try had written
+    served_ms: float = overlap_field(default=0.0)  # overlapped steps: the trainer's answer to every new version served
 
 
 @dataclass(frozen=True)
@@ -295,7 +316,8 @@ def to_json(value: Any) -> Any:
     """A record (or anything it holds) as JSON-able data: dataclasses as objects of their fields, BufferSet as its
     own JSON form, lists and dicts element-wise."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: to_json(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        return {f.name: to_json(getattr(value, f.name)) for f in dataclasses.fields(value)
+                if not (f.metadata.get("omit_default") and getattr(value, f.name) == _default(f))}
     if isinstance(value, BufferSet):
         return value.to_json()
     if isinstance(value, (list, tuple)):
@@ -303,6 +325,10 @@ def to_json(value: Any) -> Any:
     if isinstance(value, dict):
         return {str(k): to_json(v) for k, v in value.items()}
     return value
+
+
+def _default(f: dataclasses.Field) -> Any:
+    return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
 
 
 @functools.cache

@@ -48,7 +48,7 @@ def generate(run: Run, requests: list[inference_pb2.GenerationRequest], desc: st
 def sampling_params(run: Run, n: int, max_new: int, seed: int) -> inference_pb2.SamplingParams:
     g = run.cfg.generation
     return inference_pb2.SamplingParams(temperature=g.temperature, top_p=g.top_p, max_new_tokens=max_new,
-                                        seed=seed, n=n)
+                                        seed=seed, n=n, logprobs=run.cfg.loop.max_staleness > 0)  # mu_b: spec 16
 
 
 def chat_messages(msgs: list[dict[str, str]]) -> list[inference_pb2.ChatMessage]:

@@ -64,13 +64,16 @@ def solve(run: Run, step: int, matched: Matched, proposed: Proposed, validated: 
     """Every matched student x valid task x n samples, in one multi-LoRA batch (spec 2)."""
     requests, tasks = student_requests(run, step, matched, proposed, validated, population)
     gen = generate(run, requests, "solve")
+    overlapped = run.cfg.loop.max_staleness > 0  # the behaviour version is recorded (spec 16)
     attempts = []
     for p, rid, student in tasks:
         g = gen[rid]
+        version = population[student].version if overlapped else 0
         for k, c in enumerate(g.completions):
             attempts.append(Attempt(id=f"{p.id}/a{k}", task_id=p.id, student=student, match_id=p.match_id,
                                     text=c.text, prompt_token_ids=g.prompt_token_ids,
-                                    response_token_ids=list(c.token_ids), finish_reason=c.finish_reason))
+                                    response_token_ids=list(c.token_ids), finish_reason=c.finish_reason,
+                                    version=version, logprobs=list(c.logprobs)))
     return Solved(attempts)
 
 

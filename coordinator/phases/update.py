@@ -4,9 +4,12 @@ the new versions loaded into inference."""
 from __future__ import annotations
 
 import logging
+import time
 from collections import defaultdict
+from dataclasses import replace
 
 from coordinator.phases.run import Run
+from coordinator.phases.staleness import Staleness, behaviour_logprobs, bound
 from populora.pb import common_pb2, inference_pb2, trainer_pb2
 from populora.records import (
     Checked,
@@ -34,13 +37,14 @@ def rollouts(rewards, proposed: Proposed, validated: Validated, solved: Solved, 
     for p in proposed.proposals:
         v = validated.verdicts[p.id]
         reward = teacher_reward(v.valid, checked.rho.get(p.id), rewards.teacher_reward, rewards)
-        out[p.teacher].append(Rollout("teacher", p.task_type, reward, p.prompt_token_ids, p.response_token_ids))
+        out[p.teacher].append(Rollout("teacher", p.task_type, reward, p.prompt_token_ids, p.response_token_ids,
+                                      p.version, p.logprobs))
     task_type = {p.id: p.task_type for p in proposed.proposals}
     for a in solved.attempts:
         reward = student_reward(checked.outcomes[a.id], rewards)
         if reward is not None:  # verifier_error: excluded from rewards
             out[a.student].append(Rollout("student", task_type[a.task_id], reward, a.prompt_token_ids,
-                                          a.response_token_ids))
+                                          a.response_token_ids, a.version, a.logprobs))
     return {k: [r for r in v if r.response_token_ids] for k, v in out.items()}
 
 
@@ -57,10 +61,17 @@ def update(run: Run, step: int, population: Population, batch: dict[str, list[Ro
     spec 5); the new versions are loaded into inference."""
     after = dict(population)
     requests, stats, reused = [], {}, []
+    k = run.cfg.loop.max_staleness
+    stale: dict[str, Staleness] = {}
     for adapter_id, rows in sorted(batch.items()):
         if not rows or adapter_id not in after:
             continue
         version = after[adapter_id].version
+        if k:  # spec 16: rollouts of versions more than k behind are dropped
+            stale[adapter_id] = bound(rows, version, k)
+            rows = stale[adapter_id].kept
+            if not rows:
+                continue
         done = _already_updated(run.store, adapter_id, version, step)
         if done is not None:
             after[adapter_id] = Member(after[adapter_id].role, done.version)
@@ -70,19 +81,26 @@ def update(run: Run, step: int, population: Population, batch: dict[str, list[Ro
         requests.append(trainer_pb2.UpdateRequest(
             adapter=run.ref(adapter_id, version), seed=run.seed("update", step, adapter_id), step=step,
             rollouts=[trainer_pb2.Rollout(prompt_token_ids=r.prompt_token_ids, response_token_ids=r.response_token_ids,
-                                          reward=r.reward, task_type=r.task_type, role=r.role) for r in rows]))
+                                          reward=r.reward, task_type=r.task_type, role=r.role,
+                                          old_logprobs=behaviour_logprobs(r, k)) for r in rows]))
     mode = ""
+    trained = time.perf_counter()
     if requests:
         resp = run.services.trainer.UpdateBatch(trainer_pb2.UpdateBatchRequest(updates=requests))
+        trained = time.perf_counter()
         mode = resp.mode
         for r in resp.results:
             ref = ref_from_pb(r.adapter)
             after[ref.adapter_id] = Member(after[ref.adapter_id].role, ref.version)
             s = r.stats
             stats[ref.adapter_id] = UpdateStats(s.loss, s.grad_norm, s.mean_abs_advantage, s.tokens, s.seconds,
-                                                s.rollouts)
+                                                s.rollouts, ratio_dev=s.ratio_dev, clipped_fraction=s.clipped_fraction)
+    for adapter_id, st in stale.items():
+        if adapter_id in stats:
+            stats[adapter_id] = replace(stats[adapter_id], staleness=st.histogram, dropped=st.dropped)
     refresh_inference(run, population, after)
-    return Updated(after, stats, mode, reused)
+    served_ms = (time.perf_counter() - trained) * 1000 if k else 0.0  # update_to_served_ms (a clock: overlap only)
+    return Updated(after, stats, mode, reused, served_ms)
 
 
 def refresh_inference(run: Run, before: Population, after: Population) -> None:
@@ -93,7 +111,7 @@ def refresh_inference(run: Run, before: Population, after: Population) -> None:
         if old is not None and old.version == m.version:
             continue
         inference.LoadAdapter(inference_pb2.LoadAdapterRequest(adapter=run.ref(adapter_id, m.version)))
-        if old is not None:
+        if old is not None and not run.cfg.loop.max_staleness:  # overlapped: the next games may still play it (LRU)
             _unload(run, adapter_id, old.version)
     for adapter_id in before:
         if adapter_id not in after:

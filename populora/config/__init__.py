@@ -26,13 +26,14 @@ from populora.config.loader import (
     parse_override,
 )
 from populora.config.population import EvolutionConfig, LeagueConfig, PopulationConfig
-from populora.config.run import GenerationConfig, LoraConfigModel, ModelConfig, RunConfig
+from populora.config.run import GenerationConfig, LoopConfig, LoraConfigModel, ModelConfig, RunConfig
 from populora.config.schema import Config, field_docs
 
 __all__ = [
     "ALL_TARGET_MODULES", "ENV_ALIASES", "LEGACY_FIELDS", "OPERATORS", "PRESET_DIR", "ROLES", "TASK_TYPES", "Config",
-    "ConfigError", "EvalConfig", "EvolutionConfig", "GenerationConfig", "LeagueConfig", "LoraConfigModel",
-    "ModelConfig", "OutageConfig", "PopulationConfig", "QueueConfig", "RewardConfig", "RunConfig", "SandboxConfig",
+    "ConfigError", "EvalConfig", "EvolutionConfig", "GenerationConfig", "LeagueConfig", "LoopConfig",
+    "LoraConfigModel", "ModelConfig", "OutageConfig", "PopulationConfig", "QueueConfig", "RewardConfig", "RunConfig",
+    "SandboxConfig",
     "Section", "ServiceEndpoint", "ServicesConfig", "StoreConfig", "TasksConfig", "TrainerConfig", "WarmStartConfig",
     "config_from_yaml", "field_docs", "list_presets", "load_config", "parse_override",
 ]

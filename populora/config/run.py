@@ -42,6 +42,15 @@ class RunConfig(Section):
         return value
 
 
+class LoopConfig(Section):
+    max_staleness: int = Field(0, ge=0)
+    """k of spec 16: how many versions behind the version it trains, the policy that generated a step's rollouts may
+    be. 0 = lock-step (a step starts when the previous one has finished); k >= 1 lets the games of step t+1 run while
+    step t's update trains, and the update weights each token by its clipped importance ratio against the behaviour
+    log-probabilities recorded at generation. Unset, it is 1 in distributed mode (and the GPU presets), where the
+    trainer and inference have machines of their own that would otherwise wait for each other, and 0 embedded."""
+
+
 class ModelConfig(Section):
     name: str = "tiny"
     """Base model: `tiny`, `smollm2-135m`, or a path to a local Hugging Face model directory."""

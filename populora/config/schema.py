@@ -11,7 +11,7 @@ from populora.config.base import TASK_TYPES, Section
 from populora.config.deployment import OutageConfig, QueueConfig, SandboxConfig, ServicesConfig, StoreConfig
 from populora.config.learning import EvalConfig, RewardConfig, TasksConfig, TrainerConfig, WarmStartConfig
 from populora.config.population import EvolutionConfig, LeagueConfig, PopulationConfig
-from populora.config.run import GenerationConfig, LoraConfigModel, ModelConfig, RunConfig
+from populora.config.run import GenerationConfig, LoopConfig, LoraConfigModel, ModelConfig, RunConfig
 
 
 class Config(Section):
@@ -19,6 +19,8 @@ class Config(Section):
 
     run: RunConfig = RunConfig()
     """Run identity, length and mode."""
+    loop: LoopConfig = LoopConfig()
+    """How steps follow each other: lock-step or overlapped with bounded staleness (spec 16)."""
     model: ModelConfig = ModelConfig()
     """The frozen base model."""
     lora: LoraConfigModel = LoraConfigModel()
@@ -58,6 +60,8 @@ class Config(Section):
             raise ValueError("evolution.x4_eta_max must be >= evolution.x4_eta_min")
         if self.evolution.epsilon_max < self.evolution.epsilon_min:
             raise ValueError("evolution.epsilon_max must be >= evolution.epsilon_min")
+        if self.run.deployment == "distributed" and "max_staleness" not in self.loop.model_fields_set:
+            self.loop.max_staleness = 1  # distributed, each role has its own machines: overlap unless told not to
         unknown = sorted(set(self.sandbox.verifiers) - set(TASK_TYPES))
         if unknown:
             raise ValueError(f"sandbox.verifiers: unknown task type(s) {unknown}; allowed: {list(TASK_TYPES)}")

@@ -37,6 +37,23 @@ class SeedInfo(Model):
     proposals: int | None
 
 
+class TimelineSpan(Model):
+    step: int
+    phase: str
+    service: str = Field(description="the service the phase kept busy (inference, sandbox, league, trainer, ...)")
+    start: float = Field(description="unix seconds")
+    end: float
+
+
+class StepStaleness(Model):
+    histogram: dict[str, int] = Field(description="rollouts by staleness v - b (spec 16)")
+    max: int
+    dropped: int
+    ratio_dev: float | None = Field(description="mean |r - 1| over the adapters updated")
+    clipped_fraction: float | None
+    update_to_served_ms: float
+
+
 class StepSummary(Model):
     step: int
     phases: list[str]
@@ -54,6 +71,10 @@ class StepSummary(Model):
     matches: int | None = None
     compute: dict[str, float] | None = None
     evolution: list[JournalEvent] | None = None
+    timeline: list[TimelineSpan] | None = Field(None, description="the step's phases, each with its service")
+    window_s: float | None = Field(None, description="from the previous step's end to this one's")
+    idle_fraction: dict[str, float | None] | None = Field(None, description="trainer and inference, in the window")
+    staleness: StepStaleness | None = Field(None, description="overlapped steps (loop.max_staleness >= 1)")
 
 
 class PhaseAt(Model):

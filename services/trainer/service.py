@@ -328,7 +328,8 @@ class TrainerService:
 
 def _stats_pb(s: UpdateStats) -> trainer_pb2.UpdateStats:
     return trainer_pb2.UpdateStats(loss=s.loss, grad_norm=s.grad_norm, mean_abs_advantage=s.mean_abs_advantage,
-                                   tokens=s.tokens, seconds=s.seconds, rollouts=s.rollouts)
+                                   tokens=s.tokens, seconds=s.seconds, rollouts=s.rollouts, ratio_dev=s.ratio_dev,
+                                   clipped_fraction=s.clipped_fraction)
 
 
 __all__ = ["TrainerService", "ServiceError", "resolve_batch_mode"]

@@ -199,11 +199,22 @@ def token_objective(logp: torch.Tensor, old_logp: torch.Tensor | None, adv: torc
     """Per-token objective to maximise: A · log pi on-policy; PPO's min(rho A, clip(rho, 1±eps) A) otherwise.
 
     rho = pi / pi_old. At the first epoch pi_old = pi (detached): rho = 1 and the gradient equals that of A log pi.
+    When pi_old is the behaviour policy mu_b that sampled the rollout (overlapped steps), this is the
+    bounded-staleness objective of spec 16: r = exp(log pi_v - log mu_b), - min(r A, clip(r, 1 - eps, 1 + eps) A).
     """
     if old_logp is None:
         return adv * logp
     ratio = torch.exp(logp - old_logp)
     return torch.minimum(ratio * adv, ratio.clamp(1 - clip, 1 + clip) * adv)
+
+
+def ratio_stats(logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor, clip: float
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per token: |r - 1| and whether the clip cut r off (the clipped term won the min, so the token gives no
+    gradient), r = exp(log pi_v - log mu_b) of spec 16."""
+    ratio = torch.exp(logp.detach() - old_logp)
+    cut = ((adv > 0) & (ratio > 1 + clip)) | ((adv < 0) & (ratio < 1 - clip))
+    return (ratio - 1).abs(), cut.to(ratio.dtype)
 
 
 def trr_update(policy: AdapterHost, jobs: Sequence[UpdateJob], settings: TrrSettings,
@@ -212,8 +223,9 @@ def trr_update(policy: AdapterHost, jobs: Sequence[UpdateJob], settings: TrrSett
 
     loss_a = - (1/N_a) sum_{t in responses of a} A_t log pi_a(y_t) - c_ent (1/N_a) sum_t H_t,
     summed over adapters, accumulated over micro-batches, then per adapter: clip ||g_a|| to grad_clip, AdamW step.
-    With epochs > 1 the later epochs use PPO's clipped ratio against the log-probs of the first epoch (or the
-    rollouts' own `old_logprobs` when given).
+    With epochs > 1 the later epochs use PPO's clipped ratio against the log-probs of the first epoch. Rollouts
+    that carry `old_logprobs` (the behaviour policy's, recorded at generation: overlapped steps) use the clipped
+    ratio against those from the first epoch on: the bounded-staleness objective of spec 16.
     """
     start = time.perf_counter()
     adapters = [job.adapter for job in jobs]
@@ -223,7 +235,9 @@ def trr_update(policy: AdapterHost, jobs: Sequence[UpdateJob], settings: TrrSett
     batches = pack(rows, settings.micro_batch_tokens)
     mean_abs_advantage = [float(adv.abs().mean()) for adv in advantages]
     loss, grad_norm = [0.0] * len(jobs), [0.0] * len(jobs)  # reported from the first epoch
-    use_old = settings.epochs > 1
+    use_old = settings.epochs > 1 or any(r.old_logprobs is not None for r in rows)
+    behaviour = any(r.old_logprobs is not None for r in rows)  # ratios against mu_b are reported (spec 16)
+    dev_sum, cut_sum, n_ratio = (torch.zeros(len(jobs), dtype=torch.float64) for _ in range(3))
     with policy.layer_checkpointing(settings.activation_checkpointing):  # one layer's activations at a time
         for epoch in range(settings.epochs):
             losses = torch.zeros(len(jobs), dtype=torch.float64)
@@ -237,6 +251,12 @@ def trr_update(policy: AdapterHost, jobs: Sequence[UpdateJob], settings: TrrSett
                 # reported: the on-policy loss of spec §5 (PPO's surrogate at rho = 1 has the same gradient, not value)
                 reported = -mb.inv_tokens * mb.advantages * logp.detach() - bonus.detach()
                 losses.index_add_(0, mb.token_job.cpu(), reported.double().cpu())
+                if behaviour and epoch == 0:
+                    dev, cut = ratio_stats(logp, old, mb.advantages, settings.ppo_clip)
+                    jobs_of = mb.token_job.cpu()
+                    dev_sum.index_add_(0, jobs_of, dev.double().cpu())
+                    cut_sum.index_add_(0, jobs_of, cut.double().cpu())
+                    n_ratio.index_add_(0, jobs_of, torch.ones_like(dev, dtype=torch.float64).cpu())
             for j, job in enumerate(jobs):
                 for p in job.params:  # an adapter whose rows all had A = 0 still takes its (zero-gradient) Adam step
                     if p.grad is None:
@@ -248,7 +268,9 @@ def trr_update(policy: AdapterHost, jobs: Sequence[UpdateJob], settings: TrrSett
                     loss[j], grad_norm[j] = float(losses[j]), float(norm)
     seconds = time.perf_counter() - start
     return [UpdateStats(loss=loss[j], grad_norm=grad_norm[j], mean_abs_advantage=mean_abs_advantage[j],
-                        tokens=sum(len(r.response) for r in job.rollouts), seconds=seconds, rollouts=len(job.rollouts))
+                        tokens=sum(len(r.response) for r in job.rollouts), seconds=seconds, rollouts=len(job.rollouts),
+                        ratio_dev=float(dev_sum[j] / max(n_ratio[j], 1)),
+                        clipped_fraction=float(cut_sum[j] / max(n_ratio[j], 1)))
             for j, job in enumerate(jobs)]
 
 

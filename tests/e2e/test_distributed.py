@@ -1,5 +1,6 @@
 """End-to-end, distributed: the five services as processes on loopback, Postgres, Redis Streams, an external
-phase worker killed with SIGKILL in the middle of a phase and restarted."""
+phase worker killed with SIGKILL in the middle of a phase and restarted, in lock-step and with two steps in flight
+(loop.max_staleness=1)."""
 
 import subprocess
 import time
@@ -8,14 +9,15 @@ import sqlalchemy as sa
 
 from coordinator.distributed import LocalCluster
 from coordinator.journal import JournalDB
-from coordinator.queue import RedisStreamQueue
+from coordinator.queue import PhaseJob, RedisStreamQueue
 from tests.e2e.conftest import e2e_overrides
 
 
 def test_distributed_run_survives_a_killed_worker(tmp_path, echo_model, pg_url, redis_url):
     url, prefix = redis_url
     over = [o for o in e2e_overrides(tmp_path, echo_model) if not o.startswith("league.db_url")]
-    over += [f"queue.stream_prefix={prefix}", "queue.claim_idle_ms=2000", "sandbox.workers=1"]
+    over += [f"queue.stream_prefix={prefix}", "queue.claim_idle_ms=2000", "sandbox.workers=1",
+             "loop.max_staleness=0"]  # lock-step: one worker, one phase at a time (overlap: the test below)
     cluster = LocalCluster(tmp_path, "cpu-tiny", over, db_url=pg_url, redis_url=url)
     run_id = "dist-e2e"
     state = JournalDB(pg_url)
@@ -67,3 +69,70 @@ def test_distributed_run_survives_a_killed_worker(tmp_path, echo_model, pg_url, 
             updates[a] = updates.get(a, 0) + 1
     for a in state.get(run_id, 0, "init")["population"]:
         assert store.versions(a)[-1] == 1 + updates.get(a, 0), a
+
+
+def _matches_once(pg_url, state, run_id, steps):
+    reported = [m for s in steps for m in state.get(run_id, s, "rate")["reported"]]
+    engine = sa.create_engine(pg_url)
+    with engine.connect() as c:
+        db_matches = [r.match_id for r in c.execute(sa.text(
+            "SELECT match_id FROM league_matches WHERE run_id = :r"), {"r": run_id})]
+    engine.dispose()
+    assert reported and sorted(db_matches) == sorted(reported)  # every match id counted once
+
+
+def test_a_worker_killed_with_two_steps_in_flight(tmp_path, echo_model, pg_url, redis_url):
+    """k = 1, two external workers: step 2's games and step 1's update are both dispatched; one worker is killed
+    while it holds one of them. The run finishes with every phase stored once, each match rated once, and each
+    adapter's version 1 + the updates the journal holds (no update applied twice)."""
+    from populora.store import ArtifactStore
+
+    url, prefix = redis_url
+    over = [o for o in e2e_overrides(tmp_path, echo_model) if not o.startswith("league.db_url")]
+    over += [f"queue.stream_prefix={prefix}", "queue.claim_idle_ms=2000", "sandbox.workers=1",
+             "loop.max_staleness=1", "evolution.every_k=1000"]
+    cluster = LocalCluster(tmp_path, "cpu-tiny", over, db_url=pg_url, redis_url=url)
+    run_id = "dist-overlap"
+    state = JournalDB(pg_url)
+    try:
+        cluster.start()
+        train = subprocess.Popen(cluster.train_command(run_id, 3, "--workers", "0", "--no-report"),
+                                 env=cluster.env(), stdout=open(cluster.logs / "train.log", "wb"),
+                                 stderr=subprocess.STDOUT)
+        cluster.start_worker(run_id, "worker-a")
+        cluster.start_worker(run_id, "worker-b")
+        deadline = time.monotonic() + 900
+        while state.get(run_id, 2, "match") is None:  # step 2's games have started beside step 1's update
+            assert train.poll() is None, (cluster.logs / "train.log").read_text()[-3000:]
+            assert time.monotonic() < deadline, "step 2 never started"
+            time.sleep(0.05)
+        queue = RedisStreamQueue(url, run_id, prefix=prefix)
+        held = []
+        while not held:
+            held = queue.client.xpending_range(queue.stream, queue.GROUP, "-", "+", 10, consumername="worker-a")
+            assert time.monotonic() < deadline, "worker-a never took a job"
+            time.sleep(0.02)
+        in_flight = {(r["step"], r["phase"]) for r in state.phase_rows(run_id)}
+        entry = queue.client.xrange(queue.stream, held[0]["message_id"], held[0]["message_id"])[0][1]
+        killed_job = PhaseJob.from_json(entry[b"job"])
+        cluster.kill("worker-a")
+        queue.close()
+        cluster.start_worker(run_id, "worker-c")
+        assert train.wait(900) == 0, (cluster.logs / "train.log").read_text()[-3000:]
+    finally:
+        cluster.stop()
+
+    rows = {(r["step"], r["phase"]): r for r in state.phase_rows(run_id)}
+    assert state.get_run(run_id)["status"] == "finished"
+    assert (2, "match") in in_flight and (3, "account") in rows
+    assert (killed_job.step, killed_job.phase) in rows  # the killed worker's job was taken over and stored
+    _matches_once(pg_url, state, run_id, (1, 2, 3))
+    store = ArtifactStore(tmp_path / "store")
+    updates: dict[str, int] = {}
+    for s in (1, 2, 3):
+        for a in state.get(run_id, s, "update")["stats"]:
+            updates[a] = updates.get(a, 0) + 1
+    for a in state.get(run_id, 0, "init")["population"]:
+        assert store.versions(a)[-1] == 1 + updates.get(a, 0), a
+    stale = {k for st in state.get(run_id, 2, "update")["stats"].values() for k in st["staleness"]}
+    assert stale == {"1"}  # step 2 was played by the versions step 1 trained from

@@ -49,15 +49,19 @@
     parts.push(h("div", { class: "grid2" },
       panel("Solve rate (solid) and valid-proposal rate (dashed) per task type, by step", box),
       panel("Last evolution events", eventsList(ov.evolution))));
+    const tlBox = (!fresh && state.timelineBox) || h("div", { id: "ov-timeline-box" });
+    parts.push(panel("Timeline: each step's phases per service, and idle time", tlBox));
     main.replaceChildren(...parts);
     main.dataset.revision = ov.revision;
     state.stepsBox = box;
+    state.timelineBox = tlBox;
     if (fresh || box.dataset.revision !== ov.revision) {
       box.dataset.revision = ov.revision;
       const data = await api(runPath("steps"));
       if (state.charts.steps) { state.charts.steps.destroy(); delete state.charts.steps; }
       box.replaceChildren();
       stepsChart(box, data.steps);
+      tlBox.replaceChildren(D.timelinePanel(data.steps));
     }
   }
   function phaseBars(step) {
