@@ -16,4 +16,7 @@ def e2e_overrides(tmp_path, model: str) -> list[str]:
     return [f"model.name={model}", f"run.output_dir={tmp_path / 'runs'}", f"store.root={tmp_path / 'store'}",
             f"league.db_url=sqlite:///{tmp_path / 'league.sqlite'}", "generation.max_new_tokens=120",
             "tasks.proposals_per_teacher=1", "tasks.n_samples=2", "tasks.seed_buffer_size=2",
-            "tasks.seed_max_rounds=1", "evolution.every_k=2", f"trainer.lr={E2E_LR}"]
+            "tasks.seed_max_rounds=1", "evolution.every_k=2", f"trainer.lr={E2E_LR}",
+            # lock-step, whatever the mode's default (distributed overlaps): the golden records and the runs compared
+            # with them are lock-step; a test of overlap sets loop.max_staleness=1 after these
+            "loop.max_staleness=0"]
