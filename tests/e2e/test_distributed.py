@@ -13,19 +13,30 @@ from coordinator.queue import PhaseJob, RedisStreamQueue
 from tests.e2e.conftest import e2e_overrides
 
 
-def test_distributed_run_survives_a_killed_worker(tmp_path, echo_model, pg_url, redis_url):
+def _cluster(tmp_path, echo_model, pg_url, redis_url, *extra: str) -> LocalCluster:
+    """cpu-tiny on loopback against the test's Postgres schema and Redis prefix, with `extra` overrides."""
     url, prefix = redis_url
     over = [o for o in e2e_overrides(tmp_path, echo_model) if not o.startswith("league.db_url")]
-    over += [f"queue.stream_prefix={prefix}", "queue.claim_idle_ms=2000", "sandbox.workers=1",
-             "loop.max_staleness=0"]  # lock-step: one worker, one phase at a time (overlap: the test below)
-    cluster = LocalCluster(tmp_path, "cpu-tiny", over, db_url=pg_url, redis_url=url)
+    over += [f"queue.stream_prefix={prefix}", "queue.claim_idle_ms=2000", "sandbox.workers=1", *extra]
+    return LocalCluster(tmp_path, "cpu-tiny", over, db_url=pg_url, redis_url=url)
+
+
+def _train(cluster: LocalCluster, run_id: str, steps: int) -> subprocess.Popen:
+    """The coordinator with no worker threads of its own: the external workers take every phase."""
+    return subprocess.Popen(cluster.train_command(run_id, steps, "--workers", "0", "--no-report"),
+                            env=cluster.env(), stdout=open(cluster.logs / "train.log", "wb"),
+                            stderr=subprocess.STDOUT)
+
+
+def test_distributed_run_survives_a_killed_worker(tmp_path, echo_model, pg_url, redis_url):
+    url, prefix = redis_url
+    # lock-step: one worker, one phase at a time (overlap: the test below)
+    cluster = _cluster(tmp_path, echo_model, pg_url, redis_url, "loop.max_staleness=0")
     run_id = "dist-e2e"
     state = JournalDB(pg_url)
     try:
         cluster.start()
-        train = subprocess.Popen(cluster.train_command(run_id, 2, "--workers", "0", "--no-report"),
-                                 env=cluster.env(), stdout=open(cluster.logs / "train.log", "wb"),
-                                 stderr=subprocess.STDOUT)
+        train = _train(cluster, run_id, 2)
         cluster.start_worker(run_id, "worker-a")
         # wait until the worker is inside step 2's propose phase (a generation in flight), then kill it
         deadline = time.monotonic() + 900
@@ -88,17 +99,12 @@ def test_a_worker_killed_with_two_steps_in_flight(tmp_path, echo_model, pg_url, 
     from populora.store import ArtifactStore
 
     url, prefix = redis_url
-    over = [o for o in e2e_overrides(tmp_path, echo_model) if not o.startswith("league.db_url")]
-    over += [f"queue.stream_prefix={prefix}", "queue.claim_idle_ms=2000", "sandbox.workers=1",
-             "loop.max_staleness=1", "evolution.every_k=1000"]
-    cluster = LocalCluster(tmp_path, "cpu-tiny", over, db_url=pg_url, redis_url=url)
+    cluster = _cluster(tmp_path, echo_model, pg_url, redis_url, "loop.max_staleness=1", "evolution.every_k=1000")
     run_id = "dist-overlap"
     state = JournalDB(pg_url)
     try:
         cluster.start()
-        train = subprocess.Popen(cluster.train_command(run_id, 3, "--workers", "0", "--no-report"),
-                                 env=cluster.env(), stdout=open(cluster.logs / "train.log", "wb"),
-                                 stderr=subprocess.STDOUT)
+        train = _train(cluster, run_id, 3)
         cluster.start_worker(run_id, "worker-a")
         cluster.start_worker(run_id, "worker-b")
         deadline = time.monotonic() + 900
