@@ -46,8 +46,12 @@ proto: $(VENV)/.installed
 lint: install
 	$(BIN)/ruff check .
 
+# One test worker per core (pytest-xdist; TEST_WORKERS=1 for one process); the slow tests start first
+# (tests/conftest.py) and `worksteal` hands a finished worker the other's remaining tests.
+TEST_WORKERS ?= auto
+
 test: install lint
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist worksteal --durations=15
 
 run: install
 	$(BIN)/populora train --preset cpu-smol

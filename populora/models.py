@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import importlib.util
 import json
 import os
@@ -124,23 +125,42 @@ def cache_dir(configured: str = "") -> Path:
     return root
 
 
-def _atomic_dir(final: Path, build) -> Path:
-    """Build a directory in a temp sibling and rename it into place, so a crash never leaves half a cache."""
+@contextmanager
+def build_lock(final: Path) -> Iterator[None]:
+    """Hold an exclusive lock (flock on a sibling `.<name>.lock` file) while one process builds `final`: a second
+    process (another test worker, a second service on the same cache) waits for the first build and then finds the
+    result, instead of building the same thing at the same time. The lock is released when the process dies."""
+    final.parent.mkdir(parents=True, exist_ok=True)
+    with open(final.parent / f".{final.name}.lock", "a+b") as fh:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+
+
+def atomic_dir(final: Path, build) -> Path:
+    """Build a directory in a temp sibling and rename it into place, so a crash never leaves half a cache; one
+    process at a time builds it (`build_lock`), the others wait and reuse it."""
     if final.exists():
         return final
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=final.parent))
-    try:
-        build(tmp)
+    with build_lock(final):
+        if final.exists():  # built by another process while this one waited
+            return final
+        tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=final.parent))
         try:
-            os.rename(tmp, final)
-        except OSError:
-            if not final.exists():  # someone else won the race: fine; otherwise re-raise
-                raise
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+            build(tmp)
+            try:
+                os.rename(tmp, final)
+            except OSError:
+                if not final.exists():  # someone else won the race: fine; otherwise re-raise
+                    raise
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
     return final
+
+
 
 
 def qwen2_tokenizer(cache: Path | None = None):
@@ -171,7 +191,7 @@ def qwen2_tokenizer(cache: Path | None = None):
         if first != 151643:
             raise ModelError(f"converted Qwen2 tokenizer has <|endoftext|> at {first}, expected 151643")
 
-    _atomic_dir(target, build)
+    atomic_dir(target, build)
     tok = AutoTokenizer.from_pretrained(target)
     tok.padding_side = "left"
     return tok
@@ -193,7 +213,7 @@ def _tiny_dir(cache: Path) -> Path:
         model.save_pretrained(tmp, safe_serialization=True)
         tok.save_pretrained(tmp)
 
-    return _atomic_dir(target, build)
+    return atomic_dir(target, build)
 
 
 def smollm2_gguf_path() -> Path:
@@ -224,7 +244,7 @@ def _smollm2_dir(cache: Path) -> Path:
         tok.padding_side = "left"
         tok.save_pretrained(tmp)
 
-    return _atomic_dir(target, build)
+    return atomic_dir(target, build)
 
 
 def resolve_model_dir(name: str, cache: str = "") -> Path:

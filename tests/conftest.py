@@ -13,6 +13,12 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+# Under pytest-xdist (make test runs one worker per core) every worker, and every service process a test starts,
+# computes on one torch thread: two workers of two threads each on two cores wait on each other at every barrier.
+if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    os.environ.setdefault("MKL_NUM_THREADS", "1")
+
 PG_URL = os.environ.get("POPULORA_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 REDIS_URL = os.environ.get("POPULORA_TEST_REDIS", "redis://127.0.0.1:6379/15")
 IN_CI = os.environ.get("CI", "").lower() == "true"
@@ -157,3 +163,13 @@ def served(service, token: str = TEST_TOKEN, timeout: float = 120.0):
     finally:
         remote.close()
         server.stop(None)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Every end-to-end test is `slow`; the slow tests run first. With one worker per core (pytest-xdist,
+    `--dist worksteal`), a minute-long test started last would leave the other core idle for that minute; started
+    first, the short tests fill in around it."""
+    for item in items:
+        if "tests/e2e/" in item.nodeid.replace("\\", "/") or item.nodeid.startswith("e2e/"):
+            item.add_marker(pytest.mark.slow)
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable: the files' order otherwise

@@ -66,6 +66,7 @@ def test_batches_are_the_phases_own_with_uneven_rows_per_adapter(planned):
     assert len(batches["small"][0]) == 2 * len(run.cfg.tasks.task_types) * 2
 
 
+@pytest.mark.slow
 def test_the_bench_runs_on_the_tiny_model_and_counts_every_figure():
     proc = subprocess.run([sys.executable, "-m", "bench.inference", "--json", "--model", "tiny", "--new-tokens", "2",
                            "--workloads", "small", "--skip-vllm"],

@@ -3,6 +3,8 @@ on or off, and reports its peak, its throughput and (settings on) the chunked-vs
 
 import argparse
 
+import pytest
+
 from bench import trainer
 
 
@@ -18,6 +20,7 @@ def test_the_plain_probe_turns_every_memory_setting_off():
                                                       "trainer.mmap_threshold_kb=0"]
 
 
+@pytest.mark.slow
 def test_a_probe_updates_four_adapters_in_one_micro_batch_and_reports_its_peak():
     out = trainer.probe(_args(probe=128))
     # 4 adapters x 2 rollouts of 128 / 8 = 16 tokens, a quarter of them prompt: 12 response tokens each
@@ -26,6 +29,7 @@ def test_a_probe_updates_four_adapters_in_one_micro_batch_and_reports_its_peak()
     assert 0 <= out["max_abs_logprob_diff"] <= 1e-5
 
 
+@pytest.mark.slow
 def test_a_probe_in_a_fresh_process_with_the_settings_off():
     out = trainer.run_probe(_args(probe=0), 64, "plain")
     assert out["settings"] == "plain" and out["micro_batch_tokens"] == 64 and out["peak_mb"] > 0

@@ -3,6 +3,7 @@ starts from it, the baseline starts from the identical adapter, and the run reco
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from coordinator.journal import Journal, JournalDB
@@ -27,6 +28,7 @@ def _init_run(tmp_path, mode: str, cache):
     return ArtifactStore(cfg.store_root), Journal(state, mode), state
 
 
+@pytest.mark.slow
 def test_every_member_and_the_baseline_start_from_one_warm_adapter(tmp_path, one_torch_thread):
     cache = tmp_path / "cache"
     store, pop, pop_state = _init_run(tmp_path, "population", cache)

@@ -16,14 +16,11 @@ the fit (which differs from machine to machine with thread counts and float orde
 from __future__ import annotations
 
 import hashlib
-import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import torch
 
-from populora.models import cache_dir, load_base_model
+from populora.models import atomic_dir, cache_dir, load_base_model
 from populora.tasks import Triplet, identity_triplet, student_messages, teacher_messages
 
 INPUTS = ["3", "1", "2", "4", "5", "6", "7", "8", "9", "10"]
@@ -75,62 +72,56 @@ def echo_model_dir() -> Path:
     final = cache_dir() / "models" / f"tiny-echo-{key}"
     if final.exists():
         return final
-    # Train the transformer layers and, for the response's own tokens only, a correction of their output rows;
-    # the 152k-row embedding stays frozen (its dense gradient and Adam state would cost seconds a step on CPU).
-    model.requires_grad_(True)
-    model.model.embed_tokens.weight.requires_grad_(False)
-    model.train()
-    torch.manual_seed(0)
-    rows, n = answer_rows(tok)
-    width = max(len(r) for r in rows)
-    pad = tok.pad_token_id
-    ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows])
-    mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
-    targets = ids[:, -n:]  # (B, n)
-    weight = model.model.embed_tokens.weight.detach()  # (V, C)
-    own = torch.unique(targets)
-    delta = torch.zeros(len(own), weight.shape[1], requires_grad=True)  # (|own|, C)
-    remap = torch.full((weight.shape[0],), -1, dtype=torch.long)
-    remap[own] = torch.arange(len(own))
-    gen = torch.Generator().manual_seed(0)
-    params = [p for p in model.parameters() if p.requires_grad] + [delta]
-    opt = torch.optim.Adam(params, lr=1e-2)
-    lead = float("-inf")
-    for step in range(MAX_FIT_STEPS):
-        # sampled softmax: the response's tokens plus fresh random negatives (untrained rows stay near 0)
-        negatives = torch.randint(0, weight.shape[0], (2048,), generator=gen)
-        negatives = negatives[remap[negatives] < 0]
-        head = torch.cat([weight[own] + delta, weight[negatives]])  # (|cand|, C)
-        hidden = model.model(input_ids=ids, attention_mask=mask).last_hidden_state  # (B, T, C)
-        logits = hidden[:, -n - 1:-1] @ head.T  # (B, n, |cand|)
-        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, head.shape[0]), remap[targets].reshape(-1))
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        if step % 20 == 19 and loss.item() < 0.002:
-            lead = _smallest_lead(model, weight, own, delta.detach(), ids, mask, targets)
-            if lead >= MIN_MARGIN:
-                break
-    else:
-        raise RuntimeError(f"the echo model did not fit its answer in {MAX_FIT_STEPS} steps "
-                           f"(smallest lead {lead:.2f} logits, need {MIN_MARGIN})")
-    lm_head = weight.clone()
-    lm_head[own] += delta.detach()
-    lm_head *= SHARP_MARGIN / lead  # every lead becomes at least SHARP_MARGIN: sampling writes the greedy answer
-    model.config.tie_word_embeddings = False
-    model.lm_head.weight = torch.nn.Parameter(lm_head, requires_grad=False)
-    model.eval()
-    model.requires_grad_(False)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".tiny-echo-", dir=final.parent))
-    try:
+
+    def build(tmp: Path) -> None:
+        # Train the transformer layers and, for the response's own tokens only, a correction of their output rows;
+        # the 152k-row embedding stays frozen (its dense gradient and Adam state would cost seconds a step on CPU).
+        model.requires_grad_(True)
+        model.model.embed_tokens.weight.requires_grad_(False)
+        model.train()
+        torch.manual_seed(0)
+        rows, n = answer_rows(tok)
+        width = max(len(r) for r in rows)
+        pad = tok.pad_token_id
+        ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows])
+        mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
+        targets = ids[:, -n:]  # (B, n)
+        weight = model.model.embed_tokens.weight.detach()  # (V, C)
+        own = torch.unique(targets)
+        delta = torch.zeros(len(own), weight.shape[1], requires_grad=True)  # (|own|, C)
+        remap = torch.full((weight.shape[0],), -1, dtype=torch.long)
+        remap[own] = torch.arange(len(own))
+        gen = torch.Generator().manual_seed(0)
+        params = [p for p in model.parameters() if p.requires_grad] + [delta]
+        opt = torch.optim.Adam(params, lr=1e-2)
+        lead = float("-inf")
+        for step in range(MAX_FIT_STEPS):
+            # sampled softmax: the response's tokens plus fresh random negatives (untrained rows stay near 0)
+            negatives = torch.randint(0, weight.shape[0], (2048,), generator=gen)
+            negatives = negatives[remap[negatives] < 0]
+            head = torch.cat([weight[own] + delta, weight[negatives]])  # (|cand|, C)
+            hidden = model.model(input_ids=ids, attention_mask=mask).last_hidden_state  # (B, T, C)
+            logits = hidden[:, -n - 1:-1] @ head.T  # (B, n, |cand|)
+            loss = torch.nn.functional.cross_entropy(logits.reshape(-1, head.shape[0]), remap[targets].reshape(-1))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            if step % 20 == 19 and loss.item() < 0.002:
+                lead = _smallest_lead(model, weight, own, delta.detach(), ids, mask, targets)
+                if lead >= MIN_MARGIN:
+                    break
+        else:
+            raise RuntimeError(f"the echo model did not fit its answer in {MAX_FIT_STEPS} steps "
+                               f"(smallest lead {lead:.2f} logits, need {MIN_MARGIN})")
+        lm_head = weight.clone()
+        lm_head[own] += delta.detach()
+        lm_head *= SHARP_MARGIN / lead  # every lead becomes at least SHARP_MARGIN: sampling writes the greedy answer
+        model.config.tie_word_embeddings = False
+        model.lm_head.weight = torch.nn.Parameter(lm_head, requires_grad=False)
+        model.eval()
+        model.requires_grad_(False)
         model.save_pretrained(tmp, safe_serialization=True)
         tok.save_pretrained(tmp)
-        try:
-            os.rename(tmp, final)
-        except OSError:
-            if not final.exists():
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return final
+
+    # one process fits it; another (a second test worker) waits for that fit and reuses it
+    return atomic_dir(final, build)

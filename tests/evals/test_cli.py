@@ -27,6 +27,7 @@ def _cli(run_dir, *args):
                  *args])
 
 
+@pytest.mark.slow
 def test_adapters_and_base_to_json(tmp_path, run_dir, tiny, capsys):
     store = ArtifactStore(tmp_path / "store")
     refs = [save_adapter(store, tiny.model, f"x.A{i}", seed=i) for i in range(2)]
@@ -43,6 +44,7 @@ def test_adapters_and_base_to_json(tmp_path, run_dir, tiny, capsys):
     assert "pass@1" in table and "x.A1@v1" in table
 
 
+@pytest.mark.slow
 def test_a_run_is_evaluated_and_recorded_in_its_league(run_dir, tiny):
     from services.league.service import LeagueService
 
@@ -83,6 +85,7 @@ def test_bad_input_exits_non_zero_and_writes_nothing(tmp_path, run_dir, args, wo
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_an_adapter_of_another_base_model_is_refused(tmp_path, run_dir, tiny, capsys):
     store = ArtifactStore(tmp_path / "store")
     ref = save_adapter(store, tiny.model, "x.A0", seed=0, base_model="smollm2-135m")

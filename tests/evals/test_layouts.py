@@ -181,6 +181,7 @@ def test_check_references_prints_each_failure_with_its_reason(tmp_path, cache, c
     assert "FAIL sample_0" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_evalplus_through_the_cli_reports_base_and_plus(tmp_path, cache, capsys):
     out = tmp_path / "scores.json"
     assert _cli(tmp_path, "--base", "--benchmark", "mbpp-plus", "--data", _write(tmp_path / "m.jsonl", MBPP_PLUS),
@@ -193,6 +194,7 @@ def test_evalplus_through_the_cli_reports_base_and_plus(tmp_path, cache, capsys)
     assert row.split()[:3] == ["base", "mbpp-plus", "benchmark"]  # the protocol used, named
 
 
+@pytest.mark.slow
 def test_cruxeval_input_rows_set_apart_are_out_of_the_denominator(tmp_path, cache, capsys):
     out = tmp_path / "scores.json"
     assert _cli(tmp_path, "--base", "--benchmark", "cruxeval-i", "--data", _write(tmp_path / "c.jsonl", CRUXEVAL),

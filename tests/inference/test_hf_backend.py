@@ -51,6 +51,7 @@ def test_results_carry_prompt_tokens_and_version(make_backend, adapters, base):
     assert all(lp <= 0 for lp in c.logprobs)
 
 
+@pytest.mark.slow
 def test_sampling_is_reproducible_with_a_seed(make_backend, adapters):
     """The same request gives the same samples every time it is served, alone or in the same mixed batch. Across
     different batch compositions a row's logits agree only to float rounding (the batched LoRA paths group rows
@@ -160,6 +161,7 @@ def test_prefill_groups_sort_by_length_within_the_budget():
     assert prefill_groups([7], budget=1) == [[0]]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("merge", [True, False])
 def test_grouped_prompt_pass_and_growing_cache_change_no_token(make_backend, adapters, monkeypatch, merge):
     """Prompts of very different lengths in many small prompt groups (merged into one slab cache that grows in

@@ -198,6 +198,7 @@ def test_circuit_breaker_opens_and_half_opens():
     assert b.state == "closed" and b.allow(13)
 
 
+@pytest.mark.slow
 def test_unshare_fallback_isolates_too():
     from tests.conftest import zygote_or_skip
 

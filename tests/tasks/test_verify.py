@@ -46,6 +46,7 @@ CASES = {
 }
 
 
+@pytest.mark.slow
 def test_every_reason_code_is_reached(zygote):
     got = {v.proposal_id: v for v in validate_proposals(list(CASES.values()), SETTINGS, zygote.run)}
     for name in CASES:

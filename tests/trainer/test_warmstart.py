@@ -56,6 +56,7 @@ def test_a_few_steps_lower_the_loss_and_write_version_1(fresh_base, store, tmp_p
     assert not svc.pool.held  # the warm adapter is a starting point, not a member
 
 
+@pytest.mark.slow
 def test_cache_hit_miss_and_damaged_entries(fresh_base, tmp_path):
     first = _service(fresh_base, ArtifactStore(tmp_path / "run1"), tmp_path)
     made = first.WarmStart(_request("r1.warm", steps=2))
