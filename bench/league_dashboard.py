@@ -1,6 +1,7 @@
 """The league benchmark's dashboard workload: a run of 64 members whose steps are stored as `populora train` stores
-them (each phase's typed record through the coordinator's journal, the step's summary through RecordStepSummary),
-its matches and evolutions, and dashboards that refresh in a loop while steps go on."""
+them (each phase's typed record through the coordinator's journal, then the step's phases, problems and summary
+through RecordPhases, RecordStepProblems and RecordStepSummary), its matches and evolutions, and dashboards that
+refresh in a loop while steps go on."""
 
 from __future__ import annotations
 
@@ -58,11 +59,15 @@ def synthetic_step(step: int, teachers: list[str], students: list[str], rng: ran
 
 def store_step(state, league, cfg, run_id: str, record, seconds: float = 0.1) -> None:
     """Store a step as `populora train` does: each phase's record in the coordinator's journal (`state`, a
-    JournalDB), then the step's summary (its metrics row, as coordinator.stepmetrics computes it) in the league."""
+    JournalDB), then in the league the step's phases, its problems and its summary (its metrics row, as
+    coordinator.stepmetrics computes it)."""
     from coordinator.journal import Journal
+    from coordinator.runprogress import RunProgress
     from coordinator.stepmetrics import step_metrics
+    from coordinator.stepproblems import record_step_problems
     from coordinator.stepsummary import record_step_summary, step_summary
 
+    progress = RunProgress(league, state, run_id)
     j = Journal(state, run_id)
     phases = {"match": record.matched, "propose": record.proposed, "validate": record.validated,
               "solve": record.solved, "check": record.checked, "rate": record.rated, "update": record.updated,
@@ -71,6 +76,8 @@ def store_step(state, league, cfg, run_id: str, record, seconds: float = 0.1) ->
         if result is not None:
             j.put(record.step, phase, result, seconds)
     row = step_metrics(cfg, record, j.seconds(record.step))
+    progress.step(record.step)
+    record_step_problems(league, run_id, record)
     record_step_summary(league, run_id, step_summary(record, row, state.phase_rows(run_id, record.step)))
 
 
@@ -131,6 +138,7 @@ def build_dashboard_run(client, url: str, n_adapters: int, n_matches: int) -> tu
     each time), `n_matches` matches in steps of one per teacher and task type, every step stored as a run stores
     it. Returns the members at the end and the next step."""
     from coordinator.journal import JournalDB
+    from coordinator.runprogress import RunProgress
     from populora.config import Config
     from populora.pb import league_pb2 as pb
 
@@ -143,6 +151,7 @@ def build_dashboard_run(client, url: str, n_adapters: int, n_matches: int) -> tu
         *(pb.AdapterSpec(adapter_id=s, role="student") for s in students)]))
     state, cfg = JournalDB(url), Config()
     state.create_run(DASH_RUN, "population", DASH_CONFIG)
+    RunProgress(client, state, DASH_RUN).status("running")
     rng = random.Random(1)
     steps = max(1, n_matches // (len(teachers) * len(TASK_TYPES)))
     every = max(1, steps // 8)

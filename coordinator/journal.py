@@ -143,12 +143,16 @@ def failed_key(phase: str) -> str:
 
 
 class Journal:
-    """One run's phase results, typed. `queue` set: phases are dispatched to workers (distributed)."""
+    """One run's phase results, typed. `queue` set: phases are dispatched to workers (distributed). `on_phase(step)`
+    is called once a phase of `step` that this journal ran or dispatched is stored, or has failed for good (the
+    coordinator tells the league where the run stands: coordinator.runprogress)."""
 
     REPUBLISH_CHECK_S = 5.0  # how often a dispatched job is looked for in the queue while its result is awaited
 
-    def __init__(self, db: JournalDB, run_id: str, queue=None, poll_s: float = 0.2):
+    def __init__(self, db: JournalDB, run_id: str, queue=None, poll_s: float = 0.2,
+                 on_phase: Callable[[int], None] | None = None):
         self.db, self.run_id, self.queue, self.poll_s = db, run_id, queue, poll_s
+        self.on_phase = on_phase
         self._cache: dict[tuple[int, str], Any] = {}
 
     def get(self, step: int, phase: str) -> Any | None:
@@ -172,11 +176,18 @@ class Journal:
         if got is not None:
             return got
         if self.queue is not None:
-            return self._dispatch(step, phase)
-        start = time.perf_counter()
-        record = fn(*args)
-        self.put(step, phase, record, time.perf_counter() - start)
-        return self.get(step, phase)
+            got = self._dispatch(step, phase)
+        else:
+            start = time.perf_counter()
+            record = fn(*args)
+            self.put(step, phase, record, time.perf_counter() - start)
+            got = self.get(step, phase)
+        self._phase_done(step)
+        return got
+
+    def _phase_done(self, step: int) -> None:
+        if self.on_phase is not None:
+            self.on_phase(step)
 
     def _dispatch(self, step: int, phase: str) -> Any:
         from coordinator.queue import PhaseJob
@@ -187,6 +198,7 @@ class Journal:
         while (got := self.get(step, phase)) is None:
             failed = self.db.get(self.run_id, step, failed_key(phase))
             if failed is not None:
+                self._phase_done(step)
                 raise RunFailed(f"phase {phase} of step {step} failed: {failed.get('error', 'see worker logs')}")
             if time.monotonic() - checked > self.REPUBLISH_CHECK_S:
                 checked = time.monotonic()

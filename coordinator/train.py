@@ -16,9 +16,11 @@ from coordinator.phases import Run
 from coordinator.phases.accounting import budget_flops
 from coordinator.pipeline import step_records
 from coordinator.queue import RedisStreamQueue
+from coordinator.runprogress import RunProgress
 from coordinator.services import open_services
 from coordinator.step import StepRecord
 from coordinator.stepmetrics import MetricsWriter, prepared_metrics, step_metrics
+from coordinator.stepproblems import record_step_problems
 from coordinator.stepsummary import record_step_summary, step_summary
 from coordinator.timeline import timeline_metrics
 from coordinator.worker import start_worker_threads
@@ -65,6 +67,7 @@ def train(j: Journal, run: Run, steps: int, metrics: MetricsWriter) -> None:
     stored: dict[int, set[str]] = {}  # the phases each step had stored before this call: a resume reads them back
     for r in j.db.phase_rows(run.run_id):
         stored.setdefault(r["step"], set()).add(r["phase"])
+    progress = RunProgress(run.services.league, j.db, run.run_id)
     start = time.perf_counter()
     records = step_records(j, run, steps)
     try:
@@ -87,8 +90,11 @@ def train(j: Journal, run: Run, steps: int, metrics: MetricsWriter) -> None:
             near = [r for s in (t - 1, t + 1) for r in j.db.phase_rows(run.run_id, s)] + phase_rows
             row.update(timeline_metrics(t, near))
             rows.append(row)
-            shown = step_summary(record, row, phase_rows)
-            record_step_summary(run.services.league, run.run_id, shown)  # what the dashboard shows of the step
+            # what the dashboard shows of the step, sent again on a resume: where it stands, its problems, its figures
+            progress.step(t)
+            if isinstance(record, StepRecord):
+                record_step_problems(run.services.league, run.run_id, record)
+            record_step_summary(run.services.league, run.run_id, step_summary(record, row, phase_rows))
             if set(row["seconds"]) != stored.get(t, set()):  # this call ran at least one phase of the step
                 metrics.rewrite(rows[:-1])
                 metrics.write(row)
@@ -208,14 +214,16 @@ def run_training(cfg: Config, run_id: str, db: JournalDB, workers: int | None = 
         stop_workers = start_worker_threads(run, db, queue, workers)
     run_dir = Path(cfg.run.output_dir) / run_id
     metrics = MetricsWriter(run_dir)
-    db.set_status(run_id, "running")
+    progress = RunProgress(services.league, db, run_id)  # the journal's status and phases, copied to the league
+    progress.status("running")
     try:
-        train(Journal(db, run_id, queue), run, cfg.run.steps, metrics)
-        db.set_status(run_id, "finished")
+        train(Journal(db, run_id, queue, on_phase=progress.stored), run, cfg.run.steps, metrics)
+        progress.status("finished")
     except RunFailed:
+        progress.status("failed")  # a worker marked the journal's run failed already
         raise
     except BaseException:
-        db.set_status(run_id, "stopped")
+        progress.status("stopped")
         raise
     finally:
         if stop_workers is not None:

@@ -108,6 +108,17 @@ def test_no_import_circle():
     assert not circles(module_graph(tracked("*.py"))), "modules that import each other, directly or not"
 
 
+def test_one_owner_per_schema():
+    """The league serves what the coordinator records through its API (docs/CONVENTIONS.md): no file of the league
+    names the coordinator's tables (`coord_runs`, `coord_phases`, ...), and no service imports the coordinator."""
+    named = [f for f in tracked("services/league/*") if "coord_" in (ROOT / f).read_bytes().decode("utf-8", "ignore")]
+    assert not named, f"these league files name the coordinator's tables; ask its API instead: {named}"
+    graph = module_graph(tracked("*.py"))
+    imports = {m: sorted(t for t in targets if t.split(".")[0] == "coordinator") for m, targets in graph.items()
+               if m.startswith("services.")}
+    assert not {m: t for m, t in imports.items() if t}, "services import the coordinator"
+
+
 def documented_modules(text: str) -> dict[str, set[str]]:
     """docs/architecture.md's "Modules" section: package folder -> the module files listed under it."""
     listed: dict[str, set[str]] = {}

@@ -16,7 +16,7 @@ from services.league.engine import InvalidRequest
 
 # Longest ids the tables hold (services/league/tables.py): a longer one is refused, never truncated.
 MAX_LEN = {"run_id": 200, "adapter_id": 128, "match_id": 400, "operator": 16, "mode": 32, "benchmark": 64,
-           "label": 200, "problem_id": 400, "error": 2000}
+           "label": 200, "problem_id": 400, "error": 2000, "phase": 32}
 
 
 def check_text(value: str, where: str, kind: str) -> None:
@@ -217,16 +217,71 @@ def _finite(text: str) -> float:
     return value
 
 
-def check_step_summary(step: int, summary_json: str) -> dict:
-    """A step summary is one JSON object of at most MAX_SUMMARY_CHARS characters, finite numbers only (the page
-    reads it as JSON, which has no NaN); returns it parsed."""
-    check_step(step)
-    if len(summary_json) > MAX_SUMMARY_CHARS:
-        raise InvalidRequest(f"summary_json: {len(summary_json)} characters; at most {MAX_SUMMARY_CHARS}")
+def _json_object(text: str, where: str, limit: int) -> dict:
+    """One JSON object of at most `limit` characters, finite numbers only (the page reads it as JSON, which has no
+    NaN); returns it parsed."""
+    if len(text) > limit:
+        raise InvalidRequest(f"{where}: {len(text)} characters; at most {limit}")
     try:
-        summary = json.loads(summary_json, parse_constant=_no_constant, parse_float=_finite)
+        value = json.loads(text, parse_constant=_no_constant, parse_float=_finite)
     except ValueError as e:
-        raise InvalidRequest(f"summary_json: not valid JSON ({e})") from None
-    if not isinstance(summary, dict):
-        raise InvalidRequest(f"summary_json: must be a JSON object, not {type(summary).__name__}")
-    return summary
+        raise InvalidRequest(f"{where}: not valid JSON ({e})") from None
+    if not isinstance(value, dict):
+        raise InvalidRequest(f"{where}: must be a JSON object, not {type(value).__name__}")
+    return value
+
+
+def check_step_summary(step: int, summary_json: str) -> dict:
+    """A step summary is one JSON object of at most MAX_SUMMARY_CHARS characters, finite numbers only; returns it
+    parsed."""
+    check_step(step)
+    return _json_object(summary_json, "summary_json", MAX_SUMMARY_CHARS)
+
+
+RUN_STATUSES = ("running", "finished", "failed", "stopped")
+
+
+def check_run(mode: str, status: str) -> None:
+    check_text(mode, "mode", "mode")
+    if status not in RUN_STATUSES:
+        raise InvalidRequest(f"status: '{status}' is not one of {list(RUN_STATUSES)}")
+
+
+def check_phases(phases: Sequence[engine.PhaseRow]) -> None:
+    """Persisted phases: each (step, phase) once, a phase name, seconds and a finish time that are finite and not
+    negative, and an error of bounded length."""
+    seen: set[tuple[int, str]] = set()
+    for i, p in enumerate(phases):
+        where = f"phases[{i}]"
+        check_step(p.step, f"{where}.step")
+        if not p.phase:
+            raise InvalidRequest(f"{where}.phase: must not be empty")
+        check_id(p.phase, f"{where}.phase", "phase")
+        for name in ("seconds", "finished_at"):
+            value = getattr(p, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise InvalidRequest(f"{where}.{name}: {value} is not a finite number >= 0")
+        if p.attempts < 0:
+            raise InvalidRequest(f"{where}.attempts: {p.attempts} is negative")
+        if p.error is not None:
+            check_text(p.error, f"{where}.error", "error")
+        if (p.step, p.phase) in seen:
+            raise InvalidRequest(f"{where}: phase '{p.phase}' of step {p.step} appears twice")
+        seen.add((p.step, p.phase))
+
+
+MAX_PROBLEMS_CHARS = 64_000_000  # a step of 500 members, 4 proposals each with a long answer: about 25 MB
+
+
+def check_step_problems(step: int, problems_json: str) -> dict:
+    """A step's problems: one JSON object (as a step summary) whose `tasks` and `answers` are lists of objects."""
+    check_step(step)
+    problems = _json_object(problems_json, "problems_json", MAX_PROBLEMS_CHARS)
+    for key in ("tasks", "answers"):
+        items = problems.get(key)
+        if not isinstance(items, list):
+            raise InvalidRequest(f"problems_json.{key}: must be a list, not {type(items).__name__}")
+        for i, item in enumerate(items):
+            if not isinstance(item, dict):
+                raise InvalidRequest(f"problems_json.{key}[{i}]: must be an object, not {type(item).__name__}")
+    return problems

@@ -25,6 +25,7 @@ from services.league import checks
 from services.league import tables as t
 from services.league.db_lineage import LineageStore
 from services.league.db_matches import MatchStore
+from services.league.db_runs import RunProgressStore
 from services.league.db_telemetry import TelemetryStore
 from services.league.dialect_sql import bulk_writer
 from services.league.engine import (
@@ -69,9 +70,10 @@ def _sqlite_engine(url: str, immediate: bool) -> sa.Engine:
     return engine
 
 
-class LeagueDB(MatchStore, LineageStore, TelemetryStore):
-    """Runs, adapters, ratings, matches, lineage, payoff and telemetry in one database, behind transactional methods.
-    This module holds the connection, the schema, runs and adapters; the rest are the stores it mixes in."""
+class LeagueDB(MatchStore, LineageStore, TelemetryStore, RunProgressStore):
+    """Runs, adapters, ratings, matches, lineage, payoff, telemetry and run progress in one database, behind
+    transactional methods. This module holds the connection, the schema, runs and adapters; the rest are the stores
+    it mixes in."""
 
     def __init__(self, url: str, rules: RatingRules | None = None, pool_size: int = 10):
         self.url = url

@@ -118,6 +118,36 @@ class EvalRow:
     recorded_at: float = 0.0
 
 
+@dataclass(frozen=True)
+class RunRow:
+    """A run as the coordinator recorded it (RecordRun): status is running, finished, failed or stopped; times are
+    Unix seconds of the league's clock (first recorded, last recorded)."""
+
+    run_id: str
+    mode: str
+    config_yaml: str
+    status: str
+    created_at: float
+    updated_at: float
+
+
+@dataclass(frozen=True)
+class PhaseRow:
+    """One persisted phase of a run as the coordinator recorded it (RecordPhases), without its result; `error` is
+    None for a stored phase and what failed for a phase that failed on every delivery."""
+
+    step: int
+    phase: str
+    seconds: float
+    attempts: int
+    finished_at: float
+    error: str | None = None
+
+    @property
+    def failed(self) -> bool:
+        return self.error is not None
+
+
 @dataclass
 class Played:
     """What a batch of new matches changed: the adapters touched, each one's rating after its last match of each

@@ -1,5 +1,6 @@
 """The dashboard's REST routes: the run's overview, steps, problems and an adapter's page and samples, read from
-the step summaries the coordinator records and the phase journal, and the page itself with its static files."""
+what the coordinator records in the league (the run, its phases, each step's summary and problems), and the page
+itself with its static files."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from services.league.rest_run_schemas import AdapterPage, Overview, Samples, Ste
 from services.league.rest_schemas import responses
 from services.league.rest_validation import AdapterPath, RunPath, StepQuery
 from services.league.runview import (
-    Journal,
+    RunView,
     adapter_versions,
     config_of,
     public_steps,
@@ -47,31 +48,22 @@ class _Static(StaticFiles):
 
 
 def add_run_routes(app: FastAPI, service: LeagueService, cache: ReadCache) -> None:
-    """The run's views on `app`: the step summaries the coordinator recorded, and the phase journal for where the
-    run stands and what its steps proposed and answered."""
+    """The run's views on `app`, from what the coordinator recorded in the league: the run and its phases for where
+    it stands, its step summaries, and each step's problems and answers."""
     db = service.db
-    journal = Journal(db.read_engine)
+    runs = RunView(db)
     not_found = responses(404)
 
     def require_run(run_id: str) -> None:
-        if not db.run_exists(run_id) and journal.run(run_id) is None:
+        if not db.run_exists(run_id):
             raise ServiceError(grpc.StatusCode.NOT_FOUND, f"run '{run_id}' does not exist")
 
     def build_overview(run_id: str) -> dict:
+        require_run(run_id)
         summaries = db.step_summaries(run_id)
-        view = journal.overview(run_id, summaries)
-        exists = db.run_exists(run_id)
-        if view is None and not exists:
-            raise ServiceError(grpc.StatusCode.NOT_FOUND, f"run '{run_id}' does not exist")
-        counts = {"adapters": 0, "active": 0, "last_match_seq": 0, "evals": 0, "evals_recorded_at": 0.0}
-        epsilon: dict[str, float | None] = {}
-        if exists:
-            counts = reads.league_counts(db, run_id)
-            epsilon = {e["child_id"]: e["epsilon"] for e in reads.evolution_events(db, run_id)}
-        view = view or {"status": "unknown", "mode": "", "steps_planned": None, "created_at": None,
-                        "updated_at": None, "progress": {"done": None, "in_progress": None}, "error": None,
-                        "latest_step": None, "last_measured_step": None, "compute": {}, "evolution": [],
-                        "journal_rows": 0}
+        view = runs.overview(run_id, summaries)
+        counts = reads.league_counts(db, run_id)
+        epsilon = {e["child_id"]: e["epsilon"] for e in reads.evolution_events(db, run_id)}
         for event in view["evolution"]:
             event["epsilon"] = epsilon.get(event["child"])
         return {"run_id": run_id, "server_time": time.time(), "journal": view["journal_rows"] > 0,
@@ -102,14 +94,14 @@ def add_run_routes(app: FastAPI, service: LeagueService, cache: ReadCache) -> No
         inputs, gold outputs, complexity, proposer, matched student and solve rate; `include_invalid` adds the
         rejected proposals with their reason."""
         require_run(run_id)
-        return json_response(dumps(journal.tasks(run_id, db.step_summaries(run_id), step, include_invalid)))
+        return json_response(dumps(runs.tasks(run_id, db.step_summaries(run_id), step, include_invalid)))
 
     @app.get("/v1/adapters/{adapter_id}", response_model=AdapterPage, tags=["run"], responses=not_found)
     def adapter(adapter_id: AdapterPath) -> Response:
         """One adapter: its league record, the versions the run used (from the step summaries) and where its
         latest version is stored."""
         record = reads.adapter_record(db, adapter_id)
-        run = journal.run(record["run_id"])
+        run = runs.run(record["run_id"])
         versions = adapter_versions(db.step_summaries(record["run_id"]), adapter_id)
         config = run.config if run is not None else config_of(reads.run_config_yaml(db, record["run_id"]))
         root = store_root(config)
@@ -120,9 +112,9 @@ def add_run_routes(app: FastAPI, service: LeagueService, cache: ReadCache) -> No
     @app.get("/v1/adapters/{adapter_id}/samples", response_model=Samples, tags=["run"], responses=not_found)
     def samples(adapter_id: AdapterPath, limit: Annotated[int, Query(ge=1, le=200)] = 20) -> Response:
         """The adapter's latest proposals (teacher) with their verdicts, and answers (student) with their outcomes,
-        from the persisted phase results, newest first."""
+        from the problems each step recorded, newest first."""
         record = reads.adapter_record(db, adapter_id)
-        return json_response(dumps(journal.samples(record["run_id"], adapter_id, limit, record["created_step"],
+        return json_response(dumps(runs.samples(record["run_id"], adapter_id, limit, record["created_step"],
                                                     record["retired_step"])))
 
 def add_page(app: FastAPI) -> None:

@@ -106,7 +106,7 @@ class Overview(Model):
     run_id: str
     revision: str = Field(description="changes whenever anything on the dashboard would")
     server_time: float
-    journal: bool = Field(description="whether the database holds this run's phase journal")
+    journal: bool = Field(description="whether the coordinator recorded the run's phases (RecordPhases)")
     status: str
     mode: str
     steps_planned: int | None
@@ -118,7 +118,7 @@ class Overview(Model):
     last_measured_step: StepSummary | None = Field(description="the latest step with proposals")
     compute: dict[str, float] = Field(description="generated and trained tokens and sandbox jobs so far (spec 14)")
     evolution: list[JournalEvent]
-    journal_rows: int
+    journal_rows: int = Field(description="phases the coordinator recorded")
     league: LeagueCounts
 
 
@@ -192,7 +192,7 @@ class AdapterPage(Model):
     versions: list[VersionAt]
     store_root: str = Field(description="the run's artifact store, as its config names it")
     store_path: str = Field(description="the directory of the adapter's latest stored version")
-    journal: bool
+    journal: bool = Field(description="whether the coordinator recorded the run (RecordRun)")
 
 
 class ProposalSample(Model):

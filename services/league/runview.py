@@ -1,27 +1,14 @@
-"""The coordinator's phase journal as the dashboard reads it: where a run stands (the phases stored, the one running,
-a phase that failed) and the problems and answers of a step. The per-step figures are not worked out here: the
-coordinator records each step's summary in the league (RecordStepSummary, coordinator/stepsummary.py) and the views
-below take those summaries as they are given. It reads the journal by SQL and never imports the coordinator.
+"""A run as the dashboard shows it: where it stands (the phases stored, the one running, a phase that failed) and the
+problems and answers of a step, from what the coordinator records in the league's own tables (RecordRun,
+RecordPhases, RecordStepProblems: coordinator/runprogress.py) with the step summaries (RecordStepSummary). Nothing
+here reads another component's tables, and nothing is derived from the coordinator's records: the coordinator sends
+each step's problems in the layout served (coordinator/stepproblems.py), and the views below filter them.
 
-What it expects is the JSON the coordinator's journal stores (the typed records of populora/records.py, encoded by
-their codec); when that layout changes, this is the one module to port (and tests/league/test_runview.py the one test
-to update).
-
-Tables, in the league's own database (embedded: the run's SQLite file; distributed: the shared Postgres schema):
-- `coord_runs(run_id, mode, config_yaml, status, created_at, updated_at)`: status is running, finished, failed or
-  stopped; times are Unix seconds; `config_yaml` is the run's whole configuration.
-- `coord_phases(run_id, step, phase, result, seconds, attempts, finished_at)`: one row per persisted phase, written
-  once and never changed (so anything computed from a row may be cached forever); `result` is JSON text. A phase
-  that failed for good is a row named `failed:<phase>` holding {"error": text}.
-
-Phase results read, and the keys read from each (anything else is ignored; a key that is missing or of another type
-reads as empty, so a changed layout shows as gaps on the page, never as a server error):
-- `match`: {"pairings": [{"match_id", "student"}]}
-- `propose`: {"proposals": [{"id", "match_id", "task_type", "teacher", "text", "version"}]}
-- `validate`: {"verdicts": {proposal_id: {"valid", "reason", "detail",
-  "task": {"program", "inputs", "outputs", "message", "complexity": {metric: number}} or null}}}
-- `solve`: {"attempts": [{"id", "task_id", "student", "text"}]}
-- `check`: {"outcomes": {attempt_id: outcome}, "rho": {proposal_id: the student's mean correctness}}
+A value of an unexpected type in a recorded step's problems reads as empty (the page shows gaps, never a server
+error). Keys read from a step's problems (`league_step_problems.problems_json`):
+- `tasks`: [{"id", "task_type", "teacher_id", "student_id", "validated", "valid", "reason", "detail", "program",
+  "inputs", "outputs", "message", "complexity": {metric: number}, "rho", "text", "version"}], every proposal;
+- `answers`: [{"id", "task_id", "student_id", "text", "outcome"}], every answer to a valid task.
 Steps 1.. run match, propose, validate, solve, check, rate, update in that order, evolve after update on steps
 that are a multiple of the config's `evolution.every_k` in `population` mode, account, and eval every `eval.every`.
 """
@@ -31,26 +18,28 @@ from __future__ import annotations
 import json
 import math
 import threading
-import time
 from collections import Counter, OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import PurePosixPath
-from typing import Any
+from typing import Any, Protocol
 
-import sqlalchemy as sa
 import yaml
 
-RUNS_TABLE = "coord_runs"
-PHASES_TABLE = "coord_phases"
+from services.league.engine import PhaseRow, RunRow
+
 INIT_PHASES = ("warmstart", "init", "seed", "account", "eval")
 STEP_PHASES = ("match", "propose", "validate", "solve", "check", "rate", "update", "evolve", "account", "eval")
-FAILED_PREFIX = "failed:"
 PRIVATE_KEYS = ("population", "versions")  # per-adapter maps: kept for `versions`, not served per step
 
-_runs = sa.table(RUNS_TABLE, sa.column("run_id"), sa.column("mode"), sa.column("config_yaml"), sa.column("status"),
-                 sa.column("created_at"), sa.column("updated_at"))
-_phases = sa.table(PHASES_TABLE, sa.column("run_id"), sa.column("step"), sa.column("phase"), sa.column("result"),
-                   sa.column("seconds"), sa.column("attempts"), sa.column("finished_at"))
+
+class ProgressReads(Protocol):
+    """The reads of LeagueDB (services/league/db_runs.py) that the views use."""
+
+    def run_record(self, run_id: str) -> RunRow | None: ...
+    def phase_rows(self, run_id: str) -> list[PhaseRow]: ...
+    def problem_steps(self, run_id: str, first: int = 0, last: int | None = None) -> list[tuple[int, float]]: ...
+    def step_problems(self, run_id: str, steps: Sequence[int]) -> dict[int, tuple[float, str]]: ...
 
 
 # ---- tolerant readers: a value of an unexpected type reads as empty ------------------------------------------------
@@ -80,24 +69,13 @@ def _items(value: Any) -> list[dict]:
     return [x for x in _list(value) if isinstance(x, dict)]
 
 
-@dataclass(frozen=True)
-class PhaseRow:
-    """One persisted phase, without its result."""
-
-    step: int
-    phase: str
-    seconds: float
-    attempts: int
-    finished_at: float
-
-    @property
-    def failed(self) -> bool:
-        return self.phase.startswith(FAILED_PREFIX)
+def _texts(value: Any) -> list[str]:
+    return [_text(x) for x in _list(value)]
 
 
 @dataclass(frozen=True)
 class RunRecord:
-    """A run as the coordinator recorded it."""
+    """A run as the coordinator recorded it, with its config parsed."""
 
     run_id: str
     mode: str
@@ -130,61 +108,34 @@ class RunRecord:
         return store_root(self.config)
 
 
-def _compact(phase: str, result: Any) -> dict:
-    """The part of a phase result the dashboard reads: token id lists become counts, the buffers are dropped (a
-    validate result carries every buffered task; a proposal, its whole prompt)."""
-    result = dict(_dict(result))
-    result.pop("buffers", None)
-    for key in ("proposals", "attempts"):
-        if not isinstance(result.get(key), list):
-            continue
-        items = []
-        for item in _items(result[key]):
-            item = dict(item)
-            item.pop("prompt_token_ids", None)
-            ids = item.pop("response_token_ids", None)
-            item["response_tokens"] = len(ids) if isinstance(ids, list) else None
-            items.append(item)
-        result[key] = items
-    return result
+def _task(step: int, t: dict) -> dict:
+    """A recorded task in the layout of /v1/runs/{run}/tasks."""
+    return {"id": _text(t.get("id")), "step": step, "task_type": _text(t.get("task_type")),
+            "teacher_id": _text(t.get("teacher_id")), "student_id": _text(t.get("student_id")),
+            "validated": t.get("validated") is True, "valid": t.get("valid") is True, "reason": _text(t.get("reason")),
+            "detail": _text(t.get("detail")), "program": _text(t.get("program")), "inputs": _texts(t.get("inputs")),
+            "outputs": _texts(t.get("outputs")), "message": _text(t.get("message")),
+            "complexity": {k: _number(v) for k, v in _dict(t.get("complexity")).items()},
+            "rho": _number(t.get("rho")), "text": _text(t.get("text")), "version": _int(t.get("version"))}
 
 
-class Journal:
-    """Reads of the phase journal, with what is derived from its rows cached (rows never change once written)."""
+class RunView:
+    """The dashboard's views of a run over the league's reads, with each step's parsed problems cached (by when
+    they were recorded, so a step recorded again is read again)."""
 
-    RECHECK_S = 5.0
-
-    def __init__(self, engine: sa.Engine, cache_size: int = 64):
-        self.engine = engine
+    def __init__(self, db: ProgressReads, cache_size: int = 64):
+        self.db = db
         self.cache_size = cache_size
         self._lock = threading.Lock()
-        self._results: OrderedDict[tuple, dict] = OrderedDict()  # (run, step, phase) -> compact result, LRU
+        self._problems: OrderedDict[tuple[str, int], tuple[float, dict]] = OrderedDict()  # LRU
         self._configs: dict[tuple[str, int], dict] = {}
-        self._present = False
-        self._checked_at = -math.inf
 
-    # ---- raw reads ------------------------------------------------------------------------------------------------
-    def available(self) -> bool:
-        """Whether the journal's tables exist in this database (the league also runs without a coordinator)."""
-        if self._present:
-            return True
-        now = time.monotonic()
-        if now - self._checked_at >= self.RECHECK_S:
-            self._checked_at = now
-            names = set(sa.inspect(self.engine).get_table_names())
-            self._present = {RUNS_TABLE, PHASES_TABLE} <= names
-        return self._present
-
+    # ---- reads --------------------------------------------------------------------------------------------------
     def run(self, run_id: str) -> RunRecord | None:
-        if not self.available():
-            return None
-        r = _runs.c
-        with self.engine.connect() as conn:
-            row = conn.execute(sa.select(r.mode, r.config_yaml, r.status, r.created_at, r.updated_at)
-                               .where(r.run_id == run_id)).first()
+        row = self.db.run_record(run_id)
         if row is None:
             return None
-        return RunRecord(run_id, _text(row.mode), _text(row.status), self._config(run_id, _text(row.config_yaml)),
+        return RunRecord(run_id, row.mode, row.status, self._config(run_id, row.config_yaml),
                          _number(row.created_at), _number(row.updated_at))
 
     def _config(self, run_id: str, text: str) -> dict:
@@ -193,66 +144,48 @@ class Journal:
             self._configs[key] = config_of(text)
         return self._configs[key]
 
-    def rows(self, run_id: str) -> list[PhaseRow]:
-        """Every persisted phase of a run (no results), in the order they finished."""
-        if not self.available():
-            return []
-        p = _phases.c
-        with self.engine.connect() as conn:
-            rows = conn.execute(sa.select(p.step, p.phase, p.seconds, p.attempts, p.finished_at)
-                                .where(p.run_id == run_id).order_by(p.finished_at, p.step)).all()
-        return [PhaseRow(int(r.step), _text(r.phase), _number(r.seconds) or 0.0, _int(r.attempts) or 0,
-                         _number(r.finished_at) or 0.0) for r in rows]
-
-    def results(self, run_id: str, step: int, phases: list[str]) -> dict[str, dict]:
-        """The compact results of some phases of one step (those persisted), from the cache or in one query."""
-        out: dict[str, dict] = {}
-        missing: list[str] = []
-        if not phases or not self.available():
-            return out
+    def problems(self, run_id: str, steps: list[tuple[int, float]]) -> dict[int, dict]:
+        """The recorded problems of `steps` ((step, recorded_at), as db.problem_steps gives them), from the cache or
+        in one query."""
+        out: dict[int, dict] = {}
+        missing: list[int] = []
         with self._lock:
-            for phase in phases:
-                got = self._results.get((run_id, step, phase))
-                if got is None:
-                    missing.append(phase)
+            for step, recorded_at in steps:
+                got = self._problems.get((run_id, step))
+                if got is not None and got[0] == recorded_at:
+                    self._problems.move_to_end((run_id, step))
+                    out[step] = got[1]
                 else:
-                    self._results.move_to_end((run_id, step, phase))
-                    out[phase] = got
-        if missing:
-            p = _phases.c
-            with self.engine.connect() as conn:
-                rows = conn.execute(sa.select(p.phase, p.result).where(
-                    p.run_id == run_id, p.step == step, p.phase.in_(missing))).all()
-            for phase, text in rows:
-                try:
-                    value = json.loads(text)
-                except (TypeError, ValueError):
-                    value = {}
-                out[phase] = _compact(phase, value)
-            with self._lock:
-                for phase, value in out.items():
-                    self._results[(run_id, step, phase)] = value
-                while len(self._results) > self.cache_size:
-                    self._results.popitem(last=False)
+                    missing.append(step)
+        fresh = {}
+        for step, (recorded_at, text) in self.db.step_problems(run_id, missing).items():
+            try:
+                value = _dict(json.loads(text))
+            except (TypeError, ValueError):
+                value = {}
+            fresh[step] = (recorded_at, value)
+            out[step] = value
+        with self._lock:
+            for step, entry in fresh.items():
+                self._problems[(run_id, step)] = entry
+            while len(self._problems) > self.cache_size:
+                self._problems.popitem(last=False)
         return out
 
     # ---- views ------------------------------------------------------------------------------------------------------
-    def overview(self, run_id: str, summaries: list[dict]) -> dict | None:
+    def overview(self, run_id: str, summaries: list[dict]) -> dict:
         """Where the run stands (step and phase in progress, status, the latest step's summary), its compute so far
-        and its last evolution events, from the journal's rows and the step `summaries` the league holds (by step);
-        None when the journal has no such run."""
+        and its last evolution events, from the run and phases the coordinator recorded and the step `summaries`
+        (by step); status `unknown` when the coordinator never recorded the run."""
         run = self.run(run_id)
-        rows = self.rows(run_id)
-        if run is None and not rows:
-            return None
+        rows = self.db.phase_rows(run_id)
         steps = public_steps(summaries)
         measured = [s for s in steps if s.get("valid_rate") is not None or s.get("proposals")]
         failures = [r for r in rows if r.failed]
         error = None
         if failures:
             f = failures[-1]
-            error = {"step": f.step, "phase": f.phase[len(FAILED_PREFIX):],
-                     "error": _text(self.results(run_id, f.step, [f.phase]).get(f.phase, {}).get("error"))}
+            error = {"step": f.step, "phase": f.phase, "error": f.error or ""}
         events = [{"step": s["step"], **e} for s in steps for e in _items(s.get("evolution"))]
         compute: Counter = Counter()
         for s in steps:
@@ -276,65 +209,38 @@ class Journal:
             step = with_tasks[-1] if with_tasks else 0
         index = [{"step": s["step"], "proposals": s.get("proposals", 0), "valid": s.get("valid", 0)}
                  for s in summaries if s.get("proposals")]
-        got = self.results(run_id, step, ["match", "propose", "validate", "check"])
-        students = {_text(m.get("match_id")): _text(m.get("student")) for m in _items(got.get("match", {})
-                                                                                         .get("pairings"))}
-        verdicts = _dict(got.get("validate", {}).get("verdicts"))
-        rho = _dict(got.get("check", {}).get("rho"))
-        tasks = []
-        for p in _items(got.get("propose", {}).get("proposals")):
-            pid = _text(p.get("id"))
-            verdict = _dict(verdicts.get(pid))
-            valid = verdict.get("valid") is True
-            if not valid and not include_invalid:
-                continue
-            task = _dict(verdict.get("task"))
-            tasks.append({
-                "id": pid, "step": step, "task_type": _text(p.get("task_type")), "teacher_id": _text(p.get("teacher")),
-                "student_id": students.get(_text(p.get("match_id")), ""), "validated": bool(verdict),
-                "valid": valid, "reason": _text(verdict.get("reason")), "detail": _text(verdict.get("detail")),
-                "program": _text(task.get("program")), "inputs": [_text(x) for x in _list(task.get("inputs"))],
-                "outputs": [_text(x) for x in _list(task.get("outputs"))], "message": _text(task.get("message")),
-                "complexity": {k: _number(v) for k, v in _dict(task.get("complexity")).items()},
-                "rho": _number(rho.get(pid)), "text": _text(p.get("text")), "version": _int(p.get("version"))})
-        return {"run_id": run_id, "step": step, "steps": index, "tasks": tasks}
+        recorded = self.db.problem_steps(run_id, step, step)
+        got = self.problems(run_id, recorded).get(step, {})
+        tasks = [_task(step, t) for t in _items(got.get("tasks"))]
+        return {"run_id": run_id, "step": step, "steps": index,
+                "tasks": [t for t in tasks if t["valid"] or include_invalid]}
 
     def samples(self, run_id: str, adapter_id: str, limit: int, first_step: int = 0,
                 last_step: int | None = None) -> dict:
         """The adapter's latest proposals (as a teacher) with their verdicts and solve rates, and its latest answers
         (as a student) with their outcomes and the task they answered, newest step first, at most `limit` each."""
-        rows = self.rows(run_id)
-        steps = sorted({r.step for r in rows if r.step >= max(1, first_step)
-                        and (last_step is None or r.step <= last_step)}, reverse=True)
+        steps = self.db.problem_steps(run_id, max(1, first_step), last_step)
         proposals: list[dict] = []
         answers: list[dict] = []
-        for step in steps:
+        for at in range(0, len(steps), 8):  # newest first, a few steps per query
             if len(proposals) >= limit and len(answers) >= limit:
                 break
-            got = self.results(run_id, step, ["propose", "validate", "solve", "check"])
-            verdicts = _dict(got.get("validate", {}).get("verdicts"))
-            check = got.get("check", {})
-            rho, outcomes = _dict(check.get("rho")), _dict(check.get("outcomes"))
-            props = {_text(p.get("id")): p for p in _items(got.get("propose", {}).get("proposals"))}
-            for pid, p in props.items():
-                if len(proposals) < limit and p.get("teacher") == adapter_id:
-                    verdict = _dict(verdicts.get(pid))
-                    task = _dict(verdict.get("task"))
-                    proposals.append({"step": step, "id": pid, "task_type": _text(p.get("task_type")),
-                                      "text": _text(p.get("text")), "validated": bool(verdict),
-                                      "valid": verdict.get("valid") is True, "reason": _text(verdict.get("reason")),
-                                      "detail": _text(verdict.get("detail")), "program": _text(task.get("program")),
-                                      "rho": _number(rho.get(pid)), "version": _int(p.get("version"))})
-            for a in _items(got.get("solve", {}).get("attempts")):
-                if len(answers) < limit and a.get("student") == adapter_id:
-                    task_id = _text(a.get("task_id"))
-                    task = _dict(_dict(verdicts.get(task_id)).get("task"))
-                    answers.append({"step": step, "id": _text(a.get("id")), "task_id": task_id,
-                                    "task_type": _text(props.get(task_id, {}).get("task_type")),
-                                    "text": _text(a.get("text")), "outcome": _text(outcomes.get(_text(a.get("id")))),
-                                    "program": _text(task.get("program")),
-                                    "inputs": [_text(x) for x in _list(task.get("inputs"))],
-                                    "outputs": [_text(x) for x in _list(task.get("outputs"))]})
+            chunk = steps[at:at + 8]
+            got = self.problems(run_id, chunk)
+            for step, _ in chunk:
+                problems = got.get(step, {})
+                tasks = {t["id"]: t for t in (_task(step, t) for t in _items(problems.get("tasks")))}
+                for t in tasks.values():
+                    if len(proposals) < limit and t["teacher_id"] == adapter_id:
+                        proposals.append({k: t[k] for k in ("step", "id", "task_type", "text", "validated", "valid",
+                                                             "reason", "detail", "program", "rho", "version")})
+                for a in _items(problems.get("answers")):
+                    if len(answers) < limit and a.get("student_id") == adapter_id:
+                        task = tasks.get(_text(a.get("task_id")), {})
+                        answers.append({"step": step, "id": _text(a.get("id")), "task_id": _text(a.get("task_id")),
+                                        "task_type": task.get("task_type", ""), "text": _text(a.get("text")),
+                                        "outcome": _text(a.get("outcome")), "program": task.get("program", ""),
+                                        "inputs": task.get("inputs", []), "outputs": task.get("outputs", [])})
         return {"adapter_id": adapter_id, "proposals": proposals, "answers": answers}
 
 

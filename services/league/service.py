@@ -31,6 +31,7 @@ from services.league.engine import (
     EvalRow,
     InvalidRequest,
     MatchReport,
+    PhaseRow,
     RatingRules,
     UnknownEntity,
 )
@@ -291,6 +292,27 @@ class LeagueService:
                           ) -> league_pb2.RecordStepSummaryResponse:
         return league_pb2.RecordStepSummaryResponse(replaced=self.db.record_step_summary(
             request.run_id, request.step, request.summary_json, time.time()))
+
+    @_status_codes
+    def RecordRun(self, request: league_pb2.RecordRunRequest) -> league_pb2.RecordRunResponse:
+        return league_pb2.RecordRunResponse(created=self.db.record_run(
+            request.run_id, request.mode, request.config_yaml, request.status, time.time()))
+
+    @_status_codes
+    def RecordPhases(self, request: league_pb2.RecordPhasesRequest) -> league_pb2.RecordPhasesResponse:
+        rows = []
+        for i, p in enumerate(request.phases):
+            if p.error and not p.failed:
+                raise invalid(f"phases[{i}].error: only a phase that failed has an error (set failed)")
+            rows.append(PhaseRow(p.step, p.phase, p.seconds, p.attempts, p.finished_at,
+                                 p.error if p.failed else None))
+        return league_pb2.RecordPhasesResponse(recorded=self.db.record_phases(request.run_id, rows))
+
+    @_status_codes
+    def RecordStepProblems(self, request: league_pb2.RecordStepProblemsRequest
+                           ) -> league_pb2.RecordStepProblemsResponse:
+        return league_pb2.RecordStepProblemsResponse(replaced=self.db.record_step_problems(
+            request.run_id, request.step, request.problems_json, time.time()))
 
     @_status_codes
     def eval_scores(self, run_id: str, adapter_id: str = "", benchmark: str = "", include_problems: bool = False

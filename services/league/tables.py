@@ -1,5 +1,5 @@
 """SQLAlchemy table definitions of the league database (runs, adapters, ratings, matches, lineage, payoff, compute,
-held-out evaluations, step summaries).
+held-out evaluations, step summaries, run progress and step problems).
 
 The schema itself is created by the Alembic migrations in `migrations/`; each table here is built from the columns
 of the revision that last changed it (`migrations/columns.py`), so queries and migrations cannot disagree.
@@ -29,3 +29,6 @@ compute = sa.Table("league_compute", metadata, *columns.compute_0003())
 evals = sa.Table("league_evals", metadata, *columns.evals_0004(),
                  sa.Index("ix_league_evals_run_step", "run_id", "step"))
 step_summaries = sa.Table("league_step_summaries", metadata, *columns.step_summaries_0006())
+run_status = sa.Table("league_run_status", metadata, *columns.run_status_0007())
+phase_progress = sa.Table("league_phase_progress", metadata, *columns.phase_progress_0007())
+step_problems = sa.Table("league_step_problems", metadata, *columns.step_problems_0007())

@@ -68,7 +68,12 @@ def test_distributed_run_survives_a_killed_worker(tmp_path, echo_model, pg_url, 
             "SELECT match_id FROM league_matches WHERE run_id = :r"), {"r": run_id})]
         played = c.execute(sa.text("SELECT adapter_id, matches FROM league_adapters WHERE run_id = :r"),
                            {"r": run_id}).all()
+        # what the dashboard shows, recorded by the coordinator over gRPC: each journal row once, with its attempts
+        progress = {(r.step, r.phase): r.attempts for r in c.execute(sa.text(
+            "SELECT step, phase, attempts FROM league_phase_progress WHERE run_id = :r"), {"r": run_id})}
+        status = c.execute(sa.text("SELECT status FROM league_run_status WHERE run_id = :r"), {"r": run_id}).scalar()
     engine.dispose()
+    assert progress == {k: r["attempts"] for k, r in rows.items()} and status == "finished"
     assert reported and sorted(db_matches) == sorted(reported)  # every match id counted once
     assert sum(m for _, m in played) == 2 * len(reported)
     from populora.store import ArtifactStore

@@ -10,6 +10,7 @@ from coordinator.phases import rollouts
 from coordinator.train import run_training
 from populora.config import load_config
 from populora.store import ArtifactStore
+from services.league.db import LeagueDB
 from tests.e2e.conftest import e2e_overrides
 from tests.e2e.records import GOLDEN, differences, run_records
 
@@ -120,9 +121,17 @@ def test_baseline_and_resume(tmp_path, echo_model):
     assert state.get("base", 1, "evolve") is None  # one adapter: nothing to evolve
     # stop between steps, then resume: step 1 is not redone, step 2 runs
     before = set(_done(state, "base"))
+    league = LeagueDB(cfg.league_db_url)
+    with league.engine.begin() as c:  # as a run recorded before league migration 0007 left the league
+        for table in ("league_phase_progress", "league_step_problems", "league_run_status"):
+            c.execute(sa.text(f"DELETE FROM {table} WHERE run_id = 'base'"))
     cfg.run.steps = 2
     run_training(cfg, "base", state)
     after = state.phase_rows("base")
+    # the resume recorded again what the dashboard shows of the steps it read back, and of the one it ran
+    assert {(r.step, r.phase) for r in league.phase_rows("base")} == {(r["step"], r["phase"]) for r in after}
+    assert [s for s, _ in league.problem_steps("base")] == [2, 1] and league.run_record("base").status == "finished"
+    league.close()
     assert {(r["step"], r["phase"]) for r in after if r["step"] <= 1} == before
     assert all(r["attempts"] == 1 for r in after)
     assert [p for s, p in _done(state, "base") if s == 2] == STEP_PHASES + ["account"]  # one adapter: no evolve

@@ -283,8 +283,8 @@ HOSTILE = ['"><img src=x onerror="window.__pwned=1">', "<script>window.__pwned=2
 def hostile_site(browser, tmp_path_factory):
     """A league and a journal whose ids, programs and model output are HTML and script."""
     from bench.league_dashboard import store_step
-    from coordinator.journal import Journal as CoordinatorJournal
-    from coordinator.journal import JournalDB
+    from coordinator.journal import Journal, JournalDB
+    from coordinator.runprogress import RunProgress
     from coordinator.step import StepRecord
     from populora import records as r
     from populora.config import Config
@@ -307,10 +307,12 @@ def hostile_site(browser, tmp_path_factory):
                                               params_json='{"epsilon": 0.1, "note": "<script>x</script>"}'))
     state = JournalDB(url)
     state.create_run(run, "population", "run: {steps: 2}\nstore: {root: '<b>store</b>'}\n")
+    progress = RunProgress(league, state, run)
+    progress.status("running")
     task = Triplet("code_o", f"def f(a):\n    return {HOSTILE[0]!r}", [repr(HOSTILE[1])], [repr(HOSTILE[3])],
                    HOSTILE[4], complexity={"ast_depth": 3})
     population = {teacher: r.Member("teacher", 1), student: r.Member("student", 1)}
-    CoordinatorJournal(state, run).put(0, "init", r.Initialized(population), 1.0)
+    Journal(state, run, on_phase=progress.stored).once(0, "init", lambda: r.Initialized(population))
     step = StepRecord(
         1, r.Matched([r.Pairing("m1", teacher, student, "code_o")]),
         r.Proposed([r.Proposal("p0", "code_o", teacher, "m1", 1, HOSTILE[1] + HOSTILE[4], [], [1]),

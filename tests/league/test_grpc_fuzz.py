@@ -51,6 +51,15 @@ requests = st.one_of(
                                                                  include_problems=p)), text, text, text, st.booleans()),
     st.builds(lambda r, s, j: ("RecordStepSummary", pb.RecordStepSummaryRequest(run_id=r, step=s, summary_json=j)),
               text, int64, st.one_of(text, st.sampled_from(['{"step": 1}', "[1]", '{"x": NaN}', '{"x": 1e999}']))),
+    st.builds(lambda r, m, c, status: ("RecordRun", pb.RecordRunRequest(run_id=r, mode=m, config_yaml=c,
+                                                                         status=status)),
+              text, text, text, st.one_of(text, st.sampled_from(["running", "finished", "failed", "stopped"]))),
+    st.builds(lambda r, s, p, sec, a, at, f, e: ("RecordPhases", pb.RecordPhasesRequest(run_id=r, phases=[
+        pb.PhaseProgress(step=s, phase=p, seconds=sec, attempts=a, finished_at=at, failed=f, error=e)])),
+        text, int64, text, rho, int32, rho, st.booleans(), text),
+    st.builds(lambda r, s, j: ("RecordStepProblems", pb.RecordStepProblemsRequest(run_id=r, step=s, problems_json=j)),
+              text, int64, st.one_of(text, st.sampled_from(['{"tasks": [], "answers": []}', '{"tasks": [1]}',
+                                                            '{"tasks": [], "answers": [{"rho": NaN}]}']))),
 )
 
 

@@ -114,3 +114,20 @@ def evals_0004() -> list[sa.Column]:
 def step_summaries_0006() -> list[sa.Column]:
     return [_run_id(primary_key=True), sa.Column("step", sa.BigInteger, primary_key=True),
             sa.Column("summary_json", sa.Text, nullable=False), *_floats("recorded_at")]
+
+
+def run_status_0007() -> list[sa.Column]:
+    return [_run_id(primary_key=True), sa.Column("status", sa.String(16), nullable=False),
+            *_floats("created_at", "updated_at")]
+
+
+def phase_progress_0007() -> list[sa.Column]:
+    return [_run_id(primary_key=True), sa.Column("step", sa.BigInteger, primary_key=True),
+            sa.Column("phase", sa.String(32), primary_key=True), *_floats("seconds", "finished_at"),
+            sa.Column("attempts", sa.Integer, nullable=False),
+            sa.Column("error", sa.Text, nullable=True)]  # NULL: stored; text: failed on every delivery
+
+
+def step_problems_0007() -> list[sa.Column]:
+    return [_run_id(primary_key=True), sa.Column("step", sa.BigInteger, primary_key=True),
+            sa.Column("problems_json", sa.Text, nullable=False), *_floats("recorded_at")]

@@ -24,7 +24,7 @@
         card("retired", a.retired_step === null ? "–" : `step ${a.retired_step}`, ""),
         card("versions", String(page.versions.length || "–"), page.versions.length ? `latest v${page.versions[page.versions.length - 1].version}` : "")),
       h("div", { class: "grid2" },
-        panel("Stored version", h("p", {}, "path ", h("code", { id: "store-path", text: page.store_path || "(not in the journal)" })),
+        panel("Stored version", h("p", {}, "path ", h("code", { id: "store-path", text: page.store_path || "(not recorded)" })),
           h("p", { class: "note", text: `store root: ${page.store_root || "–"}` }),
           page.versions.length ? table(["version", "current after step"], page.versions.map((v) => h("tr", {},
             h("td", { class: "num", text: `v${v.version}` }), h("td", { class: "num", text: v.step }))), { class: "compact", id: "versions" }) : null,
@@ -42,13 +42,13 @@
           h("header", {}, h("span", { class: "ev-step", text: `step ${p.step}` }), " ", badge(p.task_type, "tt"), " ",
             p.valid ? badge("valid", "ok") : badge(p.reason || "pending", "bad"), p.rho === null ? "" : ` · solve rate ${fmt(p.rho)}`),
           p.valid ? h("pre", { class: "code program", text: p.program }) : (p.detail ? h("p", { class: "note", text: p.detail }) : null),
-          h("details", {}, h("summary", { text: "the whole answer" }), h("pre", { class: "code raw", text: p.text })))) : h("p", { class: "note", text: "none (not a teacher, or no journal)" }))),
+          h("details", {}, h("summary", { text: "the whole answer" }), h("pre", { class: "code raw", text: p.text })))) : h("p", { class: "note", text: "none (not a teacher, or nothing recorded)" }))),
         panel(`Answers (${samples.answers.length})`, h("div", { id: "sample-answers" }, samples.answers.length ? samples.answers.map((x) => h("article", { class: "sample" },
           h("header", {}, h("span", { class: "ev-step", text: `step ${x.step}` }), " ", badge(x.task_type || "task", "tt"), " ",
             badge(x.outcome || "unchecked", x.outcome === "correct" ? "ok" : "bad")),
           h("pre", { class: "code raw", text: x.text }),
           h("details", {}, h("summary", { text: "the task" }), h("pre", { class: "code program", text: x.program }),
-            x.inputs.length ? table(["input", "gold output"], x.inputs.map((v, i) => h("tr", {}, h("td", {}, h("code", { text: v })), h("td", {}, h("code", { text: x.outputs[i] ?? "" })))), { class: "io compact" }) : null))) : h("p", { class: "note", text: "none (not a student, or no journal)" })))));
+            x.inputs.length ? table(["input", "gold output"], x.inputs.map((v, i) => h("tr", {}, h("td", {}, h("code", { text: v })), h("td", {}, h("code", { text: x.outputs[i] ?? "" })))), { class: "io compact" }) : null))) : h("p", { class: "note", text: "none (not a student, or nothing recorded)" })))));
     if (hist.history.length) {
       chart("adapter", box, { height: 260, series: [{ label: "step" }, { label: "μ", stroke: "#3a7be4", width: 2 },
         { label: "μ − kσ", stroke: "#e4793a", width: 2 }], axes: [{ label: "step" }, {}] },

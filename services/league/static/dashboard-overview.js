@@ -40,8 +40,9 @@
         h("code", { text: ov.error.error })));
     }
     if (!ov.journal) {
-      parts.push(h("p", { class: "note", text: "This database holds no phase journal for the run (the league " +
-        "alone): progress, problems and samples stay empty." }));
+      parts.push(h("p", { class: "note", text: "The coordinator has recorded no progress for this run (the league " +
+        "alone, or a run recorded before league migration 0007: `populora train --resume` records it): progress, " +
+        "problems and samples stay empty." }));
     }
     parts.push(h("div", { class: "grid2" },
       panel(latest ? `Step ${latest.step}: seconds per phase` : "Seconds per phase", phaseBars(latest)),
