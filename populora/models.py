@@ -75,23 +75,43 @@ class BaseModel:
         return sorted(i for i in ids if i is not None)
 
 
-def _busy_cpu_seconds() -> float:
-    """CPU seconds every core of the machine has spent busy since boot (Linux /proc/stat)."""
+def allowed_cpus() -> set[int]:
+    """The CPUs this process may run on (its affinity: `taskset`, a cgroup's cpuset, a pinned replica), else all."""
+    try:
+        return set(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return set(range(os.cpu_count() or 1))
+
+
+def _busy_cpu_seconds(cpus: set[int] | None = None) -> float:
+    """CPU seconds the given cores (every core: None) have spent busy since boot (Linux /proc/stat: the per-core
+    `cpuN` lines)."""
+    total = 0.0
     with open("/proc/stat") as f:
-        fields = [int(x) for x in f.readline().split()[1:]]
-    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
-    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+        for line in f:
+            name, *rest = line.split()
+            if not name.startswith("cpu"):
+                break
+            if name == "cpu" or (cpus is not None and int(name[3:]) not in cpus):
+                continue
+            fields = [int(x) for x in rest]
+            idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+            total += sum(fields[:8]) - idle
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 def free_cores(window_s: float = 0.1) -> int:
-    """The cores other processes leave free, measured over `window_s`: the machine's busy CPU time (/proc/stat)
-    minus this process's own, as a share of the window; at least 1. Where /proc/stat cannot be read, the
-    1-minute load average stands in for the other processes' demand."""
-    cores = os.cpu_count() or 1
+    """The cores this process may run on (`allowed_cpus`) that other processes leave free, measured over
+    `window_s`: those cores' busy CPU time (/proc/stat) minus this process's own, as a share of the window; at
+    least 1. A process pinned to one core gets 1 whatever the rest of the machine does (two threads on one core
+    wait on each other at every barrier). Where /proc/stat cannot be read, the 1-minute load average stands in
+    for the other processes' demand."""
+    cpus = allowed_cpus()
+    cores = len(cpus)
     try:
-        busy0, own0, t0 = _busy_cpu_seconds(), sum(os.times()[:2]), time.monotonic()
+        busy0, own0, t0 = _busy_cpu_seconds(cpus), sum(os.times()[:2]), time.monotonic()
         time.sleep(window_s)
-        busy1, own1, t1 = _busy_cpu_seconds(), sum(os.times()[:2]), time.monotonic()
+        busy1, own1, t1 = _busy_cpu_seconds(cpus), sum(os.times()[:2]), time.monotonic()
         others = max(0.0, (busy1 - busy0) - (own1 - own0)) / max(t1 - t0, 1e-3)
     except (OSError, ValueError, IndexError):
         others = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0

@@ -86,6 +86,21 @@ def test_free_cores_sees_other_processes_busy():
             p.join()
 
 
+def test_a_process_pinned_to_one_core_gets_one_thread_however_idle_the_rest_is():
+    """A replica pinned to a core (taskset, a cpuset, bench.scale/bench.pipeline) must not run two torch threads on
+    it: they would wait on each other at every barrier."""
+    import os
+    import subprocess
+    import sys
+
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("one core: every process here is pinned to it")
+    code = ("import os; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}); "
+            "from populora.models import free_cores, allowed_cpus; print(len(allowed_cpus()), free_cores(0.3))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.split() == ["1", "1"]
+
+
 def _spin(seconds: float) -> None:
     import time
 
@@ -99,12 +114,12 @@ def test_free_cores_falls_back_to_the_load_average(monkeypatch):
 
     import populora.models as models
 
-    def unreadable():
+    def unreadable(cpus=None):
         raise OSError("no /proc/stat")
 
     monkeypatch.setattr(models, "_busy_cpu_seconds", unreadable)
     monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))
-    assert models.free_cores() == (os.cpu_count() or 1)
+    assert models.free_cores() == len(models.allowed_cpus())
     monkeypatch.setattr(os, "getloadavg", lambda: (50.0, 0.0, 0.0))
     assert models.free_cores() == 1
 
