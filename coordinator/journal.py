@@ -215,6 +215,12 @@ class Journal:
                 if not r["phase"].startswith("failed:")}
 
 
+class ForeignJob(RuntimeError):
+    """A job whose step has an earlier phase with no stored result. The coordinator publishes a phase only once every
+    phase before it in its step is stored, so no job of this run's journal is ever such a job: it was left in the
+    step queue by an earlier run of the same id (against a journal since made anew). A worker drops it."""
+
+
 class PhaseDone(Exception):  # noqa: N818 - a signal, not an error
     """Raised by PhaseJournal once the phase it was asked for is stored: the worker's replay of the step ends."""
 
@@ -231,8 +237,8 @@ class PhaseJournal(Journal):
         if (step, phase) != (self.step, self.phase):
             got = self.get(step, phase)
             if got is None:
-                raise RuntimeError(f"run {self.run_id}: phase {phase} of step {step} runs before {self.phase} but "
-                                   "has no stored result")
+                raise ForeignJob(f"run {self.run_id}: phase {phase} of step {step} runs before {self.phase} but "
+                                 "has no stored result")
             return got
         if self.get(step, phase) is None:
             start = time.perf_counter()

@@ -77,6 +77,24 @@ class RedisStreamQueue:
             if "BUSYGROUP" not in str(e):
                 raise
 
+    def discard_earlier(self) -> int:
+        """Drop every entry of the stream (and its consumer group, made again empty): called when the journal holds
+        nothing of this run yet, so that no entry can be one of its jobs. An earlier run of the same id against
+        another journal (a database made anew, a benchmark run again) leaves its jobs here, and a worker would
+        otherwise replay them against this run's journal and fail them. Returns how many entries were dropped."""
+        def drop() -> int:
+            n = int(self.client.xlen(self.stream) or 0)
+            if n:
+                self.client.delete(self.stream)
+                self._ensure_group()
+            return n
+
+        n = self._retry(drop, "drop the jobs of an earlier run")
+        if n:
+            log.warning("the step queue %s held %d jobs of an earlier run with this id (this run's journal has "
+                        "none): dropped", self.stream, n)
+        return n
+
     def publish(self, job: PhaseJob) -> str:
         entry = self._retry(lambda: self.client.xadd(self.stream, {"job": job.to_json()}),
                             f"publish {job.phase} of step {job.step}")

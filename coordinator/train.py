@@ -209,6 +209,8 @@ def run_training(cfg: Config, run_id: str, db: JournalDB, workers: int | None = 
     queue = stop_workers = None
     if cfg.queue.backend == "redis":
         queue = RedisStreamQueue.from_config(cfg, run_id)
+        if not db.phase_rows(run_id):  # nothing stored yet: whatever the stream holds is not this run's
+            queue.discard_earlier()
         if workers is None:  # overlapped steps (spec 16) run a step's games beside the previous update: two jobs
             workers = 2 if cfg.loop.max_staleness else 1
         stop_workers = start_worker_threads(run, db, queue, workers)

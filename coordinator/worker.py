@@ -17,7 +17,7 @@ import threading
 import time
 import traceback
 
-from coordinator.journal import JournalDB, PhaseDone, PhaseJournal, failed_key
+from coordinator.journal import ForeignJob, JournalDB, PhaseDone, PhaseJournal, failed_key
 from coordinator.phases import Run
 from coordinator.queue import Delivery, RedisStreamQueue
 from coordinator.step import prepare, train_step
@@ -55,6 +55,11 @@ class Worker:
         start = time.perf_counter()
         try:
             run_phase(self.run, self.db, job.step, job.phase, delivery.deliveries)
+        except ForeignJob as e:  # not this run's job: retrying cannot help, and failing it would fail the run
+            log.warning("dropped a job of an earlier run with this id (phase %s of step %d): %s", job.phase,
+                        job.step, e)
+            self.queue.ack(delivery)
+            return
         except Exception as e:
             log.error("phase %s of step %d failed (delivery %d): %s", job.phase, job.step, delivery.deliveries, e)
             if delivery.deliveries >= MAX_DELIVERIES:

@@ -108,3 +108,21 @@ def test_phase_results_are_insert_once(state):
     assert [(r["step"], r["phase"]) for r in state.phase_rows("r")] == [(1, "match"), (1, "propose")]
     state.set_status("r", "finished")
     assert state.get_run("r")["status"] == "finished"
+
+
+def test_discard_earlier_drops_every_entry_and_the_queue_works_after(queue):
+    """A run whose journal holds nothing drops what an earlier run of its id left: entries pending at a consumer
+    that died and entries never delivered; publishing and consuming then work as on a new stream."""
+    for p in ("match", "propose", "update"):
+        queue.publish(PhaseJob("run1", 2, p))
+    assert queue.consume("dead", block_ms=500) is not None  # delivered, never acked
+    assert queue.discard_earlier() == 3
+    assert queue.depth() == 0
+    assert queue.consume("c1", block_ms=100) is None
+    assert queue.discard_earlier() == 0  # nothing left: nothing dropped
+    job = PhaseJob("run1", 0, "warmstart")
+    queue.publish(job)
+    got = queue.consume("c1", block_ms=500)
+    assert got is not None and got.job == job and got.deliveries == 1
+    queue.ack(got)
+    assert queue.depth() == 0

@@ -34,6 +34,13 @@ def test_distributed_run_survives_a_killed_worker(tmp_path, echo_model, pg_url, 
     cluster = _cluster(tmp_path, echo_model, pg_url, redis_url, "loop.max_staleness=0")
     run_id = "dist-e2e"
     state = JournalDB(pg_url)
+    # jobs an earlier run of this id left in the stream (against another journal, since gone): replayed against
+    # this run's journal they would fail again and again and fail the run; a run whose journal holds nothing yet
+    # drops them
+    earlier = RedisStreamQueue(url, run_id, prefix=prefix)
+    for step, phase in ((2, "update"), (1, "rate")):
+        earlier.publish(PhaseJob(run_id, step, phase))
+    earlier.close()
     try:
         cluster.start()
         train = _train(cluster, run_id, 2)
@@ -60,6 +67,8 @@ def test_distributed_run_survives_a_killed_worker(tmp_path, echo_model, pg_url, 
 
     rows = {(r["step"], r["phase"]): r for r in state.phase_rows(run_id)}
     assert rows[(2, "propose")]["attempts"] >= 2  # the killed worker's job was reclaimed and run again
+    logs = "".join(f.read_text() for f in cluster.logs.glob("*.log"))  # the coordinator's or the worker's word
+    assert "held 2 jobs of an earlier run" in logs or "dropped a job of an earlier run" in logs
     assert state.get_run(run_id)["status"] == "finished"
     reported = [m for s in (1, 2) for m in state.get(run_id, s, "rate")["reported"]]
     engine = sa.create_engine(pg_url)
