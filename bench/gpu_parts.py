@@ -7,74 +7,112 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from bench.gpu_model import N_ADAPTERS, RANK, TARGETS, Shape, free, lora_layer, sync
+from bench.gpu_workload import (
+    PRESET,
+    build_batches,
+    decode_forced,
+    eos_bias,
+    eos_biased,
+    rows_per_adapter,
+    sandbox_backend,
+)
 from bench.harness import Reporter, best_of, random_adapters
-
-TOPICS = ["reverse a string", "sum of squares", "count vowels", "fibonacci numbers", "merge two sorted lists",
-          "remove duplicates", "binary search", "the greatest common divisor", "is a number prime",
-          "flatten a nested list", "run-length encoding", "the longest word", "rotate a list", "matrix transpose",
-          "balanced parentheses", "sort a dictionary by value"]
-
-
 
 # ---------------------------------------------------------------- generation
 
-def chat(j: int) -> list[dict[str, str]]:
-    """Prompt j: a coding request, longer for some j, so the batch is left-padded as in training."""
-    detail = " Explain each step briefly and give two examples of its use." * (j % 4)
-    return [{"role": "user", "content": f"Write a Python function for {TOPICS[j % len(TOPICS)]}.{detail}"}]
-
-
 def bench_generation(base, shape: Shape, args, report: Reporter, device) -> None:
+    """One step's propose and solve batches (bench.gpu_workload) through HfBackend.generate with 8 adapters, sampled
+    with end-of-sequence honoured; the bare base on the same rows at the same lengths; one adapter's rows alone."""
     from populora.store import ArtifactStore
     from services.inference.hf import HfBackend
 
-    k, new_tokens = args.rows_per_adapter or shape.rows_per_adapter, args.new_tokens or shape.new_tokens
+    new_tokens = args.new_tokens or shape.new_tokens
+    mean_tokens = args.mean_new_tokens or shape.mean_new_tokens
     with tempfile.TemporaryDirectory(prefix="bench-gpu-") as tmp:
-        store = ArtifactStore(tmp)
+        store = ArtifactStore(Path(tmp) / "store")
         # in the model's dtype (bfloat16 on a GPU, as the trainer's GPU adapters compute); std 0.01 keeps the random
         # model's activations finite
         refs = random_adapters(store, base.model, TARGETS, RANK, N_ADAPTERS, "gpu-", dtype=base.model.dtype)
-        backend = HfBackend(base, store, TARGETS, max_rank=RANK, max_batch=N_ADAPTERS * k, max_resident=N_ADAPTERS)
+        sandbox, why = sandbox_backend(args.sandbox)
+        report("gpu_workload_sandbox", f"{sandbox} ({why})")
+        start = time.perf_counter()
+        batches, cfg = build_batches(store, refs, args.proposals or shape.proposals, new_tokens, sandbox, Path(tmp),
+                                     shape.seed_programs)
+        report("gpu_workload_build_s", time.perf_counter() - start)
+        g = cfg.generation
+        report("gpu_generation_preset", PRESET)
+        report("gpu_generation_requests", {"propose": len(batches[0]), "solve": len(batches[1]) if len(batches) > 1
+                                           else 0})
+        report("gpu_generation_rows_per_adapter", rows_per_adapter(batches, refs))
+        report("gpu_generation_new_tokens", {"propose": cfg.teacher_max_new_tokens, "solve": g.max_new_tokens})
+        report("gpu_generation_sampling", {"temperature": g.temperature, "top_p": g.top_p,
+                                           "n_samples": cfg.tasks.n_samples, "ignore_eos": False,
+                                           "logprobs": any(r.sampling.logprobs for b in batches for r in b)})
+        report("gpu_generation_mean_new_tokens", mean_tokens)
+        bias = eos_bias(base, batches[0], g.temperature, mean_tokens)
+        report("gpu_generation_eos_bias", bias)
+        backend = HfBackend(base, store, TARGETS, max_rank=RANK, max_resident=N_ADAPTERS,
+                            max_batch=max(sum(r.sampling.n for r in b) for b in batches))
         try:
-            wall, produced = _generate_sides(backend, refs, k, new_tokens, args, device)
+            with eos_biased(base, bias):
+                _generate_sides(backend, refs, batches, args, report, device)
         finally:
             backend.host.multi.restore()  # the plain model again, for the trainer
-    report("gpu_generation_rows_per_adapter", k)
-    report("gpu_generation_new_tokens", new_tokens)
-    for name in wall:
-        report(f"gpu_wall_s_{name}", wall[name])
-        report(f"gpu_tokens_per_s_{name}", produced[name] / wall[name])
-    report("gpu_eight_vs_one_wall_ratio", wall["8_adapters"] / wall["1_adapter"])
-    report("gpu_lora_overhead", report.out["gpu_tokens_per_s_base"] / report.out["gpu_tokens_per_s_8_adapters"])
 
 
-def _generate_sides(backend, refs: list, k: int, new_tokens: int, args,
-                    device) -> tuple[dict[str, float], dict[str, int]]:
-    """Best wall time and tokens produced of the 8-adapter, 1-adapter and base batches, k rows per adapter."""
-    from services.inference.backend import Request, Sampling
-
+def _generate_sides(backend, refs: list, batches: list[list], args, report: Reporter, device) -> None:
+    """Best wall time of each side over the same requests: `8_adapters` (HfBackend.generate, the phases' batches),
+    `base` (every row of the adapter run just before it, with no adapter, to the length it had there:
+    bench.gpu_workload.decode_forced) and `1_adapter` (the rows of the adapter with the most, alone, sampled)."""
     for ref in refs:
         backend.load_adapter(ref)
+    most = max(refs, key=lambda r: sum(q.sampling.n for b in batches for q in b if q.adapter.key == r.key))
+    alone = [b for b in ([q for q in batch if q.adapter.key == most.key] for batch in batches) if b]
+    lengths: dict[tuple[str, int], int] = {}
+    seen: list[tuple] = []  # the lengths of every adapter run: sampling is seeded, so they should all be the same
+    tokens: dict[str, int] = {}
+    ended: dict[str, int] = {}
+    prompts: list[int] = []
 
-    def requests(adapters: list, tokens: int) -> list:
-        sampling = Sampling(max_new_tokens=tokens, ignore_eos=True)
-        return [Request(f"r{i}-{j}", ref, messages=chat(j), sampling=sampling)
-                for j in range(k) for i, ref in enumerate(adapters)]
+    def adapters() -> None:
+        lengths.clear()
+        ended["eos"] = 0
+        prompts.clear()
+        for batch in batches:
+            for result in backend.generate(batch):
+                prompts.append(len(result.prompt_token_ids))
+                for c in result.completions:
+                    lengths[(result.request_id, c.index)] = len(c.token_ids)
+                    ended["eos"] += c.finish_reason == "stop"
+        tokens["8_adapters"] = sum(lengths.values())
+        seen.append(tuple(sorted(lengths.items())))
 
-    batches = {"8_adapters": requests(refs, new_tokens), "1_adapter": requests(refs[:1], new_tokens),
-               "base": requests([None] * N_ADAPTERS, new_tokens)}
-    produced: dict[str, int] = {}
+    def bare() -> None:
+        tokens["base"] = sum(decode_forced(backend, batch, lengths) for batch in batches)
 
-    def side(name: str) -> Callable[[], float]:
-        def run() -> float:
-            produced[name] = sum(len(c.token_ids) for result in backend.generate(batches[name])
-                                 for c in result.completions)
-            return produced[name]
-        return run
+    def one() -> None:
+        tokens["1_adapter"] = sum(len(c.token_ids) for batch in alone for result in backend.generate(batch)
+                                  for c in result.completions)
 
-    return best_of(args.repeats, {name: side(name) for name in batches}, lambda: sync(device)), produced
+    sides = {"8_adapters": adapters, "base": bare, "1_adapter": one}
+    wall = best_of(args.repeats, sides, lambda: sync(device))
+    rows = list(lengths.values())
+    report("gpu_generation_rows", len(rows))
+    report("gpu_generation_1_adapter_rows", sum(q.sampling.n for b in alone for q in b))
+    report("gpu_generation_prompt_tokens", [min(prompts), max(prompts)])
+    report("gpu_generation_row_tokens", {"min": min(rows), "mean": round(sum(rows) / len(rows), 2),
+                                         "max": max(rows)})
+    report("gpu_generation_finished_by_eos", ended["eos"] / len(rows))
+    report("gpu_generation_runs_with_other_lengths", sum(s != seen[0] for s in seen))
+    for name in sides:
+        report(f"gpu_wall_s_{name}", wall[name])
+        report(f"gpu_tokens_{name}", tokens[name])
+        report(f"gpu_tokens_per_s_{name}", tokens[name] / wall[name])
+    report("gpu_lora_overhead", report.out["gpu_tokens_per_s_base"] / report.out["gpu_tokens_per_s_8_adapters"])
+    report("gpu_eight_vs_one_wall_ratio", wall["8_adapters"] / wall["1_adapter"])
 
 
 # ---------------------------------------------------------------- trainer

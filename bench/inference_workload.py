@@ -39,15 +39,19 @@ def make_store(model, root: Path):
     return store, random_adapters(store, model, ALL_TARGET_MODULES, RANK, N_ADAPTERS, "bench-")
 
 
-def bench_config(model: str, workdir: Path, new_tokens: int):
-    """The `cpu-smol` preset on this model, with the bench's adapters (rank 32, all projections) and store."""
+def bench_config(model: str | None, workdir: Path, new_tokens: int, preset: str = "cpu-smol",
+                 extra: tuple[str, ...] = ()):
+    """A preset (`cpu-smol` unless told) on this model (None: the preset's own), with the bench's adapters (rank 32,
+    all projections), store and SQLite database, then the `extra` overrides."""
     from populora.config import ALL_TARGET_MODULES, load_config
 
-    overrides = [f"model.name={model}", f"run.output_dir={workdir}", f"store.root={workdir / 'store'}",
+    overrides = [f"run.output_dir={workdir}", f"store.root={workdir / 'store'}",
                  f"league.db_url=sqlite:///{workdir / 'league.sqlite'}", f"lora.rank={RANK}",
                  f"lora.alpha={2 * RANK}", f"generation.max_lora_rank={RANK}",
-                 f"generation.max_resident_adapters={N_ADAPTERS}"]
-    cfg = load_config(preset="cpu-smol", overrides=overrides, env=False)
+                 f"generation.max_resident_adapters={N_ADAPTERS}", *extra]
+    if model is not None:
+        overrides.insert(0, f"model.name={model}")
+    cfg = load_config(preset=preset, overrides=overrides, env=False)
     cfg.lora.target_modules = list(ALL_TARGET_MODULES)
     if new_tokens:
         g = cfg.generation
