@@ -159,6 +159,17 @@ class LeagueDB(MatchStore, LineageStore, TelemetryStore, RunProgressStore):
         if conn.execute(sa.select(t.runs.c.run_id).where(t.runs.c.run_id == run_id)).first() is None:
             raise UnknownEntity(f"run '{run_id}' does not exist; create it first (CreateRun)")
 
+    def _replace_step_row(self, table: sa.Table, run_id: str, step: int, values: dict) -> bool:
+        """Store one step's row of `table` (a per-step JSON record: summary, problems); a step recorded again is
+        replaced, so a resumed step that records it again leaves one. Returns whether it replaced one."""
+        c = table.c
+        with self.engine.begin() as conn:
+            self._require_run(conn, run_id)
+            replaced = conn.execute(table.delete().where(c.run_id == run_id, c.step == step)).rowcount
+            conn.execute(table.insert().values(run_id=run_id, step=step, **values))
+        self._bump()
+        return replaced > 0
+
     def run_exists(self, run_id: str) -> bool:
         with self.read_engine.connect() as conn:
             return conn.execute(sa.select(t.runs.c.run_id).where(t.runs.c.run_id == run_id)).first() is not None

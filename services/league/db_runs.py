@@ -54,14 +54,8 @@ class RunProgressStore:
         """Store one step's problems (checks.check_step_problems); a step recorded again is replaced. Returns whether
         it replaced some."""
         checks.check_step_problems(step, problems_json)
-        c = t.step_problems.c
-        with self.engine.begin() as conn:
-            self._require_run(conn, run_id)
-            replaced = conn.execute(t.step_problems.delete().where(c.run_id == run_id, c.step == step)).rowcount
-            conn.execute(t.step_problems.insert().values(run_id=run_id, step=step, problems_json=problems_json,
-                                                         recorded_at=now))
-        self._bump()
-        return replaced > 0
+        return self._replace_step_row(t.step_problems, run_id, step,
+                                      {"problems_json": problems_json, "recorded_at": now})
 
     def run_record(self, run_id: str) -> RunRow | None:
         """The run as the coordinator recorded it; None when it never did (a run of the league alone, or one

@@ -82,14 +82,8 @@ class TelemetryStore:
         """Store one step's summary (checks.check_step_summary); a step recorded again is replaced, so a resumed
         step that records its summary again leaves one. Returns whether it replaced one."""
         checks.check_step_summary(step, summary_json)
-        c = t.step_summaries.c
-        with self.engine.begin() as conn:
-            self._require_run(conn, run_id)
-            replaced = conn.execute(t.step_summaries.delete().where(c.run_id == run_id, c.step == step)).rowcount
-            conn.execute(t.step_summaries.insert().values(run_id=run_id, step=step, summary_json=summary_json,
-                                                          recorded_at=now))
-        self._bump()
-        return replaced > 0
+        return self._replace_step_row(t.step_summaries, run_id, step,
+                                      {"summary_json": summary_json, "recorded_at": now})
 
     def step_summaries(self, run_id: str) -> list[dict]:
         """Every step summary of a run, by step, as recorded (the step taken from its key)."""
