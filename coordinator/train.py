@@ -58,16 +58,16 @@ def cumulative(spent: Usage, charged: int, phases: dict[str, int]) -> dict:
             "flops": spent.flops, "budget_flops": charged, "phase_flops": dict(phases)}
 
 
-def train(j: Journal, run: Run, steps: int, metrics: MetricsWriter) -> None:
+def train(j: Journal, run: Run, steps: int, metrics: MetricsWriter, progress: RunProgress) -> None:
     """Steps 0..steps, or fewer when a compute budget is spent (checked at every step boundary); a step already
     stored is read back (resume), so metrics.jsonl comes out the same. With loop.max_staleness >= 1 the games of a
-    step overlap the update of the one before (coordinator.pipeline); the rows are still written in step order."""
+    step overlap the update of the one before (coordinator.pipeline); the rows are still written in step order.
+    `progress` copies each finished step's phases to the league."""
     rows = []
     spent, charged, phases = Usage(), 0, {}
     stored: dict[int, set[str]] = {}  # the phases each step had stored before this call: a resume reads them back
     for r in j.db.phase_rows(run.run_id):
         stored.setdefault(r["step"], set()).add(r["phase"])
-    progress = RunProgress(run.services.league, j.db, run.run_id)
     start = time.perf_counter()
     records = step_records(j, run, steps)
     try:
@@ -216,16 +216,16 @@ def run_training(cfg: Config, run_id: str, db: JournalDB, workers: int | None = 
         stop_workers = start_worker_threads(run, db, queue, workers)
     run_dir = Path(cfg.run.output_dir) / run_id
     metrics = MetricsWriter(run_dir)
-    progress = RunProgress(services.league, db, run_id)  # the journal's status and phases, copied to the league
-    progress.status("running")
+    standing = RunProgress(services.league, db, run_id)  # the journal's status and phases, copied to the league
+    standing.status("running")
     try:
-        train(Journal(db, run_id, queue, on_phase=progress.stored), run, cfg.run.steps, metrics)
-        progress.status("finished")
+        train(Journal(db, run_id, queue, on_phase=standing.stored), run, cfg.run.steps, metrics, standing)
+        standing.status("finished")
     except RunFailed:
-        progress.status("failed")  # a worker marked the journal's run failed already
+        standing.status("failed")  # a worker marked the journal's run failed already
         raise
     except BaseException:
-        progress.status("stopped")
+        standing.status("stopped")
         raise
     finally:
         if stop_workers is not None:

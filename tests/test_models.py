@@ -95,7 +95,8 @@ def test_a_process_pinned_to_one_core_gets_one_thread_however_idle_the_rest_is()
 
     if len(os.sched_getaffinity(0)) < 2:
         pytest.skip("one core: every process here is pinned to it")
-    code = ("import os; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}); "
+    # the machine claims 64 cores: counted by the machine instead of the affinity set, the answer would be ~60
+    code = ("import os; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}); os.cpu_count = lambda: 64; "
             "from populora.models import free_cores, allowed_cpus; print(len(allowed_cpus()), free_cores(0.3))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert out.stdout.split() == ["1", "1"]
