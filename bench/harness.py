@@ -8,6 +8,7 @@ change in the machine's speed weighs on each alike) are how the figures stay com
 
 from __future__ import annotations
 
+import argparse
 import ctypes
 import gc
 import json
@@ -183,6 +184,23 @@ def run_json(cmd: list[str], what: str, *, env: dict[str, str] | None = None, cw
 def module_command(module: str, *args: str, python: str = sys.executable) -> list[str]:
     """`python -m <module> <args>`, with this interpreter unless `python` names another (another virtualenv's)."""
     return [python, "-m", module, *args]
+
+
+# ---------------------------------------------------------------- the command line
+
+
+def update_workload_parser(doc: str | None, json_help: str, *, rollouts_help: str, tokens_help: str
+                           ) -> argparse.ArgumentParser:
+    """The arguments every bench of adapter updates takes (--json, the model, the population, LoRA rank and the
+    rollouts each adapter trains on); the bench adds its own."""
+    p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--json", action="store_true", help=json_help)
+    p.add_argument("--model", default="smollm2-135m")
+    p.add_argument("--adapters", type=int, default=8)
+    p.add_argument("--rank", type=int, default=32)
+    p.add_argument("--rollouts", type=int, default=2, help=rollouts_help)
+    p.add_argument("--tokens", type=int, default=128, help=tokens_help)
+    return p
 
 
 # ---------------------------------------------------------------- printing the figures

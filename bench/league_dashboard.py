@@ -50,8 +50,8 @@ def synthetic_step(step: int, teachers: list[str], students: list[str], rng: ran
     population = {a: r.Member("teacher" if a in teachers else "student", step) for a in teachers + students}
     usage = {a: r.Usage(generated_tokens=120, trained_tokens=500) for a in population}
     return StepRecord(
-        step, r.Matched(pairings), r.Proposed(proposals), r.Validated(verdicts, BufferSet(1)), r.Solved(attempts),
-        r.Checked(outcomes, rho), r.Rated(len(pairings), 0, [p.match_id for p in pairings], {}),
+        r.Matched(pairings), r.Proposed(proposals), r.Validated(verdicts, BufferSet(1)), r.Solved(attempts),
+        r.Checked(outcomes, rho), r.Rated(len(pairings), 0, [p.match_id for p in pairings], {}), step,
         r.Updated(population, {a: r.UpdateStats(loss=0.1, tokens=500) for a in population}),
         r.Evolved(population, list(events)) if events else None,
         r.Accounted(usage, sum(usage.values(), r.Usage()) + r.Usage(sandbox_jobs=len(attempts))))

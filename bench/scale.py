@@ -25,7 +25,6 @@ Every figure is printed as it is measured (stderr), then the whole object on std
 
 from __future__ import annotations
 
-import argparse
 import os
 import secrets
 import subprocess
@@ -34,7 +33,15 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.harness import Reporter, cores, emit, load_average, progress, random_adapters
+from bench.harness import (
+    Reporter,
+    cores,
+    emit,
+    load_average,
+    progress,
+    random_adapters,
+    update_workload_parser,
+)
 
 ROLES = ("teacher", "student")
 TOKEN = secrets.token_urlsafe(24)  # the replicas' and the bench's, for this run only
@@ -221,13 +228,8 @@ def same_weights(a: dict, b: dict, tol: float = 1e-5) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--json", action="store_true", help="print the JSON object on one line")
-    p.add_argument("--model", default="smollm2-135m")
-    p.add_argument("--adapters", type=int, default=8)
-    p.add_argument("--rank", type=int, default=32)
-    p.add_argument("--rollouts", type=int, default=2, help="rollouts per adapter per update")
-    p.add_argument("--tokens", type=int, default=128, help="tokens per rollout")
+    p = update_workload_parser(__doc__, "print the JSON object on one line",
+                               rollouts_help="rollouts per adapter per update", tokens_help="tokens per rollout")
     p.add_argument("--requests", type=int, default=2, help="generation requests per adapter")
     p.add_argument("--max-new", type=int, default=48, help="tokens generated per request")
     p.add_argument("--repeats", type=int, default=2, help="timed rounds after one untimed (the best counts)")

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import torch
 
-from bench.harness import emit, module_command, peak_mb, reset_peak, rss_mb, run_json
+from bench.harness import emit, module_command, peak_mb, reset_peak, rss_mb, run_json, update_workload_parser
 
 
 def _rollouts(n_adapters: int, per_adapter: int, tokens: int, vocab: int, seed: int = 0):
@@ -220,13 +220,8 @@ def memory(args) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--json", action="store_true", help="print only the JSON object")
-    p.add_argument("--model", default="smollm2-135m")
-    p.add_argument("--adapters", type=int, default=8)
-    p.add_argument("--rank", type=int, default=32)
-    p.add_argument("--rollouts", type=int, default=2, help="rollouts per adapter")
-    p.add_argument("--tokens", type=int, default=128, help="tokens per rollout (prompt + response)")
+    p = update_workload_parser(__doc__, "print only the JSON object", rollouts_help="rollouts per adapter",
+                               tokens_help="tokens per rollout (prompt + response)")
     p.add_argument("--repeats", type=int, default=2, help="timed UpdateBatch calls per mode (the best counts)")
     p.add_argument("--device", default="auto")
     p.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0 = torch's default)")

@@ -11,7 +11,7 @@ one before (spec 16); `train_step` runs both, as lock-step does and as a worker 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from coordinator.evaluate import eval_phase
 from coordinator.journal import Journal
@@ -63,26 +63,6 @@ class Prepared:
     evaluated: Evaluated | None = None
 
 
-@dataclass(frozen=True)
-class StepRecord:
-    """Everything one step produced, as stored."""
-
-    step: int
-    matched: Matched
-    proposed: Proposed
-    validated: Validated
-    solved: Solved
-    checked: Checked
-    rated: Rated
-    updated: Updated
-    evolved: Evolved | None
-    spent: Accounted
-    evaluated: Evaluated | None = None
-
-    @property
-    def population(self) -> Population:
-        """The members playing the next step."""
-        return (self.evolved or self.updated).population
 
 
 def prepare(j: Journal, run: Run) -> Prepared:
@@ -109,6 +89,22 @@ class Played:
     rated: Rated
 
 
+@dataclass(frozen=True)
+class StepRecord(Played):
+    """Everything one step produced, as stored: its games, then their update, evolution and accounting."""
+
+    step: int
+    updated: Updated
+    evolved: Evolved | None
+    spent: Accounted
+    evaluated: Evaluated | None = None
+
+    @property
+    def population(self) -> Population:
+        """The members playing the next step."""
+        return (self.evolved or self.updated).population
+
+
 def train_step(j: Journal, run: Run, t: int) -> StepRecord:
     """Step t >= 1: spec sections 2-9 in order."""
     return finish_step(j, run, t, play_step(j, run, t))
@@ -129,8 +125,7 @@ def play_step(j: Journal, run: Run, t: int) -> Played:
 def finish_step(j: Journal, run: Run, t: int, played: Played) -> StepRecord:
     """The update of step t, trained on its games, from the versions step t-1 left; then evolution and accounting."""
     population = state_before(j, t)[0]
-    matched, proposed, validated, solved, checked, rated = (played.matched, played.proposed, played.validated,
-                                                             played.solved, played.checked, played.rated)
+    proposed, validated, solved, checked = played.proposed, played.validated, played.solved, played.checked
     batch = rollouts(run.cfg.rewards, proposed, validated, solved, checked)                 # 4   rewards
     updated = j.once(t, "update", update, run, t, population, batch)                        # 5,16 TRR++ per adapter
     evolved = None
@@ -141,7 +136,8 @@ def finish_step(j: Journal, run: Run, t: int, played: Played) -> StepRecord:
     evaluated = None
     if run.evaluates(t):
         evaluated = j.once(t, "eval", eval_phase, run, t, (evolved or updated).population)  #     held-out scores
-    return StepRecord(t, matched, proposed, validated, solved, checked, rated, updated, evolved, spent, evaluated)
+    return StepRecord(**{f.name: getattr(played, f.name) for f in fields(Played)},
+                      step=t, updated=updated, evolved=evolved, spent=spent, evaluated=evaluated)
 
 
 def behaviour_step(run: Run, t: int) -> int:

@@ -88,6 +88,18 @@ def rating_to_pb(a: AdapterRow, k: float) -> league_pb2.Rating:
                              operator=a.operator, created_step=a.created_step)
 
 
+def _step_row_rpc(name: str, record: str, field: str, response: type[Message]):
+    """An RPC that replaces one JSON row of a step (its summary, its problems) and says whether one was there:
+    `record` names the LeagueDB method, `field` the request's JSON text."""
+
+    def rpc(self, request):
+        return response(replaced=getattr(self.db, record)(request.run_id, request.step, getattr(request, field),
+                                                          time.time()))
+
+    rpc.__name__ = rpc.__qualname__ = name
+    return _status_codes(rpc)
+
+
 class LeagueService:
     """One method per RPC of proto/league.proto; the database does the storing, the domain modules the math."""
 
@@ -287,11 +299,8 @@ class LeagueService:
             problems=[league_pb2.EvalProblem(problem_id=p.id, passed=p.passed, n=p.n, error=p.error)
                       for p in s.problems]) for r, s in ((r, r.score) for r in rows)])
 
-    @_status_codes
-    def RecordStepSummary(self, request: league_pb2.RecordStepSummaryRequest
-                          ) -> league_pb2.RecordStepSummaryResponse:
-        return league_pb2.RecordStepSummaryResponse(replaced=self.db.record_step_summary(
-            request.run_id, request.step, request.summary_json, time.time()))
+    RecordStepSummary = _step_row_rpc("RecordStepSummary", "record_step_summary", "summary_json",
+                                      league_pb2.RecordStepSummaryResponse)
 
     @_status_codes
     def RecordRun(self, request: league_pb2.RecordRunRequest) -> league_pb2.RecordRunResponse:
@@ -308,11 +317,8 @@ class LeagueService:
                                  p.error if p.failed else None))
         return league_pb2.RecordPhasesResponse(recorded=self.db.record_phases(request.run_id, rows))
 
-    @_status_codes
-    def RecordStepProblems(self, request: league_pb2.RecordStepProblemsRequest
-                           ) -> league_pb2.RecordStepProblemsResponse:
-        return league_pb2.RecordStepProblemsResponse(replaced=self.db.record_step_problems(
-            request.run_id, request.step, request.problems_json, time.time()))
+    RecordStepProblems = _step_row_rpc("RecordStepProblems", "record_step_problems", "problems_json",
+                                       league_pb2.RecordStepProblemsResponse)
 
     @_status_codes
     def eval_scores(self, run_id: str, adapter_id: str = "", benchmark: str = "", include_problems: bool = False

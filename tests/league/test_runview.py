@@ -42,14 +42,14 @@ def _step(step: int, evolved: r.Evolved | None = None) -> StepRecord:
     population = {"T0": r.Member("teacher", step + 1), "S0": r.Member("student", step + 1)}
     spent = {"T0": r.Usage(5, 105), "S0": r.Usage(8, 10)}
     return StepRecord(
-        step, r.Matched([r.Pairing(m, "T0", "S0", "code_o", 1.0)]),
+        r.Matched([r.Pairing(m, "T0", "S0", "code_o", 1.0)]),
         r.Proposed([r.Proposal(f"{m}/p0", "code_o", "T0", m, step, "<answer>ok</answer>", [9] * 50, [1, 2, 3]),
                     r.Proposal(f"{m}/p1", "code_o", "T0", m, step, "rambling", [9] * 50, [1, 2])]),
         r.Validated({f"{m}/p0": r.Verdict(True, "ok", "", task),
                      f"{m}/p1": r.Verdict(False, "no_answer", "no <answer>")}, BufferSet(100)),
         r.Solved([r.Attempt(f"{m}/p0/a{k}", f"{m}/p0", "S0", m, f"answer {k}", [9], [5] * 4) for k in range(2)]),
         r.Checked({f"{m}/p0/a0": "correct", f"{m}/p0/a1": "wrong"}, {f"{m}/p0": 0.5}),
-        r.Rated(1, 0, [m], {}), r.Updated(population, {"T0": r.UpdateStats(0.1, tokens=5),
+        r.Rated(1, 0, [m], {}), step, r.Updated(population, {"T0": r.UpdateStats(0.1, tokens=5),
                                                       "S0": r.UpdateStats(0.2, tokens=8)}),
         evolved, r.Accounted(spent, sum(spent.values(), r.Usage()) + r.Usage(sandbox_jobs=4)))
 

@@ -4,51 +4,45 @@ from __future__ import annotations
 
 import pytest
 
-from populora.tasks.parsing import (
-    ParseError,
-    extract_answer,
-    fenced_blocks,
-    python_program,
-    rename_entry,
-    strip_fence,
-)
+from populora.tasks import parsing
+from populora.tasks.parsing import ParseError
 from populora.tasks.rules import arguments_violation, expression_violation, program_violation
 
 
 def test_last_answer_wins_and_think_is_required_for_students():
     text = "<think>a</think><answer>1</answer> more <answer> 2 </answer>"
-    assert extract_answer(text) == "2"
-    assert extract_answer(text, require_think=True) == "2"
+    assert parsing.extract_answer(text) == "2"
+    assert parsing.extract_answer(text, require_think=True) == "2"
     with pytest.raises(ParseError) as e:
-        extract_answer("<answer>1</answer>", require_think=True)
+        parsing.extract_answer("<answer>1</answer>", require_think=True)
     assert e.value.reason == "no_think"
     with pytest.raises(ParseError) as e:
-        extract_answer("<think>only thinking</think>")
+        parsing.extract_answer("<think>only thinking</think>")
     assert e.value.reason == "no_answer"
     with pytest.raises(ParseError):
-        extract_answer("<answer>unclosed")
+        parsing.extract_answer("<answer>unclosed")
 
 
 def test_fenced_blocks_and_program():
     text = "```python\ndef f(a):\n    return a\n```\n```input\n1, 2\n```\n```Message\nhi\n```"
-    blocks = fenced_blocks(text)
+    blocks = parsing.fenced_blocks(text)
     assert [b.lang for b in blocks] == ["python", "input", "message"]
-    assert python_program(blocks).startswith("def f(a)")
-    assert strip_fence("```\n[1, 2]\n```") == "[1, 2]"
-    assert strip_fence(" 42 ") == "42"
+    assert parsing.python_program(blocks).startswith("def f(a)")
+    assert parsing.strip_fence("```\n[1, 2]\n```") == "[1, 2]"
+    assert parsing.strip_fence(" 42 ") == "42"
     with pytest.raises(ParseError) as e:
-        python_program(fenced_blocks("```input\n1\n```"))
+        parsing.python_program(parsing.fenced_blocks("```input\n1\n```"))
     assert e.value.reason == "no_program"
-    assert python_program([], fallback="def f(): pass") == "def f(): pass"
+    assert parsing.python_program([], fallback="def f(): pass") == "def f(): pass"
 
 
 def test_rename_entry_renames_the_one_def_and_its_recursion():
     src = "def fact(n):\n    return 1 if n < 2 else n * fact(n - 1)"
-    out = rename_entry(src)
+    out = parsing.rename_entry(src)
     scope: dict = {}
     exec(compile(out, "<t>", "exec"), scope)  # trusted test code, not model output
     assert "fact" not in out and scope["f"](5) == 120
-    assert rename_entry("def f(a):\n    return a") == "def f(a):\n    return a"
+    assert parsing.rename_entry("def f(a):\n    return a") == "def f(a):\n    return a"
 
 
 @pytest.mark.parametrize("src, reason", [
@@ -59,7 +53,7 @@ def test_rename_entry_renames_the_one_def_and_its_recursion():
 ])
 def test_rename_entry_rejections(src, reason):
     with pytest.raises(ParseError) as e:
-        rename_entry(src)
+        parsing.rename_entry(src)
     assert e.value.reason == reason
 
 
@@ -138,5 +132,5 @@ def test_rename_entry_refuses_a_tree_too_deep_to_write_back():
     """The parser accepts chains of a few hundred operators that are too deep to unparse: a clear syntax_error,
     never a crash of the verifier."""
     with pytest.raises(ParseError) as e:
-        rename_entry("def g(a):\n    return " + "+".join(["a"] * 600))
+        parsing.rename_entry("def g(a):\n    return " + "+".join(["a"] * 600))
     assert e.value.reason == "syntax_error"
