@@ -2,8 +2,10 @@
 
 Each adapter lives on the replica that rendezvous hashing gives it over the live replicas (populora.placement, spec
 17). `PlacedTrainer` and `PlacedInference` have the methods of the service they stand for, so the phases call them
-as they call one replica: a call about one adapter goes to its owner; a batch (Generate, UpdateBatch) is split by
-owner, the parts are sent to their replicas concurrently, and the results come back in the order of the batch.
+as they call one replica: a call about one adapter goes to its owner; an update batch is split by owner, a
+generation batch by owner but balanced (populora.placement.balanced: an adapter whose owner already has an even share
+of the batch is generated on its next replica), the parts are sent to their replicas concurrently, and the results
+come back in the order of the batch.
 
 A replica that stops answering during a call (its process died) is probed; when it does not answer its health
 check it leaves the live set, and the part of the batch it had is sent again to the adapters' new owners. That is
@@ -29,7 +31,7 @@ import grpc
 from populora.config import Config
 from populora.config.deployment import ServiceEndpoint
 from populora.pb import inference_pb2, trainer_pb2
-from populora.placement import owner
+from populora.placement import balanced, owner
 from populora.retry import Backoff, retrying
 from populora.rpc import ServiceError, connect, health_check
 
@@ -154,18 +156,25 @@ class Replicas:
             self.dead.add(name)
         return True
 
-    def scatter(self, items: Sequence[T], key: Callable[[T], str], call: Callable[[Any, list[T]], list[R]]
-                ) -> list[R]:
-        """`call(replica, part)` for each replica's part of `items` (by the owner of each item's key), the parts
-        concurrently; one result per item, in the order of `items`. A part whose replica is lost is placed again
-        over the live replicas and sent again."""
+    def scatter(self, items: Sequence[T], key: Callable[[T], str], call: Callable[[Any, list[T]], list[R]],
+                weight: Callable[[T], float] | None = None) -> list[R]:
+        """`call(replica, part)` for each replica's part of `items` (by the owner of each item's key; with `weight`,
+        each item's work, the keys balanced over the replicas), the parts concurrently; one result per item, in the
+        order of `items`. A part whose replica is lost is placed again over the live replicas and sent again."""
         results: list[Any] = [None] * len(items)
         pending = list(range(len(items)))
         while pending:
             live = self.live()
+            where: dict[str, str] = {}
+            if weight is not None:
+                work: dict[str, float] = {}
+                for i in pending:
+                    work[key(items[i])] = work.get(key(items[i]), 0.0) + weight(items[i])
+                where = balanced(work, live)
             parts: dict[str, list[int]] = {}
             for i in pending:
-                parts.setdefault(owner(key(items[i]), live), []).append(i)
+                k = key(items[i])
+                parts.setdefault(where.get(k) or owner(k, live), []).append(i)
             with ThreadPoolExecutor(max_workers=len(parts), thread_name_prefix=f"{self.service}-part") as pool:
                 futures = {name: pool.submit(call, self.remotes[name], [items[i] for i in idx])
                            for name, idx in parts.items()}
@@ -262,7 +271,8 @@ class PlacedTrainer:
 
 class PlacedInference:
     """The inference replicas as one inference service: each adapter is served by its owner (a request for the
-    bare base model by the owner of its request id, so those spread too)."""
+    bare base model by the owner of its request id, so those spread too), except where a generation batch is
+    balanced: a request's work is its samples times its token limit."""
 
     def __init__(self, replicas: Replicas):
         self.replicas = replicas
@@ -275,14 +285,18 @@ class PlacedInference:
                 raise ServiceError(grpc.StatusCode.INTERNAL, f"inference returned no result for {missing[:3]}")
             return [got[r.request_id] for r in requests]
 
-        yield from self.replicas.scatter(list(req.requests), lambda r: r.adapter.adapter_id or r.request_id, part)
+        yield from self.replicas.scatter(list(req.requests), lambda r: r.adapter.adapter_id or r.request_id, part,
+                                         weight=_generation_work)
 
     def LoadAdapter(self, req: inference_pb2.LoadAdapterRequest) -> inference_pb2.LoadAdapterResponse:
         return self.replicas.one(req.adapter.adapter_id, lambda r: r.LoadAdapter(req))
 
     def UnloadAdapter(self, req: inference_pb2.UnloadAdapterRequest
                       ) -> inference_pb2.UnloadAdapterResponse:
-        return self.replicas.one(req.adapter.adapter_id, lambda r: r.UnloadAdapter(req))
+        """From every live replica (a balanced batch may have loaded the adapter beside its owner): how many
+        versions were unloaded in all."""
+        unloaded = [self.replicas.remotes[n].UnloadAdapter(req).unloaded for n in self.replicas.live()]
+        return inference_pb2.UnloadAdapterResponse(unloaded=sum(unloaded))
 
     def ListAdapters(self, req: inference_pb2.ListAdaptersRequest
                      ) -> inference_pb2.ListAdaptersResponse:
@@ -297,6 +311,11 @@ class PlacedInference:
 
     def close(self) -> None:
         self.replicas.close()
+
+
+def _generation_work(r: inference_pb2.GenerationRequest) -> float:
+    """What a request costs to generate, for balancing: its samples times its token limit (0 = the server's)."""
+    return max(1, r.sampling.n) * (r.sampling.max_new_tokens or 512)
 
 
 def placed(service: str, cfg: Config) -> PlacedTrainer | PlacedInference:

@@ -8,7 +8,7 @@ from collections import Counter
 
 import pytest
 
-from populora.placement import assign, moves, owner, score
+from populora.placement import assign, balanced, moves, owner, ranking, score
 
 IDS = [f"run.{r}{i}" for r in "TS" for i in range(500)]
 
@@ -59,3 +59,40 @@ def test_assign_keeps_order_and_covers_every_key():
 def test_no_replicas_is_an_error():
     with pytest.raises(ValueError, match="no replica"):
         owner("x", [])
+
+
+def test_ranking_starts_with_the_owner_and_is_the_owner_as_replicas_go():
+    replicas = ["a", "b", "c", "d"]
+    for key in IDS[:100]:
+        order = ranking(key, replicas)
+        assert sorted(order) == replicas and order[0] == owner(key, replicas)
+        assert order[1] == owner(key, [r for r in replicas if r != order[0]])
+
+
+def test_a_balanced_batch_is_even_and_keeps_owners_where_it_can():
+    replicas = ["inference-0", "inference-1"]
+    for start in range(0, 400, 8):  # many populations of 8 equal adapters: owners alone split them unevenly
+        keys = IDS[start:start + 8]
+        where = balanced(dict.fromkeys(keys, 96.0), replicas)
+        assert sorted(where) == sorted(keys) and Counter(where.values()) == {r: 4 for r in replicas}
+        owned = Counter(owner(k, replicas) for k in keys)
+        kept = sum(where[k] == owner(k, replicas) for k in keys)
+        assert kept == 8 - abs(owned[replicas[0]] - 4)  # only the owner's surplus moves
+    # an even split by owner is left as it is; the same weights give the same answer in any order
+    even = [k for k in IDS if owner(k, replicas) == replicas[0]][:3] + [k for k in IDS if owner(k, replicas)
+                                                                          == replicas[1]][:3]
+    assert balanced(dict.fromkeys(even, 1.0), replicas) == {k: owner(k, replicas) for k in even}
+    weights = {k: float(i % 5 + 1) for i, k in enumerate(IDS[:40])}
+    assert balanced(weights, replicas) == balanced(dict(reversed(list(weights.items()))), list(reversed(replicas)))
+
+
+def test_a_balanced_batch_with_uneven_work_waits_for_no_more_than_its_largest_key():
+    weights = {"big": 10.0, **{f"s{i}": 1.0 for i in range(10)}}
+    where = balanced(weights, ["a", "b", "c"])
+    load = Counter()
+    for k, r in where.items():
+        load[r] += weights[k]
+    assert max(load.values()) == 10.0  # the big key alone; the small ones share the others
+    assert balanced({}, ["a"]) == {}
+    with pytest.raises(ValueError, match="no replica"):
+        balanced({"x": 1.0}, [])

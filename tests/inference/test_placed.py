@@ -1,5 +1,5 @@
 """A Generate batch split by placement over two inference replicas gives the tokens one replica gives, in the
-batch's order, and each replica loads only the adapters placed on it."""
+batch's order, and each replica loads only the adapters the balanced split gave it."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import copy
 from coordinator.replicas import PlacedInference, Replicas
 from populora.config import ALL_TARGET_MODULES, load_config
 from populora.pb import common_pb2, inference_pb2
-from populora.placement import owner
+from populora.placement import balanced
 from populora.rpc import make_server
 
 
@@ -39,11 +39,19 @@ def test_a_split_batch_gives_one_replicas_tokens(tiny, store, adapters):
         assert [r.request_id for r in got[1]] == [r.request_id for r in requests]
         tokens = [{r.request_id: [list(c.token_ids) for c in r.completions] for r in g} for g in got]
         assert tokens[0] == tokens[1] and all(len(t) == 2 for t in tokens[1].values())
+        where = balanced({r.adapter.adapter_id or r.request_id: 16.0 for r in requests}, names[1:])
         for i, name in enumerate(names[1:], start=1):
             resident = {a.adapter_id for a in services[i].ListAdapters(inference_pb2.ListAdaptersRequest()).adapters}
-            assert resident == {a.adapter_id for a in adapters if owner(a.adapter_id, names[1:]) == name}
+            assert resident == {a.adapter_id for a in adapters if where[a.adapter_id] == name}
+            assert resident  # both replicas generated
         listed = two.ListAdapters(inference_pb2.ListAdaptersRequest())
         assert sorted(a.adapter_id for a in listed.adapters) == sorted(a.adapter_id for a in adapters)
+        # a retired adapter is unloaded wherever a batch put it
+        gone = adapters[0]
+        assert two.UnloadAdapter(inference_pb2.UnloadAdapterRequest(
+            adapter=common_pb2.AdapterRef(adapter_id=gone.adapter_id, version=gone.version))).unloaded
+        assert all(gone.adapter_id not in {a.adapter_id for a in s.ListAdapters(
+            inference_pb2.ListAdaptersRequest()).adapters} for s in services[1:])
     finally:
         one.close()
         two.close()

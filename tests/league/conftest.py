@@ -10,7 +10,10 @@ import pytest
 
 from services.league.db import LeagueDB
 from services.league.engine import RatingRules
+from services.league.rest import LeagueRestServer
 from services.league.service import LeagueService
+from tests.conftest import free_port
+from tests.league.browser import Browser
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -70,3 +73,30 @@ def short_run(tmp_path_factory) -> ShortRun:
     run_training(cfg, "e2e", state)
     yield ShortRun(cfg, "e2e", cfg.league_db_url, state, root)
     state.close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """A real headless Chromium, one per test module."""
+    b = Browser()
+    yield b
+    b.close()
+
+
+def serve_league(url: str) -> LeagueRestServer:
+    """A league REST server (the dashboard) on `url`, migrated."""
+    db = LeagueDB(url)
+    db.migrate()
+    return LeagueRestServer(LeagueService(db, read_cache_s=0.5), port=free_port()).start()
+
+
+@pytest.fixture
+def page(browser):
+    """The browser, its console emptied before the test and checked after it: no error of any kind. The page is left
+    (for about:blank) before the check, so that its polling stops and nothing it does later is charged to another
+    test."""
+    browser.console_errors()
+    yield browser
+    browser.open("about:blank")
+    errors = browser.console_errors()
+    assert not errors, errors
