@@ -165,16 +165,13 @@ class Replicas:
         pending = list(range(len(items)))
         while pending:
             live = self.live()
-            where: dict[str, str] = {}
-            if weight is not None:
-                work: dict[str, float] = {}
-                for i in pending:
-                    work[key(items[i])] = work.get(key(items[i]), 0.0) + weight(items[i])
-                where = balanced(work, live)
+            work: dict[str, float] = {}
+            for i in pending:
+                work[key(items[i])] = work.get(key(items[i]), 0.0) + (weight(items[i]) if weight else 0.0)
+            where = balanced(work, live) if weight else {k: owner(k, live) for k in work}
             parts: dict[str, list[int]] = {}
             for i in pending:
-                k = key(items[i])
-                parts.setdefault(where.get(k) or owner(k, live), []).append(i)
+                parts.setdefault(where[key(items[i])], []).append(i)
             with ThreadPoolExecutor(max_workers=len(parts), thread_name_prefix=f"{self.service}-part") as pool:
                 futures = {name: pool.submit(call, self.remotes[name], [items[i] for i in idx])
                            for name, idx in parts.items()}
@@ -285,8 +282,14 @@ class PlacedInference:
                 raise ServiceError(grpc.StatusCode.INTERNAL, f"inference returned no result for {missing[:3]}")
             return [got[r.request_id] for r in requests]
 
+        limit = self.replicas.cfg.generation.max_new_tokens
+
+        def work(r: inference_pb2.GenerationRequest) -> float:
+            """What a request costs to generate, for balancing: its samples times its token limit."""
+            return max(1, r.sampling.n) * (r.sampling.max_new_tokens or limit)
+
         yield from self.replicas.scatter(list(req.requests), lambda r: r.adapter.adapter_id or r.request_id, part,
-                                         weight=_generation_work)
+                                         weight=work)
 
     def LoadAdapter(self, req: inference_pb2.LoadAdapterRequest) -> inference_pb2.LoadAdapterResponse:
         return self.replicas.one(req.adapter.adapter_id, lambda r: r.LoadAdapter(req))
@@ -294,9 +297,15 @@ class PlacedInference:
     def UnloadAdapter(self, req: inference_pb2.UnloadAdapterRequest
                       ) -> inference_pb2.UnloadAdapterResponse:
         """From every live replica (a balanced batch may have loaded the adapter beside its owner): how many
-        versions were unloaded in all."""
-        unloaded = [self.replicas.remotes[n].UnloadAdapter(req).unloaded for n in self.replicas.live()]
-        return inference_pb2.UnloadAdapterResponse(unloaded=sum(unloaded))
+        versions were unloaded in all. A replica found gone holds nothing to unload."""
+        unloaded = 0
+        for name in self.replicas.live():
+            try:
+                unloaded += self.replicas.remotes[name].UnloadAdapter(req).unloaded
+            except ServiceError as e:
+                if not self.replicas.lost(name, e):
+                    raise
+        return inference_pb2.UnloadAdapterResponse(unloaded=unloaded)
 
     def ListAdapters(self, req: inference_pb2.ListAdaptersRequest
                      ) -> inference_pb2.ListAdaptersResponse:
@@ -311,11 +320,6 @@ class PlacedInference:
 
     def close(self) -> None:
         self.replicas.close()
-
-
-def _generation_work(r: inference_pb2.GenerationRequest) -> float:
-    """What a request costs to generate, for balancing: its samples times its token limit (0 = the server's)."""
-    return max(1, r.sampling.n) * (r.sampling.max_new_tokens or 512)
 
 
 def placed(service: str, cfg: Config) -> PlacedTrainer | PlacedInference:

@@ -63,8 +63,6 @@ class Prepared:
     evaluated: Evaluated | None = None
 
 
-
-
 def prepare(j: Journal, run: Run) -> Prepared:
     """Step 0: the warm start, then create and register the adapters, then fill the task buffers."""
     warmed = j.once(0, "warmstart", warm_start, run)                                        # 13  format warm-up

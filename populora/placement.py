@@ -30,12 +30,16 @@ def owner(key: str, replicas: Sequence[str]) -> str:
     smaller name so the answer does not depend on the order `replicas` are listed in."""
     if not replicas:
         raise ValueError(f"no replica to place '{key}' on")
-    return max(replicas, key=lambda r: (score(key, r), _reverse(r)))
+    return max(replicas, key=lambda r: _preference(key, r))
 
 
 def ranking(key: str, replicas: Sequence[str]) -> list[str]:
     """The replicas in `key`'s order of preference: its owner first, then the owner if that one were gone, ..."""
-    return sorted(replicas, key=lambda r: (score(key, r), _reverse(r)), reverse=True)
+    return sorted(replicas, key=lambda r: _preference(key, r), reverse=True)
+
+
+def _preference(key: str, replica: str) -> tuple[int, tuple[int, ...]]:
+    return score(key, replica), _reverse(replica)
 
 
 def balanced(weights: dict[str, float], replicas: Sequence[str]) -> dict[str, str]:

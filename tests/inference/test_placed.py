@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import copy
 
+import grpc
+import pytest
+
 from coordinator.replicas import PlacedInference, Replicas
 from populora.config import ALL_TARGET_MODULES, load_config
 from populora.pb import common_pb2, inference_pb2
-from populora.placement import balanced
-from populora.rpc import make_server
+from populora.placement import balanced, owner
+from populora.rpc import ServiceError, make_server
 
 
 def _service(tiny, store):
@@ -57,3 +60,63 @@ def test_a_split_batch_gives_one_replicas_tokens(tiny, store, adapters):
         two.close()
         for server, _, _ in servers:
             server.stop(None)
+
+
+class _Recorder:
+    """Stands for one inference replica's client: answers each request with its id, and keeps what it was sent."""
+
+    def __init__(self):
+        self.sent: list[str] = []
+        self.unload_error: ServiceError | None = None
+
+    def Generate(self, req):
+        self.sent += [r.request_id for r in req.requests]
+        return [inference_pb2.GenerateResult(request_id=r.request_id) for r in req.requests]
+
+    def UnloadAdapter(self, req):
+        if self.unload_error is not None:
+            raise self.unload_error
+        return inference_pb2.UnloadAdapterResponse(unloaded=1)
+
+    def close(self):
+        pass
+
+
+def _recorded(names: list[str]) -> tuple[PlacedInference, dict[str, _Recorder]]:
+    cfg = load_config(preset="cpu-tiny", env=False, overrides=["services.token=t"])
+    replicas = Replicas("inference", cfg, addresses=lambda: [(n, n) for n in names])
+    recorders = {n: _Recorder() for n in names}
+    for n in names:
+        replicas.remotes[n].close()
+        replicas.remotes[n] = recorders[n]
+    return PlacedInference(replicas), recorders
+
+
+def test_a_generation_batch_whose_owners_are_uneven_is_split_evenly():
+    names = ["inference-0:50053", "inference-1:50053"]
+    # eight adapters of which six are owned by the first replica: by owner alone one part would be 3x the other
+    first = [f"a{i}" for i in range(200) if owner(f"a{i}", names) == names[0]][:6]
+    second = [f"a{i}" for i in range(200) if owner(f"a{i}", names) == names[1]][:2]
+    placed, recorders = _recorded(names)
+    requests = [inference_pb2.GenerationRequest(
+        request_id=f"{a}/r{k}", adapter=common_pb2.AdapterRef(adapter_id=a, version=1),
+        sampling=inference_pb2.SamplingParams(max_new_tokens=32, n=1)) for a in first + second for k in range(2)]
+    got = list(placed.Generate(inference_pb2.GenerateRequest(requests=requests)))
+    assert [r.request_id for r in got] == [r.request_id for r in requests]
+    sent = {n: {rid.split("/")[0] for rid in rec.sent} for n, rec in recorders.items()}
+    assert [len(recorders[n].sent) for n in names] == [8, 8]  # four adapters' requests each, kept together
+    assert set(second) <= sent[names[1]] and len(sent[names[0]] & set(first)) == 4  # only the surplus moved
+
+
+def test_unloading_skips_a_replica_that_is_gone_and_fails_on_a_real_error(monkeypatch):
+    names = ["inference-0:50053", "inference-1:50053"]
+    placed, recorders = _recorded(names)
+    ref = common_pb2.AdapterRef(adapter_id="a0", version=1)
+    assert placed.UnloadAdapter(inference_pb2.UnloadAdapterRequest(adapter=ref)).unloaded == 2
+    recorders[names[1]].unload_error = ServiceError(grpc.StatusCode.UNAVAILABLE, "gone")
+    monkeypatch.setattr(placed.replicas, "_answers", lambda name: False)  # its health check fails too
+    assert placed.UnloadAdapter(inference_pb2.UnloadAdapterRequest(adapter=ref)).unloaded == 1
+    assert placed.replicas.live() == [names[0]]
+    recorders[names[0]].unload_error = ServiceError(grpc.StatusCode.INVALID_ARGUMENT, "bad ref")
+    with pytest.raises(ServiceError, match="bad ref"):
+        placed.UnloadAdapter(inference_pb2.UnloadAdapterRequest(adapter=ref))
