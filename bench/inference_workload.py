@@ -87,9 +87,11 @@ def seed_tasks(run) -> dict:
     return {tt: [task for _, task in pairs] for tt, pairs in verified_seed_tasks(run).items()}
 
 
-def make_workload(run, name: str, shape: Shape, ids: list[str], tasks: dict) -> Workload:
+def make_workload(run, name: str, shape: Shape, ids: list[str], tasks: dict,
+                  versions: dict[str, int] | None = None) -> Workload:
     """Matches of every teacher x task type, students drawn with weights 1/(k+1) (uneven rows per student), buffers
-    holding seed_buffer_size seed tasks per type, a VALID_SHARE draw of valid proposals."""
+    holding seed_buffer_size seed tasks per type, a VALID_SHARE draw of valid proposals. Members play version 1
+    unless `versions` names theirs."""
     from coordinator.phases import propose_slots
     from populora.records import Matched, Member, Pairing
     from populora.tasks import BufferSet
@@ -105,7 +107,8 @@ def make_workload(run, name: str, shape: Shape, ids: list[str], tasks: dict) -> 
     weights = [1.0 / (k + 1) for k in range(len(students))]
     pairings = [Pairing(f"{name}/{ids[t]}/{tt}", ids[t], rng.choices(students, weights)[0], tt)
                 for t in shape.teachers for tt in cfg.tasks.task_types]
-    population = {ids[k]: Member("both", 1) for k in sorted(set(shape.teachers) | set(shape.students))}
+    population = {ids[k]: Member("both", (versions or {}).get(ids[k], 1))
+                  for k in sorted(set(shape.teachers) | set(shape.students))}
     matched = Matched(pairings)
     valid, cursor = {}, {tt: n_buffered for tt in cfg.tasks.task_types}
     for slot in propose_slots(run, matched, population):
@@ -116,18 +119,25 @@ def make_workload(run, name: str, shape: Shape, ids: list[str], tasks: dict) -> 
     return Workload(name, matched, population, buffers, valid)
 
 
-def phase_batches(run, w: Workload) -> list[list]:
-    """The propose and the solve batch of a workload as the phases build them, as the inference service reads them."""
+def phase_requests(run, w: Workload) -> list[list]:
+    """The propose and the solve batch of a workload as the phases build them: the GenerationRequest messages a
+    step sends to inference."""
     from coordinator.phases import propose_slots, student_requests, teacher_requests
     from populora.records import Proposal, Proposed
-    from services.inference.service import request_from_pb
 
     slots = propose_slots(run, w.matched, w.population)
     propose, _ = teacher_requests(run, w.buffers, slots, STEP)
     as_slots = Proposed([Proposal(s.id, s.task_type, s.teacher, s.match_id, s.version, "", [], []) for s in slots])
     solve, _ = student_requests(run, STEP, w.matched, as_slots, w.validated(as_slots), w.population)
+    return [list(batch) for batch in (propose, solve) if batch]
+
+
+def phase_batches(run, w: Workload) -> list[list]:
+    """The propose and the solve batch of a workload as the phases build them, as the inference service reads them."""
+    from services.inference.service import request_from_pb
+
     default = run.cfg.generation.max_new_tokens
-    return [[request_from_pb(r, default) for r in batch] for batch in (propose, solve) if batch]
+    return [[request_from_pb(r, default) for r in batch] for batch in phase_requests(run, w)]
 
 
 def warmup_batch(batches: list[list]) -> list:

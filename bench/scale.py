@@ -10,8 +10,13 @@ one nonzero LoRA (as the warm start gives: every update and every generation doe
 - updates_per_s_1, updates_per_s_2: adapter updates per second of an update phase (one UpdateBatch of every adapter,
   `--rollouts` rollouts of `--tokens` random tokens each; the best of `--repeats` after one untimed);
   trainer_scale_efficiency = updates_per_s_2 / (2 x updates_per_s_1).
-- tokens_per_s_1, tokens_per_s_2: generated tokens per second of a propose-like batch (`--requests` per adapter,
-  chat prompts, `--max-new` tokens, seeded sampling); inference_scale_efficiency likewise.
+- tokens_per_s_1, tokens_per_s_2: generated tokens per second of one step's propose and solve batches at cpu-smol
+  shapes, built by the phases' own code (phase_requests: the teachers' prompts with the buffer's references, their
+  token limit, a seeded share of valid proposals solved by students matched with uneven weights, the preset's
+  sampling with end-of-sequence, seeded per request); generation_rows and generation_rows_per_adapter say what
+  they held. inference_scale_efficiency likewise. generate_s_1 / _2 are those batches' wall times; prompt_pass_s_1 /
+  _2 the same batches with one new token each (their prompt pass; prompt_tokens_per_s_*), so
+  prompt_pass_scale_efficiency and decode_scale_efficiency (the rest of the wall time) say which part scales.
 - same_result: the same tokens from 1 and 2 inference replicas, and the same adapter weights (within 1e-5) after the
   same updates on 1 and 2 trainer replicas.
 - rss_mb_per_replica_1 / _2: each replica's resident set after its updates (the trainers; inference beside it as
@@ -186,38 +191,75 @@ def _as_role(rollout, role: str):
     return out
 
 
-def inference(args, n: int, workdir: Path, report: Reporter) -> dict:
-    """A propose-like batch on `n` inference replicas; tokens/s, RSS, the tokens."""
-    from populora.pb import common_pb2, inference_pb2
+def phase_requests(args, workdir: Path) -> list[list]:
+    """One step's propose and solve batches at cpu-smol shapes, built by the phases' own code
+    (bench.inference_workload): the population's teachers each propose `tasks.proposals_per_teacher` tasks of every
+    type (chat prompts with the buffer's references, the teachers' token limit), a seeded share of them valid, and
+    the students matched with uneven weights solve those with `tasks.n_samples` samples each; every request on the
+    adapter version the one-trainer run left."""
+    from bench.inference_workload import Shape, make_workload, open_run, seed_tasks
+    from bench.inference_workload import phase_requests as built
     from populora.store import ArtifactStore
 
     store = workdir / "store-t1"  # the adapters the one-trainer run wrote
     cfg = config(args, workdir, store)
+    st = ArtifactStore(store)
+    ids = population(args.adapters)
+    shape = Shape(tuple(i for i, a in enumerate(ids) if ".T" in a), tuple(i for i, a in enumerate(ids) if ".S" in a),
+                  cfg.tasks.proposals_per_teacher)
+    run, services = open_run(cfg, st, None)
+    try:
+        plan = make_workload(run, "scale", shape, ids, seed_tasks(run), {a: st.latest(a).version for a in ids})
+        return built(run, plan)
+    finally:
+        services.close()
+
+
+def _short(batch: list, tokens: int) -> list:
+    from populora.pb import inference_pb2
+
+    out = []
+    for r in batch:
+        copy = inference_pb2.GenerationRequest()
+        copy.CopyFrom(r)
+        copy.sampling.max_new_tokens = tokens
+        out.append(copy)
+    return out
+
+
+def inference(args, n: int, workdir: Path, batches: list[list], report: Reporter) -> dict:
+    """The step's propose then solve batch on `n` inference replicas (after one untimed round of 4 tokens a row, so
+    every replica has loaded its adapters); tokens/s of both phases together, RSS, the tokens."""
+    from populora.pb import inference_pb2
+
+    store = workdir / "store-t1"
+    cfg = config(args, workdir, store)
     cfg_path = workdir / f"inference-{n}.yaml"
     cfg_path.write_text(cfg.to_yaml())
-    st = ArtifactStore(store)
     group = Replicas("inference", n, cfg_path, workdir)
     try:
         infer = group.connect(cfg)
-        requests = [inference_pb2.GenerationRequest(
-            request_id=f"{a}/r{k}", adapter=common_pb2.AdapterRef(adapter_id=a, version=st.latest(a).version),
-            messages=[inference_pb2.ChatMessage(role="user", content=f"Write a Python function number {k}.")],
-            sampling=inference_pb2.SamplingParams(temperature=1.0, top_p=1.0, max_new_tokens=args.max_new,
-                                                  seed=1000 + 17 * k + i, n=1))
-            for i, a in enumerate(population(args.adapters)) for k in range(args.requests)]
-        best, tokens = float("inf"), {}
-        for k in range(args.repeats + 1):
-            t0 = time.perf_counter()
-            results = list(infer.Generate(inference_pb2.GenerateRequest(requests=requests)))
-            seconds = time.perf_counter() - t0
-            tokens = {r.request_id: [list(c.token_ids) for c in r.completions] for r in results}
-            if k > 0:
-                best = min(best, seconds)
+        for batch in batches:
+            list(infer.Generate(inference_pb2.GenerateRequest(requests=_short(batch, 4))))
+        def best_of(rounds: list[list]) -> tuple[float, list]:
+            best, results = float("inf"), []
+            for _ in range(args.repeats):
+                t0 = time.perf_counter()
+                results = [r for b in rounds for r in infer.Generate(inference_pb2.GenerateRequest(requests=b))]
+                best = min(best, time.perf_counter() - t0)
+            return best, results
+
+        seconds, results = best_of(batches)
+        tokens = {r.request_id: [list(c.token_ids) for c in r.completions] for r in results}
         total = sum(len(t) for ts in tokens.values() for t in ts)
-        report(f"tokens_per_s_{n}", total / best)
+        report(f"generate_s_{n}", seconds)
+        report(f"tokens_per_s_{n}", total / seconds)
+        prompt_s, results = best_of([_short(b, 1) for b in batches])  # the prompt pass and one sampled token
+        report(f"prompt_pass_s_{n}", prompt_s)
+        report(f"prompt_tokens_per_s_{n}", sum(len(r.prompt_token_ids) for r in results) / prompt_s)
         report(f"inference_rss_mb_per_replica_{n}", group.rss_mb())
         infer.close()
-        return {"tokens_per_s": total / best, "tokens": tokens}
+        return {"tokens_per_s": total / seconds, "tokens": tokens, "seconds": seconds, "prompt_s": prompt_s}
     finally:
         group.stop()
 
@@ -230,8 +272,6 @@ def same_weights(a: dict, b: dict, tol: float = 1e-5) -> bool:
 def main(argv: list[str] | None = None) -> int:
     p = update_workload_parser(__doc__, "print the JSON object on one line",
                                rollouts_help="rollouts per adapter per update", tokens_help="tokens per rollout")
-    p.add_argument("--requests", type=int, default=2, help="generation requests per adapter")
-    p.add_argument("--max-new", type=int, default=48, help="tokens generated per request")
     p.add_argument("--repeats", type=int, default=2, help="timed rounds after one untimed (the best counts)")
     p.add_argument("--jsonl", default=None, help="also append each figure to this file as it is measured")
     args = p.parse_args(argv)
@@ -246,8 +286,16 @@ def main(argv: list[str] | None = None) -> int:
         t = {n: trainers(args, n, workdir, report) for n in (1, 2)}
         progress("bench.scale", "trainers", "done")
         report("trainer_scale_efficiency", efficiency(t[1]["updates_per_s"], t[2]["updates_per_s"]))
-        g = {n: inference(args, n, workdir, report) for n in (1, 2)}
+        batches = phase_requests(args, workdir)
+        report("generation_rows", [sum(max(1, r.sampling.n) for r in b) for b in batches])
+        report("generation_rows_per_adapter", {a: sum(max(1, r.sampling.n) for b in batches for r in b
+                                                      if r.adapter.adapter_id == a) for a in ids})
+        g = {n: inference(args, n, workdir, batches, report) for n in (1, 2)}
         report("inference_scale_efficiency", efficiency(g[1]["tokens_per_s"], g[2]["tokens_per_s"]))
+        # the same split into the batches' prompt pass and the decoding after it (each: the same work on 1 and 2)
+        report("prompt_pass_scale_efficiency", efficiency(1 / g[1]["prompt_s"], 1 / g[2]["prompt_s"]))
+        report("decode_scale_efficiency", efficiency(1 / (g[1]["seconds"] - g[1]["prompt_s"]),
+                                                     1 / (g[2]["seconds"] - g[2]["prompt_s"])))
         report("same_tokens", g[1]["tokens"] == g[2]["tokens"])
         report("same_weights", same_weights(t[1]["weights"], t[2]["weights"]))
         report("same_result", report.out["same_tokens"] and report.out["same_weights"])
