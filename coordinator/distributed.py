@@ -159,18 +159,44 @@ class LocalCluster:
                 "distributed", "--run-id", run_id, "--steps", str(steps), *extra]
 
 
-def main(argv: list[str] | None = None) -> int:
+def _count(least: int, even: bool = False):
+    """An argparse type: a whole number of at least `least` (and even, where asked)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"'{text}' is not a whole number") from None
+        if value < least or (even and value % 2):
+            raise argparse.ArgumentTypeError(f"{value}: need {'an even number' if even else 'a number'} of at "
+                                             f"least {least}")
+        return value
+    return parse
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line (and $TRAINERS, $INFERENCE, $POPULATION); a population becomes its two overrides."""
     p = argparse.ArgumentParser(prog="python -m coordinator.distributed", description=__doc__)
     p.add_argument("--preset", default="cpu-tiny")
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--workdir", default="runs/distributed")
     p.add_argument("--db-url", default=DEFAULT_PG)
     p.add_argument("--set", dest="overrides", action="append", default=[])
-    p.add_argument("--trainers", type=int, default=int(os.environ.get("TRAINERS", "1")),
+    # a string default goes through `type` too, so $TRAINERS=abc or $POPULATION=3 is refused like the flag
+    p.add_argument("--trainers", type=_count(1), default=os.environ.get("TRAINERS", "1"),
                    help="trainer replicas, each holding its share of the adapters ($TRAINERS, default 1)")
-    p.add_argument("--inference", type=int, default=int(os.environ.get("INFERENCE", "1")),
+    p.add_argument("--inference", type=_count(1), default=os.environ.get("INFERENCE", "1"),
                    help="inference replicas, each serving its share of the adapters ($INFERENCE, default 1)")
+    p.add_argument("--population", type=_count(2, even=True), default=os.environ.get("POPULATION") or None,
+                   help="members, half teachers and half students ($POPULATION; default: the preset's)")
     args = p.parse_args(argv)
+    if args.population:
+        half = args.population // 2
+        args.overrides = [f"population.n_teachers={half}", f"population.n_students={half}", *args.overrides]
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     cluster = LocalCluster(Path(args.workdir), args.preset, args.overrides, db_url=args.db_url,
                            trainers=args.trainers, inference=args.inference)
     print(f"starting {', '.join(cluster.replicas)} on loopback (logs in {cluster.logs})", flush=True)

@@ -102,15 +102,20 @@ def plot_compute(rows, path: Path) -> None:
     axes[0].legend(fontsize=8)
     for ax, key, title in ((axes[1], "solve_rate", "solve rate vs compute"),
                            (axes[2], "valid_rate", "valid-proposal rate vs compute")):
+        plotted = False
         for tt in _task_types(rows):
             pts = [(_spent(r), r["task_types"][tt][key]) for r in rows
                    if r.get("task_types", {}).get(tt, {}).get(key) is not None]
             if pts:
                 ax.plot(*zip(*pts), marker="o", label=tt, color=COLORS.get(tt))
+                plotted = True
         ax.set_title(title)
         ax.set_xlabel("thousand tokens spent (generated + trained)")
         ax.set_ylim(-0.05, 1.05)
-        ax.legend(fontsize=8)
+        if plotted:
+            ax.legend(fontsize=8)
+        else:  # a solve rate needs a valid task: say so rather than draw an empty frame
+            ax.text(0.5, 0.5, "no valid task yet", ha="center", va="center", transform=ax.transAxes, color="0.4")
     save_figure(fig, path, DPI)
 
 
