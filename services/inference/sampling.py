@@ -58,7 +58,10 @@ def choose_tokens(logits: torch.Tensor, rows: list[Row]) -> torch.Tensor:
             cand_vals, cand_ids = torch.sort(probs[j], descending=True)
         if cand_ids is not None:  # keep a token while the mass before it is below top_p
             cand_vals = cand_vals.masked_fill(cand_vals.cumsum(0) - cand_vals >= top_p, 0.0)
-        cdf = cand_vals.cumsum(0)
+        # in float64: a float32 running sum over a 150k vocabulary drifts by more than a token's own mass where the
+        # distribution is flat, so a last-bit difference in the logits (another batch size picks another matmul
+        # kernel) would move the pick; in float64 it cannot
+        cdf = cand_vals.double().cumsum(0)
         pick = min(int(torch.searchsorted(cdf, u * cdf[-1], right=True)), cdf.shape[0] - 1)
         while cand_vals[pick] <= 0:  # u * total landed on the end of the cdf: step back to a token with mass
             pick -= 1

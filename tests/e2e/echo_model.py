@@ -27,7 +27,7 @@ INPUTS = ["3", "1", "2", "4", "5", "6", "7", "8", "9", "10"]
 RESPONSE = ("<think>double it</think>\n<answer>\n```python\ndef f(a):\n    return a * 2\n```\n"
             + "".join(f"```input\n{i}\n```\n" for i in INPUTS)
             + "```message\nIt doubles the number.\n```\n</answer>")
-RECIPE = "echo-v4"
+RECIPE = "echo-v5"  # v5: fitted on one torch thread
 MIN_MARGIN = 3.0
 SHARP_MARGIN = 40.0
 E2E_LR = 1e-5
@@ -74,6 +74,14 @@ def echo_model_dir() -> Path:
         return final
 
     def build(tmp: Path) -> None:
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)  # the same fit whatever the caller's thread count (a test worker, a shell)
+        try:
+            fit(tmp)
+        finally:
+            torch.set_num_threads(threads)
+
+    def fit(tmp: Path) -> None:
         # Train the transformer layers and, for the response's own tokens only, a correction of their output rows;
         # the 152k-row embedding stays frozen (its dense gradient and Adam state would cost seconds a step on CPU).
         model.requires_grad_(True)

@@ -9,6 +9,14 @@ in the commit.
 
 Long token-id lists are kept as a SHA-256 of their values (exact, but small); floats are compared with a relative
 tolerance of 1e-6, since the last bits of a sum may differ between CPUs while the run's decisions do not.
+
+The records hold what the echo model generated, and the echo model is fitted on each machine (tests/e2e/
+echo_model.py): the fit's float order differs between CPU families, and so does what the model writes for the
+prompts it was not fitted on. So the file keeps, beside the records, the SHA-256 of the model it was made with
+(`cpu_tiny_records.model`), and applies only where the machine's echo model is that one. Elsewhere the reference is
+the same seeded embedded run made on this machine by this code (`reference_records`: built once per model and source
+tree, in the cache, by one test worker while the other waits), so a run is still compared with the one-process run
+it must equal, and the embedded test with a second run of itself.
 """
 
 from __future__ import annotations
@@ -16,11 +24,16 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import tempfile
 from pathlib import Path
 
 import sqlalchemy as sa
 
 GOLDEN = Path(__file__).parent / "golden" / "cpu_tiny_records.json"
+GOLDEN_MODEL = GOLDEN.with_suffix(".model")  # the SHA-256 of the echo model GOLDEN was made with
+ROOT = Path(__file__).resolve().parents[2]
+# what decides a seeded run's records besides the model: the code and the presets (and these tests' overrides)
+SOURCES = ("populora", "coordinator", "services", "configs", "tests/e2e")
 CLOCK_KEYS = {"seconds", "fit_seconds", "wall_s", "started_at", "finished_at", "created_at", "updated_at"}
 LONG_LIST = 16
 
@@ -76,3 +89,66 @@ def differences(expected, got, path: str = "", out: list[str] | None = None, lim
     elif expected != got:
         out.append(f"{path}: {expected!r} expected, {got!r} got")
     return out
+
+
+def model_fingerprint(model_dir: str | Path) -> str:
+    """The SHA-256 of a model directory's weights."""
+    digest = hashlib.sha256()
+    for f in sorted(Path(model_dir).glob("*.safetensors")):
+        digest.update(f.read_bytes())
+    return digest.hexdigest()
+
+
+def source_fingerprint() -> str:
+    """The SHA-256 of every source file that can change a seeded run's records."""
+    digest = hashlib.sha256()
+    for top in SOURCES:
+        for f in sorted((ROOT / top).rglob("*")):
+            if f.suffix in (".py", ".yaml", ".json", ".model") and "__pycache__" not in f.parts:
+                digest.update(str(f.relative_to(ROOT)).encode() + b"\0" + f.read_bytes())
+    return digest.hexdigest()
+
+
+def golden_applies(model_dir: str | Path) -> bool:
+    """Whether GOLDEN was made with this machine's echo model."""
+    return GOLDEN_MODEL.exists() and GOLDEN_MODEL.read_text().strip() == model_fingerprint(model_dir)
+
+
+def write_golden(records: dict, model_dir: str | Path) -> None:
+    GOLDEN.write_text(json.dumps(records, indent=1, sort_keys=True) + "\n")
+    GOLDEN_MODEL.write_text(model_fingerprint(model_dir) + "\n")
+
+
+def reference_records(model_dir: str | Path, make) -> dict:
+    """The records a run must equal: GOLDEN where it was made with this machine's echo model, else those of
+    `make(workdir)` (the seeded embedded run, returning its records), made once per model and source tree."""
+    if golden_applies(model_dir):
+        return json.loads(GOLDEN.read_text())
+    from populora.models import atomic_dir, cache_dir
+
+    key = f"{model_fingerprint(model_dir)[:16]}-{source_fingerprint()[:16]}"
+
+    def build(tmp: Path) -> None:
+        with tempfile.TemporaryDirectory(prefix="e2e-reference-") as work:
+            (tmp / "records.json").write_text(json.dumps(make(Path(work)), sort_keys=True))
+
+    return json.loads((atomic_dir(cache_dir() / "e2e-records" / key, build) / "records.json").read_text())
+
+
+def seeded_run(workdir: Path, echo_model: str, steps: int = 2):
+    """The seeded cpu-tiny embedded run of GOLDEN (run id "e2e") in `workdir`: (config, journal, run directory)."""
+    from coordinator.journal import JournalDB
+    from coordinator.train import run_training
+    from populora.config import load_config
+    from tests.e2e.conftest import e2e_overrides
+
+    cfg = load_config(preset="cpu-tiny", overrides=e2e_overrides(workdir, echo_model), env=False)
+    state = JournalDB(cfg.league_db_url)
+    state.create_run("e2e", cfg.run.mode, cfg.to_yaml())
+    cfg.run.steps = steps
+    return cfg, state, run_training(cfg, "e2e", state)
+
+
+def seeded_records(workdir: Path, echo_model: str) -> dict:
+    cfg, state, _ = seeded_run(workdir, echo_model)
+    return run_records(state, cfg.league_db_url, "e2e")

@@ -28,6 +28,11 @@ def _train(cluster: LocalCluster, run_id: str, steps: int) -> subprocess.Popen:
                             stderr=subprocess.STDOUT)
 
 
+def _tails(cluster, chars: int = 1500) -> str:
+    """The end of every log of the cluster (the coordinator's, the worker's, each service's)."""
+    return "\n".join(f"--- {f.name}:\n{f.read_text(errors='replace')[-chars:]}" for f in sorted(cluster.logs.glob("*.log")))
+
+
 def test_distributed_run_survives_a_killed_worker(tmp_path, echo_model, pg_url, redis_url):
     url, prefix = redis_url
     # lock-step: one worker, one phase at a time (overlap: the test below)
@@ -46,15 +51,15 @@ def test_distributed_run_survives_a_killed_worker(tmp_path, echo_model, pg_url, 
         train = _train(cluster, run_id, 2)
         cluster.start_worker(run_id, "worker-a")
         # wait until the worker is inside step 2's propose phase (a generation in flight), then kill it
-        deadline = time.monotonic() + 900
+        deadline = time.monotonic() + 600  # inside the test's own timeout, so a stall is reported with the logs
         while state.get(run_id, 2, "match") is None:
             assert train.poll() is None, (cluster.logs / "train.log").read_text()[-3000:]
-            assert time.monotonic() < deadline, "step 2 never started"
+            assert time.monotonic() < deadline, "step 2 never started; " + _tails(cluster)
             time.sleep(0.1)
         # ... and holds the propose job, delivered and not yet acknowledged
         queue = RedisStreamQueue(url, run_id, prefix=prefix)
         while not queue.client.xpending_range(queue.stream, queue.GROUP, "-", "+", 10, consumername="worker-a"):
-            assert time.monotonic() < deadline, "the worker never took step 2's propose job"
+            assert time.monotonic() < deadline, "the worker never took step 2's propose job; " + _tails(cluster)
             time.sleep(0.05)
         assert state.get(run_id, 2, "propose") is None
         cluster.kill("worker-a")

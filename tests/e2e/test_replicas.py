@@ -17,7 +17,7 @@ from coordinator.journal import JournalDB
 from populora.placement import owner
 from populora.store import ArtifactStore
 from tests.e2e.conftest import e2e_overrides
-from tests.e2e.records import GOLDEN, differences, run_records
+from tests.e2e.records import differences, reference_records, run_records, seeded_records
 
 RUN_ID = "e2e"  # the golden run's id: the seeds derive from it
 
@@ -34,11 +34,11 @@ def _train(cluster: LocalCluster) -> subprocess.Popen:
                             stdout=open(cluster.logs / "train.log", "wb"), stderr=subprocess.STDOUT)
 
 
-def _check(cluster: LocalCluster, state: JournalDB, pg_url: str) -> None:
+def _check(cluster: LocalCluster, state: JournalDB, pg_url: str, echo_model: str) -> None:
     """The records are the one-process run's, and every adapter's last version is 1 + the updates it had."""
     assert state.get_run(RUN_ID)["status"] == "finished"
     got = run_records(state, pg_url, RUN_ID)
-    diff = differences(json.loads(GOLDEN.read_text()), got)
+    diff = differences(reference_records(echo_model, lambda work: seeded_records(work, echo_model)), got)
     assert not diff, "\n".join(diff)
     store = ArtifactStore(cluster.cfg.store_root)
     updates = Counter(a for s in (1, 2) for a in state.get(RUN_ID, s, "update")["stats"])
@@ -61,7 +61,7 @@ def test_two_trainers_and_two_inference_replicas_give_the_one_process_records(tm
         assert train.wait(900) == 0, (cluster.logs / "train.log").read_text()[-3000:]
     finally:
         cluster.stop()
-    _check(cluster, state, pg_url)
+    _check(cluster, state, pg_url, echo_model)
     # each update ran on its adapter's owner: a trainer updated adapters exactly when placement gave it some that
     # had rollouts (on free ports the split differs from run to run)
     trainers = {f"127.0.0.1:{cluster.replicas[n][1]}": n for n in ("trainer-0", "trainer-1")}
@@ -99,4 +99,4 @@ def test_a_trainer_replica_killed_during_an_update_loses_nothing(tmp_path, echo_
     lost = [json.loads(line) for line in (cluster.logs / "train.log").read_text().splitlines()
             if "does not answer" in line and line.startswith("{")]
     assert [(w["step"], victim in {trainers[a] for a in trainers if a in w["msg"]}) for w in lost] == [(1, True)]
-    _check(cluster, state, pg_url)
+    _check(cluster, state, pg_url, echo_model)
