@@ -15,23 +15,23 @@ ROWS = [{"step": s, "compute_cumulative": {"generated_tokens": 500 * s, "trained
          "task_types": {"code_o": {"valid_rate": 0.0, "solve_rate": None}}} for s in (1, 2, 3)]
 
 
-def test_no_valid_task_is_said_and_warns_nothing(tmp_path, monkeypatch):
+def _notes_drawn(rows, path, monkeypatch) -> list[str]:
+    """The texts the chart writes on its axes, with every warning made an error."""
     texts = []
     real = matplotlib.axes.Axes.text
     monkeypatch.setattr(matplotlib.axes.Axes, "text", lambda ax, *a, **k: texts.append(a[2]) or real(ax, *a, **k))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        report.plot_compute(ROWS, tmp_path / "compute.png")
-    assert (tmp_path / "compute.png").stat().st_size > 0
-    assert texts == ["no valid task yet"]  # the solve-rate panel; the valid rate has its points
+        report.plot_compute(rows, path)
+    assert path.stat().st_size > 0
+    return texts
+
+
+def test_no_valid_task_is_said_and_warns_nothing(tmp_path, monkeypatch):
+    # the solve-rate panel says it; the valid rate has its points
+    assert _notes_drawn(ROWS, tmp_path / "compute.png", monkeypatch) == ["no valid task yet"]
 
 
 def test_solve_rates_get_a_legend_and_no_note(tmp_path, monkeypatch):
     rows = [{**r, "task_types": {"code_o": {"valid_rate": 0.5, "solve_rate": 0.25}}} for r in ROWS]
-    texts = []
-    real = matplotlib.axes.Axes.text
-    monkeypatch.setattr(matplotlib.axes.Axes, "text", lambda ax, *a, **k: texts.append(a[2]) or real(ax, *a, **k))
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        report.plot_compute(rows, tmp_path / "compute.png")
-    assert texts == []
+    assert _notes_drawn(rows, tmp_path / "compute.png", monkeypatch) == []
