@@ -119,14 +119,15 @@ def write_golden(records: dict, model_dir: str | Path) -> None:
     GOLDEN_MODEL.write_text(model_fingerprint(model_dir) + "\n")
 
 
-def reference_records(model_dir: str | Path, make) -> dict:
+def reference_records(echo_model: str | Path, make=None) -> dict:
     """The records a run must equal: GOLDEN where it was made with this machine's echo model, else those of
-    `make(workdir)` (the seeded embedded run, returning its records), made once per model and source tree."""
-    if golden_applies(model_dir):
+    `make(workdir)` (default: the seeded embedded run's records), made once per model and source tree."""
+    if golden_applies(echo_model):
         return json.loads(GOLDEN.read_text())
     from populora.models import atomic_dir, cache_dir
 
-    key = f"{model_fingerprint(model_dir)[:16]}-{source_fingerprint()[:16]}"
+    make = make or (lambda work: seeded_records(work, str(echo_model)))
+    key = f"{model_fingerprint(echo_model)[:16]}-{source_fingerprint()[:16]}"
 
     def build(tmp: Path) -> None:
         with tempfile.TemporaryDirectory(prefix="e2e-reference-") as work:
@@ -135,18 +136,24 @@ def reference_records(model_dir: str | Path, make) -> dict:
     return json.loads((atomic_dir(cache_dir() / "e2e-records" / key, build) / "records.json").read_text())
 
 
-def seeded_run(workdir: Path, echo_model: str, steps: int = 2):
-    """The seeded cpu-tiny embedded run of GOLDEN (run id "e2e") in `workdir`: (config, journal, run directory)."""
+def train(cfg, run_id: str, steps: int):
+    """An embedded run of `cfg` for `steps` steps: (journal, run directory)."""
     from coordinator.journal import JournalDB
     from coordinator.train import run_training
+
+    state = JournalDB(cfg.league_db_url)
+    state.create_run(run_id, cfg.run.mode, cfg.to_yaml())
+    cfg.run.steps = steps
+    return state, run_training(cfg, run_id, state)
+
+
+def seeded_run(workdir: Path, echo_model: str, steps: int = 2):
+    """The seeded cpu-tiny embedded run of GOLDEN (run id "e2e") in `workdir`: (config, journal, run directory)."""
     from populora.config import load_config
     from tests.e2e.conftest import e2e_overrides
 
     cfg = load_config(preset="cpu-tiny", overrides=e2e_overrides(workdir, echo_model), env=False)
-    state = JournalDB(cfg.league_db_url)
-    state.create_run("e2e", cfg.run.mode, cfg.to_yaml())
-    cfg.run.steps = steps
-    return cfg, state, run_training(cfg, "e2e", state)
+    return (cfg, *train(cfg, "e2e", steps))
 
 
 def seeded_records(workdir: Path, echo_model: str) -> dict:
