@@ -105,6 +105,13 @@ class AdapterHost(ABC):
         """The LM head (hidden -> vocabulary logits), a linear layer shared by every adapter."""
         return self.causal_lm.get_output_embeddings()
 
+    def prepack(self):
+        """Lay the base's linear weights out for the CPU's matmul library, for passes without gradients
+        (populora.lora.prepack). Returns its PackStats."""
+        from populora.lora.prepack import PackStats
+
+        return PackStats(skipped=f"the {self.kind} host runs its own layers")
+
     def _cache_kw(self, cache) -> dict:
         # no cache asked for: none is built (a training pass needs none, and a checkpointed layer that appended to
         # one would append again when it runs a second time in the backward pass)
@@ -205,6 +212,11 @@ class BatchedHost(AdapterHost):
     def forward(self, names: list[str | None], **kw):
         with self.multi.use_rows(names):
             return self.causal_lm(**kw)
+
+    def prepack(self):
+        from populora.lora.prepack import pack
+
+        return pack(self.multi.layers.values(), self.output_layer())
 
     def hidden_states(self, names: list[str], input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
                       cache=None) -> torch.Tensor:

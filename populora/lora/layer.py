@@ -43,6 +43,7 @@ class MultiLoraLinear(nn.Module):
         # Inference adapters live in slot banks, pre-transposed for bmm: A^T (C, d_in, R), B^T (C, R, d_out).
         self.bank_at: torch.Tensor | None = None
         self.bank_bt: torch.Tensor | None = None
+        self.packed = None  # the base weight packed for oneDNN (populora.lora.prepack): passes without gradients
 
     @property
     def in_features(self) -> int:
@@ -57,7 +58,10 @@ class MultiLoraLinear(nn.Module):
         return self.base.weight
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = self.base(x)  # (B, ..., d_out): the shared base matmul
+        if self.packed is not None and not torch.is_grad_enabled():
+            y = self.packed(x)  # (B, ..., d_out): the shared base matmul
+        else:
+            y = self.base(x)
         owner = self._owner[0]
         plan = owner.current_plan()
         if plan is None or not self.factors:

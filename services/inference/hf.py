@@ -39,7 +39,7 @@ class HfBackend(InferenceBackend):
 
     def __init__(self, base: BaseModel, store: ArtifactStore | None, target_modules: list[str], max_rank: int,
                  max_batch: int = 256, max_resident: int = 32, host: str = "batched",
-                 chat_template: bool = True, threads: int = 0):
+                 chat_template: bool = True, threads: int = 0, prepack: bool = True):
         self.base = base
         self.threads = threads
         self.base_model = base.name
@@ -47,6 +47,7 @@ class HfBackend(InferenceBackend):
         self.max_batch, self.max_resident = max_batch, max_resident
         self.chat_template = chat_template
         self.host = make_host(host, base.model, target_modules, max_rank)
+        self.packing = self.host.prepack() if prepack else None  # before any adapter or request
         self._model_lock = threading.Lock()
         self.resident = ResidentAdapters(max_resident, store, self._load, self._unload)
         device = next(base.model.parameters()).device
@@ -59,7 +60,7 @@ class HfBackend(InferenceBackend):
         g = cfg.generation
         return cls(base, store, list(cfg.lora.target_modules), max(cfg.lora.rank, g.max_lora_rank),
                    max_batch=g.max_batch, max_resident=g.max_resident_adapters, host=host_kind(cfg.lora.host, "inference"),
-                   chat_template=cfg.model.chat_template, threads=g.threads)
+                   chat_template=cfg.model.chat_template, threads=g.threads, prepack=g.prepack_weights)
 
     # ---- adapters
     def _load(self, ref: AdapterRef) -> None:
