@@ -54,8 +54,10 @@ def bench_generation(base, shape: Shape, args, report: Reporter, device) -> None
         report("gpu_generation_mean_new_tokens", mean_tokens)
         bias = eos_bias(base, batches[0], g.temperature, mean_tokens)
         report("gpu_generation_eos_bias", bias)
+        # not packed: eos_biased edits the base's LM head after the backend is built, and a packed copy would not
+        # see it (a GPU never packs; this keeps the CPU shape the same path)
         backend = HfBackend(base, store, TARGETS, max_rank=RANK, max_resident=N_ADAPTERS,
-                            max_batch=max(sum(r.sampling.n for r in b) for b in batches))
+                            max_batch=max(sum(r.sampling.n for r in b) for b in batches), prepack=False)
         try:
             with eos_biased(base, bias):
                 _generate_sides(backend, refs, batches, args, report, device)
