@@ -3,15 +3,16 @@
 A decode step multiplies a few rows by every weight of the model. PyTorch's default CPU matmul for an fp32
 `nn.Linear` (MKL's sgemm) re-reads the weight in its own layout on every call and picks its kernel by the row count,
 and between a few and about 20 rows it runs far below the core's speed: on SmolLM2-135M (one AVX-512 core) the
-211 matmuls of a step took 114 ms for 12 rows and 101 ms for 24, and the LM head alone 35 ms for 12 rows against
+211 matmuls of a step (its real weights) took 124 ms for 12 rows and 113 ms for 24, and the LM head alone 35 ms for 12 rows against
 22 ms for 24. The same products on weights re-laid out once for oneDNN (`torch.ops.mkldnn._reorder_linear_weight`,
-then `_linear_pointwise`, the ops torch's own CPU compiler emits for a frozen linear) took 60 and 78 ms, the head
+then `_linear_pointwise`, the ops torch's own CPU compiler emits for a frozen linear) took 62 and 83 ms, the head
 11 and 15 ms, and the prompt pass's large row counts were no slower (`bench.inference`, `bench.scale` measure the
 whole step). The packed weight is an opaque oneDNN tensor of the same size.
 
 The ops are torch's private CPU ops: `pack` checks that they exist and that a packed product equals `F.linear` on
 a probe before any weight is packed, and packs nothing otherwise (the model then runs as before). A pass with
-gradients (the trainer) always takes the module's own weight.
+gradients (the trainer) always takes the module's own weight. A packed copy does not follow later edits of the
+module's weight: code that edits a base's weights in place builds its backend with `prepack=False`.
 """
 
 from __future__ import annotations
