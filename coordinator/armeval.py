@@ -36,7 +36,8 @@ def eval_settings(exp: Experiment) -> dict:
     redone."""
     e = exp.cfg.eval
     return {"limit": exp.limit, "samples": exp.samples, "temperature": e.temperature,
-            "max_new_tokens": e.max_new_tokens, "seed": exp.cfg.run.seed}
+            "max_new_tokens": e.max_new_tokens, "seed": exp.cfg.run.seed, "checkpoints": list(e.checkpoints),
+            "members": e.members}
 
 
 def arm_rows(arm: Arm) -> list[dict]:
@@ -51,11 +52,12 @@ def arm_state(arm: Arm) -> dict:
     return {"step": last["step"], "tokens": last.get("compute_cumulative", {}).get("tokens", 0)}
 
 
-def experiment_budget(exp: Experiment) -> float | None:
-    """The compute the checkpoints divide (coordinator/checkpointeval.budget_of); None when the arms recorded no
-    FLOPs (runs from before FLOPs were counted: only their final populations are scored)."""
+def experiment_budget(exp: Experiment, seeds: list[int] | None = None) -> float | None:
+    """The compute the checkpoints divide (coordinator/checkpointeval.budget_of), over the arms of `seeds` (all when
+    None; a FLOP budget is the same for any); None when the arms recorded no FLOPs (runs from before FLOPs were
+    counted: only their final populations are scored)."""
     axes = {a.run_id: [(r["step"], r.get("compute_cumulative", {}).get("budget_flops", 0)) for r in arm_rows(a)]
-            for a in exp.arms}
+            for a in exp.arms if seeds is None or a.seed in seeds}
     try:
         return budget_of(exp.cfg.run.budget_flops, axes)
     except ValueError:
@@ -63,18 +65,19 @@ def experiment_budget(exp: Experiment) -> float | None:
 
 
 def checkpoint_targets(exp: Experiment, arm: Arm, budget: float | None) -> dict[str, int]:
-    """{label: step} of the adapter versions to score for `arm`: its population at each checkpoint step (a step
-    at 0 is the warm start, scored once for the experiment); without a budget, the final population."""
+    """{label: step} of the adapter versions to score for `arm`: its population (the members eval.members names) at
+    each checkpoint step of eval.checkpoints (a step at 0 is the warm start, scored once for the experiment);
+    without a budget, the final population."""
     rows = arm_rows(arm)
     if budget is None:
         steps = [rows[-1]["step"]] if rows else []
     else:
         other = next(a for a in exp.arms if a.seed == arm.seed and a.name != arm.name)
-        cps = checkpoints_of({arm.name: rows, other.name: arm_rows(other)}, budget)
+        cps = checkpoints_of({arm.name: rows, other.name: arm_rows(other)}, budget, exp.cfg.eval.checkpoints)
         steps = sorted({cp.arms[arm.name].step or 0 for cp in cps})
     out: dict[str, int] = {}
     for step in steps:
-        for adapter_id, version in (population_at(rows, step) or {}).items():
+        for adapter_id, version in (population_at(rows, step, exp.cfg.eval.members) or {}).items():
             out.setdefault(label(adapter_id, version), step)
     return out
 
@@ -127,13 +130,15 @@ def evaluate_arm(exp: Experiment, arm: Arm, benchmark: str, targets: dict[str, i
             "results": [r.to_json() for r in results]}
 
 
-def evaluate_arms(exp: Experiment) -> list[Path]:
-    """Every arm on every benchmark at every checkpoint (the first arm's evaluation also scores the warm start); a
-    scores file made with the same settings, of the arm trained as far as it is now, at the same budget, is not
-    redone. Returns the files written by this call."""
+def evaluate_arms(exp: Experiment, seeds: list[int] | None = None) -> list[Path]:
+    """Every arm (of `seeds`, when given) on every benchmark at every checkpoint (the experiment's first arm's
+    evaluation also scores the warm start); a scores file made with the same settings, of the arm trained as far as
+    it is now, at the same budget, is not redone. Returns the files written by this call."""
     written = []
-    budget = experiment_budget(exp)
+    budget = experiment_budget(exp) if seeds is None else experiment_budget(exp, seeds)
     for i, arm in enumerate(exp.arms):
+        if seeds is not None and arm.seed not in seeds:
+            continue
         trained = arm_state(arm)
         for benchmark in exp.benchmarks:
             path = eval_path(exp.out_dir, arm.run_id, benchmark)

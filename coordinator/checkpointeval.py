@@ -58,13 +58,20 @@ def checkpoints_of(rows: Mapping[str, list[dict]], budget: float, fractions: Seq
     return equal_compute_checkpoints({arm: compute_axis(r) for arm, r in rows.items()}, budget, fractions)
 
 
-def population_at(rows: list[dict], step: int | None) -> dict[str, int] | None:
+MEMBERS = ("all", "students")
+
+
+def population_at(rows: list[dict], step: int | None, members: str = "all") -> dict[str, int] | None:
     """{adapter: version} of the population after `step`; None at step 0 or before (every member is the warm
-    start then)."""
+    start then). `members="students"` leaves the teachers out (eval.members; the baseline's one adapter plays both
+    roles and stays)."""
+    if members not in MEMBERS:
+        raise ValueError(f"members {members!r}: allowed {list(MEMBERS)}")
     if step is None or step < 1:
         return None
     row = next(r for r in rows if r["step"] == step)
-    return {a: m["version"] for a, m in sorted(row.get("population", {}).items())}
+    return {a: m["version"] for a, m in sorted(row.get("population", {}).items())
+            if members == "all" or m.get("role") != "teacher"}
 
 
 def label(adapter_id: str, version: int) -> str:
@@ -89,11 +96,12 @@ def _state(values: dict[str, dict[str, float]], population: dict[str, int] | Non
 
 def compare_at_checkpoints(seeds: Sequence[int], rows: Mapping[tuple[str, int], list[dict]],
                            evals: Mapping[tuple[str, int], dict], budget: float, *, n_resamples: int = 10_000,
-                           fractions: Sequence[float] = DEFAULT_FRACTIONS) -> list[dict]:
+                           fractions: Sequence[float] = DEFAULT_FRACTIONS, members: str = "all") -> list[dict]:
     """Per checkpoint on one benchmark: the arms' steps and gaps per seed; the population mean, best and worst
     member (chosen on the validation problems), and the baseline, on the scoring problems, as means over seeds; the
     difference population mean - baseline with its 95% paired bootstrap interval over (seed, problem) and the
-    paired counts (spec 14). `rows[(arm, seed)]` are an arm run's metrics, `evals[(arm, seed)]` its evaluation file."""
+    paired counts (spec 14). `rows[(arm, seed)]` are an arm run's metrics, `evals[(arm, seed)]` its evaluation file;
+    `members` says which of the population's members are scored (population_at)."""
     out = []
     per_seed = {s: checkpoints_of({a: rows[(a, s)] for a in ("population", "baseline")}, budget, fractions)
                 for s in seeds}
@@ -107,7 +115,7 @@ def compare_at_checkpoints(seeds: Sequence[int], rows: Mapping[tuple[str, int], 
                 continue
             ids, pv = per_problem(evals[("population", s)])
             _, bv = per_problem(evals[("baseline", s)])
-            p_state = _state(pv, population_at(rows[("population", s)], cp.arms["population"].step), warm)
+            p_state = _state(pv, population_at(rows[("population", s)], cp.arms["population"].step, members), warm)
             b_state = _state(bv, population_at(rows[("baseline", s)], cp.arms["baseline"].step), warm)
             if not p_state or not b_state:
                 continue

@@ -186,6 +186,10 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--limit", type=int, default=None, help="score on the first N problems of each benchmark "
                    "(default: all; 380 for heldout, of which every 5th chooses the best member and 304 are scored)")
     x.add_argument("--samples", type=int, default=1, help="samples per problem (1: greedy pass@1)")
+    x.add_argument("--jobs", type=int, default=1, metavar="N",
+                   help="seeds trained and scored at once, each in a process of its own (default 1: one after "
+                        "another); on a CPU the small generation batches of a step leave cores idle that another "
+                        "seed's work fills (docs/experiment.md)")
     x.set_defaults(func=cmd_experiment)
 
     d = sub.add_parser("dashboard", help="serve the web dashboard of the runs in a run database (read-only)")

@@ -173,7 +173,9 @@ def comparison(exp: ComparisonInput, metrics: dict[str, list[dict]], evals: dict
     return {"experiment_id": exp.experiment_id, "seeds": exp.seeds, "benchmarks": exp.benchmarks,
             "budget": {"flops": exp.cfg.run.budget_flops, "tokens": exp.cfg.run.budget_tokens,
                        "sandbox_jobs": exp.cfg.run.budget_sandbox_jobs},
-            "max_steps": exp.cfg.run.steps, "eval": {"limit": exp.limit, "samples": exp.samples},
+            "max_steps": exp.cfg.run.steps, "eval": {"limit": exp.limit, "samples": exp.samples,
+                                                   "checkpoints": list(exp.cfg.eval.checkpoints),
+                                                   "members": exp.cfg.eval.members},
             "summary": summary, "arms": arms}
 
 
@@ -364,7 +366,8 @@ at most {exp.cfg.run.steps} steps per arm). Held-out scores: greedy pass@1 of ev
 population{'' if exp.samples == 1 else f', {exp.samples} samples'}.</p>
 <h2>At equal compute</h2>
 <p>Each arm at its last step not past each checkpoint (a fraction of the compute budget in FLOPs, spec 14), with the
-compute it left unspent (the gap). Scores on the scoring split of each benchmark; the best and worst members are
+compute it left unspent (the gap). The population's scored members: {'every member' if exp.cfg.eval.members == 'all'
+else 'its students (eval.members)'}; checkpoints {', '.join(f'{f:.0%}' for f in exp.cfg.eval.checkpoints)}. Scores on the scoring split of each benchmark; the best and worst members are
 chosen on the separate validation split (every {VALIDATION_EVERY}th problem), never on the problems they are scored
 on. The difference is population mean minus baseline with a 95% paired bootstrap interval over (seed, problem);
 the counts pair every member with its seed's baseline on each problem.</p>

@@ -30,7 +30,8 @@ def checkpoint_section(exp, metrics: dict[str, list[dict]], evals: dict[str, dic
         budgets = {f["budget"] for f in files.values()}
         if not seeds or len(budgets) != 1:
             continue
-        out[b] = compare_at_checkpoints(seeds, rows, files, budgets.pop())
+        out[b] = compare_at_checkpoints(seeds, rows, files, budgets.pop(), fractions=exp.cfg.eval.checkpoints,
+                                        members=exp.cfg.eval.members)
     return out
 
 

@@ -234,20 +234,67 @@ class Outcome:
     scores: dict
 
 
-def run_experiment(exp: Experiment, db: JournalDB, *, workers: int = 1,
+def _seed_job(exp: Experiment, seed: int, evaluate: bool) -> tuple[list[str], list[Path]]:
+    """One seed's arms, trained and (with `evaluate`) scored, in a process of its own (`--jobs`): its own journal
+    connection and services; the store, the warm-start cache and the databases are shared, each arm writing only its
+    own runs and adapters."""
+    from populora.logs import setup_logging
+
+    setup_logging()
+    db = JournalDB(exp.cfg.league_db_url)
+    try:
+        trained = [arm.run_id for arm in exp.arms if arm.seed == seed and run_arm(db, arm)]
+    finally:
+        db.close()
+    return trained, (evaluate_arms(exp, [seed]) if evaluate else [])
+
+
+def _run_parallel(exp: Experiment, jobs: int) -> tuple[list[str], list[Path]]:
+    """The seeds `jobs` at a time, each in a spawned process (torch and the services are not fork-safe). With a FLOP
+    budget each seed's arms are scored in their process as soon as they are trained (the checkpoints are fractions of
+    that budget, the same for every seed); with a token or job budget the checkpoints depend on every arm's end, so
+    the evaluations wait for all of them. A seed that fails stops the experiment with its error, after the seeds
+    already running have ended; rerunning continues every seed where it stopped."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    per_seed = bool(exp.cfg.run.budget_flops)
+    trained: list[str] = []
+    evaluated: list[Path] = []
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = [pool.submit(_seed_job, exp, seed, per_seed) for seed in exp.seeds]
+        for future in futures:
+            t, e = future.result()
+            trained += t
+            evaluated += e
+    if not per_seed:
+        evaluated = evaluate_arms(exp)
+    return trained, evaluated
+
+
+def run_experiment(exp: Experiment, db: JournalDB, *, workers: int = 1, jobs: int = 1,
                    progress: bool = False, after_arm: Callable[[Arm], None] | None = None) -> Outcome:
     """Train every arm (skipping finished ones), evaluate them (skipping done evaluations), write the comparison.
-    `after_arm` is called after each arm that is finished, whether it ran now or before."""
+    `after_arm` is called after each arm that is finished, whether it ran now or before (one seed at a time only).
+    `jobs` > 1 trains and scores that many seeds at once, each in its own process (`_run_parallel`): the same arms,
+    evaluations and files as one after another."""
+    if jobs < 1:
+        raise ConfigError(f"--jobs {jobs}: must be at least 1")
+    if jobs > 1 and after_arm is not None:
+        raise ValueError("after_arm needs the arms run in this process: use jobs=1")
     exp.out_dir.mkdir(parents=True, exist_ok=True)
     check_manifest(exp)
     write_json(exp.out_dir / "experiment.json", exp.manifest())  # new, or the same with a grown budget
-    trained = []
-    for arm in exp.arms:
-        if run_arm(db, arm, workers, progress):
-            trained.append(arm.run_id)
-        if after_arm is not None:
-            after_arm(arm)
-    evaluated = evaluate_arms(exp)
+    if jobs > 1 and len(exp.seeds) > 1:
+        trained, evaluated = _run_parallel(exp, min(jobs, len(exp.seeds)))
+    else:
+        trained = []
+        for arm in exp.arms:
+            if run_arm(db, arm, workers, progress):
+                trained.append(arm.run_id)
+            if after_arm is not None:
+                after_arm(arm)
+        evaluated = evaluate_arms(exp)
     report, scores = write_comparison(exp.comparison_input())
     return Outcome(trained, evaluated, report, scores)
 
@@ -264,6 +311,9 @@ def main(args, cfg: Config) -> int:
     label = args.preset if not args.config_file else Path(args.config_file).stem
     cfg.run.run_id = ""
     experiment_id = args.experiment_id or default_id(cfg, label or "", seeds)
+    if args.jobs < 1:
+        print(f"error: --jobs {args.jobs}: must be at least 1", file=sys.stderr)
+        return 2
     exp = plan(cfg, experiment_id, seeds, args.benchmark, args.limit, args.samples)
     print(f"experiment {experiment_id}: {len(exp.arms)} arms "
           f"({', '.join(a.run_id for a in exp.arms)}), budget flops={exp.cfg.run.budget_flops:.3g} "
@@ -272,7 +322,7 @@ def main(args, cfg: Config) -> int:
           f"benchmarks {', '.join(exp.benchmarks)}", flush=True)
     db = JournalDB(exp.cfg.league_db_url)
     try:
-        outcome = run_experiment(exp, db, progress=sys.stderr.isatty())
+        outcome = run_experiment(exp, db, jobs=args.jobs, progress=sys.stderr.isatty() and args.jobs == 1)
     except EvalError as e:
         print(f"error: evaluation: {e}", file=sys.stderr)
         return 2

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from populora.config.base import TASK_TYPES, Section
 
@@ -82,9 +82,10 @@ class TrainerConfig(Section):
     """Several adapters' updates in one pass (`batched`) or one by one; `auto`: batched on GPU, sequential on CPU."""
     adv_eps: float = 1e-6
     """epsilon in A = (r - mean) / (std + eps) (spec 5)."""
-    threads: int = Field(0, ge=0)
-    """Torch threads while an update or the warm start trains; 0 = leave torch's setting. On a loaded 2-core machine
-    one thread trained SmolLM2 about 3x faster than two (docs/warmstart.md)."""
+    threads: int = Field(0, ge=-1)
+    """Torch threads while an update or the warm start trains; 0 = leave torch's setting, -1 = the cores other
+    processes leave free when the update starts (as generation.threads). On a loaded 2-core machine one thread
+    trained SmolLM2 about 3x faster than two (docs/warmstart.md); on an idle one two are faster."""
 
 
 class WarmStartConfig(Section):
@@ -137,3 +138,19 @@ class EvalConfig(Section):
     """Time limit of one program run with its tests in the sandbox."""
     base: bool = True
     """The in-training evaluation also scores the bare base model once (at its first evaluation), for comparison."""
+    checkpoints: list[float] = Field(default_factory=lambda: [0.25, 0.5, 0.75, 1.0], min_length=1)
+    """`populora experiment`: the compute checkpoints, as fractions of the budget, at which both arms are scored
+    (spec 14); each version scored costs one answer per held-out problem, so fewer checkpoints make an experiment
+    cheaper (docs/experiment.md)."""
+    members: Literal["all", "students"] = "all"
+    """`populora experiment`: the population members scored at each checkpoint: every member, or only the students
+    (the members trained to solve); the population mean, best and worst member are over these."""
+
+    @field_validator("checkpoints")
+    @classmethod
+    def _fractions(cls, v: list[float]) -> list[float]:
+        if any(not 0.0 < f <= 1.0 for f in v):
+            raise ValueError(f"every checkpoint is a fraction of the budget in (0, 1], got {v}")
+        if len(set(v)) != len(v):
+            raise ValueError(f"checkpoints must be distinct, got {v}")
+        return sorted(v)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
 import math
@@ -15,7 +16,7 @@ import torch
 from populora.adapters import AdapterHost, host_kind, make_host
 from populora.config import ALL_TARGET_MODULES, ROLES, TASK_TYPES, Config
 from populora.metrics import BATCH_SIZE, TOKENS, TOKENS_PER_S
-from populora.models import cache_dir, torch_threads
+from populora.models import build_lock, cache_dir, torch_threads
 from populora.pb import trainer_pb2
 from populora.records import UpdateStats
 from populora.rpc import CONTRACTS, ServiceError, invalid, precondition, ref_from_pb, ref_to_pb
@@ -154,7 +155,10 @@ class TrainerService:
                                prompt_grad=bool(req.prompt_grad))
         cache = WarmStartCache(self._cache_root()) if req.use_cache else None
         identity = base_identity(self.base.name, Path(self.base.path))
-        with self._lock, _as_service_errors(), torch_threads(self.cfg.trainer.threads):
+        # Across processes too (the seeds of `populora experiment --jobs`): a second trainer waits for the first
+        # one's fit and then finds it in the cache, instead of fitting the same adapter at the same time.
+        fit_lock = build_lock(self._cache_root() / "fit") if cache is not None else contextlib.nullcontext()
+        with self._lock, fit_lock, _as_service_errors(), torch_threads(self.cfg.trainer.threads):
             ref, cached, record = self.pool.warm_start(req.adapter_id, rows, settings, identity, cache)
         seconds = time.perf_counter() - start
         losses = record.get("losses", [])
