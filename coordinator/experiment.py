@@ -256,17 +256,31 @@ def _run_parallel(exp: Experiment, jobs: int) -> tuple[list[str], list[Path]]:
     the evaluations wait for all of them. A seed that fails stops the experiment with its error, after the seeds
     already running have ended; rerunning continues every seed where it stopped."""
     import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures import ProcessPoolExecutor, as_completed
 
+    from services.league.db import LeagueDB
+
+    LeagueDB(exp.cfg.league_db_url).close()  # its schema made here, once: not by several processes at the same time
     per_seed = bool(exp.cfg.run.budget_flops)
     trained: list[str] = []
     evaluated: list[Path] = []
+    failed: list[tuple[int, BaseException]] = []
     with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-        futures = [pool.submit(_seed_job, exp, seed, per_seed) for seed in exp.seeds]
-        for future in futures:
-            t, e = future.result()
+        futures = {pool.submit(_seed_job, exp, seed, per_seed): seed for seed in exp.seeds}
+        for future in as_completed(futures):
+            try:
+                t, e = future.result()
+            except Exception as err:  # reported now, while the other seeds go on
+                log.error("seed %d stopped: %s: %s", futures[future], type(err).__name__, err)
+                failed.append((futures[future], err))
+                continue
+            log.info("seed %d: trained and scored", futures[future])
             trained += t
             evaluated += e
+    if failed:
+        seed, err = failed[0]
+        raise RuntimeError(f"seed {seed} of experiment {exp.experiment_id} stopped ({type(err).__name__}: {err}); "
+                           "rerun the command to continue it") from err
     if not per_seed:
         evaluated = evaluate_arms(exp)
     return trained, evaluated

@@ -8,6 +8,7 @@ import json
 import sys
 from pathlib import Path
 
+from coordinator.births import evolution_table
 from coordinator.figures import plt, save_figure
 from coordinator.stepmetrics import read_metrics
 
@@ -271,37 +272,6 @@ def _compute_line(last: dict) -> str:
             f"generated, {c['trained_tokens']:,} trained) and {c['sandbox_jobs']:,} sandbox jobs")
 
 
-def child_epsilon(store_root: str | None, child: str) -> float | None:
-    """The mutation scale ε a child was bred with, from its first version's metadata (services/evolver: the key
-    `epsilon`); None without a store or for a child bred without one (crossovers)."""
-    if not store_root:
-        return None
-    from populora.store import ArtifactStore, StoreError
-
-    try:
-        store = ArtifactStore(store_root)
-        return store.read(store.ref(child, 1)).meta.get("epsilon")
-    except (OSError, ValueError, StoreError):
-        return None
-
-
-def _evolution_table(rows: list[dict], store_root: str | None) -> str:
-    """Each child with its operator, ε and relative change of its weight update from its nearest parent (spec 9:
-    a child should start close to what its parents know)."""
-    events = [(r["step"], e) for r in rows for e in r.get("evolution", [])]
-    if not events:
-        return "<p>No evolution events.</p>"
-    head = ("<tr><th>step</th><th>child</th><th>replaces</th><th>parents</th><th>operator</th><th>epsilon</th>"
-            "<th>relative change from parent</th><th>effective rank</th></tr>")
-    body = []
-    for step, e in events:
-        eps = child_epsilon(store_root, e["child"])
-        cells = [str(step), e["child"], e["retired"], ", ".join(e["parents"]), e["operator"],
-                 "-" if eps is None else f"{eps:.3g}", f"{e['relative_change']:.3f}", f"{e['effective_rank']:.1f}"]
-        body.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
-    return f"<table>{head}{''.join(body)}</table>"
-
-
 TIMELINE_SERVICES = ("inference", "sandbox", "league", "trainer", "evolver")
 TIMELINE_STEPS = 10  # the last steps drawn: more would be bars too thin to read
 
@@ -374,7 +344,7 @@ Rejection reasons over the run: {html.escape(json.dumps(rejections, sort_keys=Tr
 <h2>Compute</h2><img src="compute.png">
 <h2>Ratings and evolution events</h2><img src="ratings.png">
 <h2>Lineage</h2><img src="lineage.png">
-<h2>Children and their parents</h2>{_evolution_table(rows, cfg.store_root if cfg is not None else None)}
+<h2>Children and their parents</h2>{evolution_table(rows, cfg)}
 <h2>Timeline: phases per service and idle time</h2>{timeline}
 <h2>Held-out evaluation</h2>{eval_plot}{_eval_table(points)}
 <h2>Steps</h2>{_table(rows)}

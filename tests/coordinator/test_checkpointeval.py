@@ -83,3 +83,43 @@ def test_population_at_a_step():
     rows = _rows([(0, 0), (1, 10)], "P", 2)
     assert population_at(rows, 0) is None and population_at(rows, None) is None
     assert population_at(rows, 1) == {"P0": 1, "P1": 1}
+
+
+def test_only_the_students_are_scored_when_eval_members_says_so():
+    rows = [{"step": 1, "compute_cumulative": {"budget_flops": 10},
+             "population": {"T0": {"role": "teacher", "version": 2}, "S0": {"role": "student", "version": 3},
+                            "S1": {"role": "student", "version": 1}}}]
+    assert population_at(rows, 1, "students") == {"S0": 3, "S1": 1}
+    assert population_at(rows, 1) == {"S0": 3, "S1": 1, "T0": 2}
+    base = _rows([(0, 0), (1, 10)], "B", 1)
+    assert population_at(base, 1, "students") == {"B0": 1}  # the baseline's one adapter plays both roles
+    with pytest.raises(ValueError, match="members"):
+        population_at(rows, 1, "teachers")
+
+
+def test_the_comparison_follows_the_chosen_checkpoints_and_members():
+    """At eval.checkpoints [0.5, 1] with eval.members students, the teachers' scores (here perfect) are in no number,
+    and no version outside the two checkpoints' states is needed."""
+    ids = [f"p{i}" for i in range(40)]
+    _, scoring = split(ids)
+
+    def pop_rows(steps):
+        return [{"step": s, "compute_cumulative": {"budget_flops": f},
+                 "population": {} if s == 0 else {"T0": {"role": "teacher", "version": s},
+                                                   "S0": {"role": "student", "version": s}}} for s, f in steps]
+
+    rows = {("population", 1): pop_rows([(0, 0), (1, 50), (2, 100)]),
+            ("baseline", 1): _rows([(0, 0), (1, 50), (2, 100)], "B", 1)}
+    results = [{"label": label(a, v), "problems": [{"id": p, "passed": int(a == "T0" or int(p[1:]) < 8), "n": 1}
+                                                    for p in ids]} for a in ("T0", "S0") for v in (1, 2)]
+    evals = {("population", 1): {"results": results},
+             ("baseline", 1): _file("B", range(1, 3), 1, ids, lambda m, v, p: 0)}
+    out = compare_at_checkpoints([1], rows, evals, budget=100, n_resamples=200, fractions=[0.5, 1.0],
+                                 members="students")
+    assert [c["fraction"] for c in out] == [0.5, 1.0]
+    expected = sum(int(p[1:]) < 8 for p in scoring) / len(scoring)
+    for c in out:
+        assert c["population_mean"] == pytest.approx(expected) == c["best_member"] == c["worst_member"]
+        assert sum(c["counts"].values()) == len(scoring)  # one member (S0) paired with the baseline
+    with_teachers = compare_at_checkpoints([1], rows, evals, budget=100, n_resamples=200, fractions=[1.0])
+    assert with_teachers[0]["best_member"] == 1.0 and with_teachers[0]["population_mean"] > expected

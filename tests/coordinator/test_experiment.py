@@ -130,12 +130,17 @@ def test_arm_numbers_and_eval_numbers():
 
 
 def test_cpu_experiment_preset_is_cpu_smol_with_a_step_cap():
-    """Its comment promises cpu-smol's settings (the same warm-start cache, the measurements of docs/warmstart.md)."""
+    """Its comment promises cpu-smol's settings (the same warm-start cache, the measurements of docs/warmstart.md)
+    but for the ones it names: how the update uses the machine and what is scored."""
     smol = load_config(preset="cpu-smol", env=False).model_dump()
     exp = load_config(preset="cpu-smol-experiment", env=False).model_dump()
     assert exp["run"].pop("steps") > smol["run"].pop("steps")
     assert exp["eval"].pop("max_new_tokens") == exp["generation"]["max_new_tokens"]  # as long as training answers
-    smol["eval"].pop("max_new_tokens")
+    assert (exp["trainer"].pop("threads"), exp["trainer"].pop("activation_checkpointing")) == (-1, False)
+    assert (exp["eval"].pop("checkpoints"), exp["eval"].pop("members")) == ([1.0], "students")
+    for key in ("max_new_tokens", "checkpoints", "members"):
+        smol["eval"].pop(key)
+    smol["trainer"].pop("threads"), smol["trainer"].pop("activation_checkpointing")
     assert exp == smol
 
 
@@ -183,3 +188,20 @@ def test_a_done_evaluation_is_read_back_not_redone(tmp_path):
                                         "results": []}))
     assert evaluate_arms(exp) == []  # nothing to do: no model is loaded, no file changes
     assert eval_settings(exp)["limit"] == 2 and eval_settings(plan(_cfg(tmp_path), "e1", [1], []))["limit"] is None
+
+
+def test_eval_checkpoints_are_fractions_of_the_budget(tmp_path):
+    assert _cfg(tmp_path, "eval.checkpoints=[1.0,0.5]").eval.checkpoints == [0.5, 1.0]
+    for bad in ("[0]", "[1.5]", "[0.5,0.5]", "[]"):
+        with pytest.raises(ConfigError, match="checkpoints"):
+            _cfg(tmp_path, f"eval.checkpoints={bad}")
+    with pytest.raises(ConfigError, match="members"):
+        _cfg(tmp_path, "eval.members=teachers")
+
+
+def test_jobs_below_one_are_refused(tmp_path, capsys):
+    from coordinator.cli import main as cli_main
+
+    assert cli_main(["experiment", "--preset", "cpu-tiny", "--budget", "flops=1e12", "--jobs", "0",
+                     "--set", f"run.output_dir={tmp_path / 'runs'}"]) == 2
+    assert "--jobs 0" in capsys.readouterr().err and not (tmp_path / "runs").exists()

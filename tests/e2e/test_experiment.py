@@ -104,3 +104,38 @@ def test_experiment_runs_both_arms_and_resumes_after_stops(tmp_path, echo_model)
     assert {p.name: p.read_text() for p in (exp.out_dir / "evals").iterdir()} == evals_before
     assert db.phase_rows(base) == base_rows
     db.close()
+
+
+def test_seeds_run_in_processes_of_their_own_with_the_scoring_chosen(tmp_path, echo_model):
+    """`--jobs 2`: two seeds trained and scored at once, each in a spawned process; eval.members and eval.checkpoints
+    say which versions are scored. A rerun with the same jobs does nothing again."""
+    sets = e2e_overrides(tmp_path, echo_model) + ["run.steps=3", "eval.members=students", "eval.checkpoints=[0.5,1.0]"]
+    argv = ["experiment", "--preset", "cpu-tiny", "--budget", "flops=2.5e11", "--id", "par", "--limit", "5",
+            "--seeds", "1,2", "--jobs", "2"]
+    for s in sets:
+        argv += ["--set", s]
+    assert cli_main(argv) == 0
+    cfg = load_config(preset="cpu-tiny", overrides=sets)
+    cfg.run.budget_flops = parse_budget("flops=2.5e11")["flops"]
+    exp = plan(cfg, "par", [1, 2], [], limit=5)
+    db = JournalDB(cfg.league_db_url)
+    assert all(db.get_run(a.run_id)["status"] == "finished" for a in exp.arms)
+    scores = json.loads((exp.out_dir / "scores.json").read_text())
+    assert scores["eval"]["members"] == "students" and scores["eval"]["checkpoints"] == [0.5, 1.0]
+    cps = scores["checkpoints"]["heldout"]
+    assert [c["fraction"] for c in cps] == [0.5, 1.0] and cps[-1]["seeds"] == [1, 2]
+    for a in exp.arms:
+        raw = json.loads((exp.out_dir / "evals" / f"{a.run_id}.heldout.json").read_text())
+        metrics = [json.loads(x) for x in (tmp_path / "runs" / a.run_id / "metrics.jsonl").read_text().splitlines()]
+        roles = {m["role"] for r in metrics for m in r.get("population", {}).values()}
+        scored = {r["adapter_id"] for r in raw["results"]} - {f"{exp.arms[0].run_id}.warm"}
+        assert scored and all(not t.split(".")[-1].startswith("T") for t in scored), scored
+        if a.name == "population":
+            assert "teacher" in roles  # teachers were there, and were left out of the scoring
+    # the same command again: everything is found done
+    before = {p.name: p.read_text() for p in (exp.out_dir / "evals").iterdir()}
+    phases = {a.run_id: db.phase_rows(a.run_id) for a in exp.arms}
+    assert cli_main(argv) == 0
+    assert {p.name: p.read_text() for p in (exp.out_dir / "evals").iterdir()} == before
+    assert {a.run_id: db.phase_rows(a.run_id) for a in exp.arms} == phases
+    db.close()
