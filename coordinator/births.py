@@ -95,3 +95,34 @@ def evolution_table(rows: list[dict], cfg) -> str:
                  *rates]
         body.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
     return f"<table>{head}{''.join(body)}</table>"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m coordinator.births RUN_DIR [RUN_DIR ...]`: every child of the runs with its two rates, and their
+    summary per operator and role, as JSON (how docs/evolver.md's measurement of children's start was made)."""
+    import argparse
+    import json
+    import sys
+    from pathlib import Path
+
+    from coordinator.stepmetrics import read_metrics
+
+    p = argparse.ArgumentParser(prog="python -m coordinator.births", description=main.__doc__)
+    p.add_argument("runs", nargs="+", type=Path, help="run directories (holding metrics.jsonl)")
+    p.add_argument("--proposals", type=int, default=6,
+                   help="proposals a teacher writes a step (tasks.proposals_per_teacher x task types; default 6)")
+    args = p.parse_args(argv)
+    births = []
+    for run in args.runs:
+        rows = read_metrics(run)
+        if not rows:
+            print(f"error: {run}: no metrics.jsonl rows", file=sys.stderr)
+            return 2
+        births += [{"run": run.name, **b} for b in birth_rates(rows, args.proposals)]
+    print(json.dumps({"births": births, "summary": summarise(births)}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
+

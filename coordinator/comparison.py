@@ -93,7 +93,7 @@ def arm_numbers(rows: list[dict]) -> dict:
     first, second = _halves(rows)
     out = {"steps": len(steps), "tokens": spent.get("tokens", 0), "generated_tokens": spent.get("generated_tokens", 0),
            "trained_tokens": spent.get("trained_tokens", 0), "sandbox_jobs": spent.get("sandbox_jobs", 0),
-           "prompt_tokens": spent.get("prompt_tokens", 0), "flops": spent.get("flops", 0),
+           "sandbox_cpu_seconds": spent.get("sandbox_cpu_seconds"), "prompt_tokens": spent.get("prompt_tokens", 0), "flops": spent.get("flops", 0),
            "budget_flops": spent.get("budget_flops", 0), "phase_flops": spent.get("phase_flops", {}),
            "step0_tokens": rows[0].get("compute_cumulative", {}).get("tokens", 0),
            "wall_seconds": sum(r.get("step_seconds", 0) for r in rows), "stopped": last.get("stopped", "")}

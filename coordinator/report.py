@@ -269,7 +269,8 @@ def _compute_line(last: dict) -> str:
                                          + ", ".join(f"{k} {v:.2e}" for k, v in sorted(c["phase_flops"].items()))
                                          + "), ")
     return (f"{flops}{c['tokens']:,} tokens ({c.get('prompt_tokens', 0):,} prompt, {c['generated_tokens']:,} "
-            f"generated, {c['trained_tokens']:,} trained) and {c['sandbox_jobs']:,} sandbox jobs")
+            f"generated, {c['trained_tokens']:,} trained) and {c['sandbox_jobs']:,} sandbox jobs"
+            + (f" ({c['sandbox_cpu_seconds']:.1f} CPU seconds)" if "sandbox_cpu_seconds" in c else ""))
 
 
 TIMELINE_SERVICES = ("inference", "sandbox", "league", "trainer", "evolver")

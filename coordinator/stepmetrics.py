@@ -40,7 +40,8 @@ def compute_metrics(spent: Accounted) -> dict:
         return {"generated_tokens": u.generated_tokens, "trained_tokens": u.trained_tokens, "tokens": u.tokens,
                 "prompt_tokens": u.prompt_tokens, "sandbox_jobs": u.sandbox_jobs, "flops": u.flops}
 
-    return {"compute": flat(spent.total), "compute_per_adapter": {a: flat(u) for a, u in spent.adapters.items()},
+    return {"compute": {**flat(spent.total), "sandbox_cpu_seconds": spent.sandbox_cpu_seconds},
+            "compute_per_adapter": {a: flat(u) for a, u in spent.adapters.items()},
             "compute_per_phase": {k: flat(u) for k, u in spent.phases.items()}}
 
 

@@ -50,12 +50,13 @@ def budget_spent(cfg: Config, spent: Usage, charged_flops: int = 0) -> str:
     return ""
 
 
-def cumulative(spent: Usage, charged: int, phases: dict[str, int]) -> dict:
-    """metrics.jsonl's `compute_cumulative`: tokens (the second axis), sandbox jobs, FLOPs in all, FLOPs charged to
-    the budget (`budget_flops`, the axis the comparison plots against), and FLOPs per phase."""
+def cumulative(spent: Usage, charged: int, phases: dict[str, int], sandbox_cpu_seconds: float = 0.0) -> dict:
+    """metrics.jsonl's `compute_cumulative`: tokens (the second axis), sandbox jobs and their CPU seconds, FLOPs in
+    all, FLOPs charged to the budget (`budget_flops`, the axis the comparison plots against), and FLOPs per phase."""
     return {"generated_tokens": spent.generated_tokens, "trained_tokens": spent.trained_tokens,
             "prompt_tokens": spent.prompt_tokens, "tokens": spent.tokens, "sandbox_jobs": spent.sandbox_jobs,
-            "flops": spent.flops, "budget_flops": charged, "phase_flops": dict(phases)}
+            "sandbox_cpu_seconds": sandbox_cpu_seconds, "flops": spent.flops, "budget_flops": charged,
+            "phase_flops": dict(phases)}
 
 
 def train(j: Journal, run: Run, steps: int, metrics: MetricsWriter, progress: RunProgress) -> None:
@@ -64,7 +65,7 @@ def train(j: Journal, run: Run, steps: int, metrics: MetricsWriter, progress: Ru
     step overlap the update of the one before (coordinator.pipeline); the rows are still written in step order.
     `progress` copies each finished step's phases to the league."""
     rows = []
-    spent, charged, phases = Usage(), 0, {}
+    spent, charged, phases, cpu = Usage(), 0, {}, 0.0
     stored: dict[int, set[str]] = {}  # the phases each step had stored before this call: a resume reads them back
     for r in j.db.phase_rows(run.run_id):
         stored.setdefault(r["step"], set()).add(r["phase"])
@@ -79,10 +80,11 @@ def train(j: Journal, run: Run, steps: int, metrics: MetricsWriter, progress: Ru
             else:
                 row = step_metrics(run.cfg, record, j.seconds(t))
             spent = spent + record.spent.total
+            cpu += record.spent.sandbox_cpu_seconds
             charged += budget_flops(record.spent)
             for k, u in record.spent.phases.items():
                 phases[k] = phases.get(k, 0) + u.flops
-            row["compute_cumulative"] = cumulative(spent, charged, phases)
+            row["compute_cumulative"] = cumulative(spent, charged, phases, cpu)
             reached = budget_spent(run.cfg, spent, charged)
             if reached:
                 row["stopped"] = f"budget: {reached}"

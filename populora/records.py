@@ -94,6 +94,7 @@ class Validated:
     verdicts: dict[str, Verdict]  # proposal id -> verdict
     buffers: BufferSet  # the buffers after the valid tasks of this step entered them (spec 10)
     sandbox_jobs: int = 0  # program runs validation took (spec 14)
+    sandbox_cpu_seconds: float = 0.0  # the CPU time those runs used (the kernel's count; beside FLOPs, spec 14)
 
 
 @dataclass(frozen=True)
@@ -122,6 +123,7 @@ class Checked:
     outcomes: dict[str, str]  # attempt id -> correct | wrong | malformed | verifier_error
     rho: dict[str, float | None]  # task id -> mean correctness of its attempts (spec 4)
     sandbox_jobs: int = 0  # program runs checking took (spec 14)
+    sandbox_cpu_seconds: float = 0.0  # the CPU time those runs used
 
 
 @dataclass(frozen=True)
@@ -266,6 +268,7 @@ class Seeded:
     sizes: dict[str, int]
     generated_tokens: int = 0  # by the bare base model (spec 14)
     sandbox_jobs: int = 0
+    sandbox_cpu_seconds: float = 0.0
 
 
 # ------------------------------------------------------------------------------------------------ compute
@@ -302,6 +305,7 @@ class Accounted:
     total: Usage
     # per phase of spec 14 ("propose", "solve", "update"; step 0: "warm_start", "seeding"); sandbox jobs in total only
     phases: dict[str, Usage] = field(default_factory=dict)
+    sandbox_cpu_seconds: float = 0.0  # CPU time of the step's sandbox jobs, reported beside FLOPs (spec 14)
 
 
 # ------------------------------------------------------------------------------------------------ codec

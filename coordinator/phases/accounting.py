@@ -76,7 +76,7 @@ def usage(proposed: Proposed, validated: Validated, solved: Solved, checked: Che
         adapters[a] = Usage(generated[a], trained[a], 0, prompt[a], _flops(t, n))
     phases = {k: Usage(t.generated, t.trained, 0, t.prompt, _flops(t, n)) for k, t in phase.items()}
     total = sum(phases.values(), Usage()) + Usage(sandbox_jobs=validated.sandbox_jobs + checked.sandbox_jobs)
-    return Accounted(adapters, total, phases)
+    return Accounted(adapters, total, phases, validated.sandbox_cpu_seconds + checked.sandbox_cpu_seconds)
 
 
 def seed_usage(warmed: WarmStarted, seeded: Seeded, size: ModelSize) -> Accounted:
@@ -95,7 +95,7 @@ def seed_usage(warmed: WarmStarted, seeded: Seeded, size: ModelSize) -> Accounte
         adapters[warmed.adapter_id or "base"] = phases["seeding"] = Usage(generated_tokens=seeded.generated_tokens,
                                                                           flops=_flops(t, n))
     total = sum(phases.values(), Usage()) + Usage(sandbox_jobs=seeded.sandbox_jobs)
-    return Accounted(adapters, total, phases)
+    return Accounted(adapters, total, phases, seeded.sandbox_cpu_seconds)
 
 
 def budget_flops(spent: Accounted) -> int:

@@ -49,14 +49,14 @@ def propose(run: Run, step: int, matched: Matched, population: Population, buffe
 
 def validate(run: Run, proposed: Proposed, buffers: BufferSet) -> Validated:
     """Sandbox validation of every proposal (spec 3); valid ones enter their type's buffer (spec 10)."""
-    verdicts, jobs = sandbox_verdicts(run, proposed.proposals)
+    verdicts, jobs, cpu = sandbox_verdicts(run, proposed.proposals)
     buffers = BufferSet.from_json(buffers.to_json())  # the step's input stays as it was
     for p in proposed.proposals:
         v = verdicts[p.id]
         if v.valid:
             v = verdicts[p.id] = replace(v, task=replace(v.task, teacher_id=p.teacher, task_id=p.id))
             buffers.add(v.task)
-    return Validated(verdicts, buffers, jobs)
+    return Validated(verdicts, buffers, jobs, cpu)
 
 
 def solve(run: Run, step: int, matched: Matched, proposed: Proposed, validated: Validated,
@@ -102,17 +102,17 @@ def student_requests(run: Run, step: int, matched: Matched, proposed: Proposed, 
 def check(run: Run, solved: Solved, validated: Validated) -> Checked:
     """The sandbox (or an external verifier) checks each attempt; rho per task = mean correctness (spec 2, 4)."""
     outcomes: dict[str, str] = {}
-    jobs = 0
+    jobs, cpu = 0, 0.0
     if solved.attempts:
         request = sandbox_pb2.CheckAnswersRequest(attempts=[
             sandbox_pb2.Attempt(attempt_id=a.id, task=validated.verdicts[a.task_id].task.to_pb(),
                                 response_text=a.text) for a in solved.attempts])
         resp = run.services.sandbox.CheckAnswers(request)
-        outcomes, jobs = {r.attempt_id: r.outcome for r in resp.results}, resp.jobs
+        outcomes, jobs, cpu = {r.attempt_id: r.outcome for r in resp.results}, resp.jobs, resp.cpu_seconds
     by_task: dict[str, list[str]] = defaultdict(list)
     for a in solved.attempts:
         by_task[a.task_id].append(outcomes[a.id])
-    return Checked(outcomes, {task_id: mean_rho(outs) for task_id, outs in by_task.items()}, jobs)
+    return Checked(outcomes, {task_id: mean_rho(outs) for task_id, outs in by_task.items()}, jobs, cpu)
 
 
 def rate(run: Run, step: int, matched: Matched, proposed: Proposed, checked: Checked) -> Rated:

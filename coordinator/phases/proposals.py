@@ -69,11 +69,12 @@ def write_proposals(run: Run, buffers: BufferSet, slots: list[Slot], step: int, 
     return out
 
 
-def sandbox_verdicts(run: Run, proposals: list[Proposal]) -> tuple[dict[str, Verdict], int]:
-    """The sandbox's verdict on every proposal (spec 3), in one call, and the sandbox jobs it took."""
+def sandbox_verdicts(run: Run, proposals: list[Proposal]) -> tuple[dict[str, Verdict], int, float]:
+    """The sandbox's verdict on every proposal (spec 3), in one call, the sandbox jobs it took and their CPU
+    seconds."""
     request = sandbox_pb2.ValidateProposalsRequest(proposals=[
         sandbox_pb2.Proposal(proposal_id=p.id, task_type=p.task_type, response_text=p.text,
                              given_program=p.given_program, teacher_id=p.teacher) for p in proposals])
     resp = run.services.sandbox.ValidateProposals(request)
     return {r.proposal_id: Verdict(r.valid, r.reason, r.detail[:500], Triplet.from_pb(r.task) if r.valid else None)
-            for r in resp.results}, resp.jobs
+            for r in resp.results}, resp.jobs, resp.cpu_seconds

@@ -49,7 +49,7 @@ def seed(run: Run, warmed: WarmStarted) -> Seeded:
     cfg = run.cfg
     buffers = BufferSet(cfg.tasks.buffer_cap, seed=cfg.run.seed)
     target = cfg.tasks.seed_buffer_size
-    rounds, reasons, tried, tokens, jobs = 0, Counter(), 0, 0, 0
+    rounds, reasons, tried, tokens, jobs, cpu = 0, Counter(), 0, 0, 0, 0.0
     per_round = max(2, cfg.tasks.proposals_per_teacher * max(1, cfg.population.n_teachers))
     for rounds in range(1, cfg.tasks.seed_max_rounds + 1):
         # the identity seed counts as one entry; stop once every type holds `target` beyond it
@@ -60,10 +60,11 @@ def seed(run: Run, warmed: WarmStarted) -> Seeded:
         slots = [Slot(f"seed/{rounds}/{tt}/{k}", tt, version=warmed.version, writer=warmed.adapter_id)
                  for tt, n in needed.items() for k in range(min(n, per_round))]
         proposals = write_proposals(run, buffers, slots, 0, f"seed {rounds}")
-        verdicts, n_jobs = sandbox_verdicts(run, proposals)
+        verdicts, n_jobs, n_cpu = sandbox_verdicts(run, proposals)
         tried += len(proposals)
         tokens += sum(len(p.response_token_ids) for p in proposals)
         jobs += n_jobs
+        cpu += n_cpu
         for p in proposals:
             v = verdicts[p.id]
             reasons[v.reason] += 1
@@ -71,4 +72,4 @@ def seed(run: Run, warmed: WarmStarted) -> Seeded:
                 buffers.add(v.task)
     sizes = {tt: buffers.size(tt) for tt in cfg.tasks.task_types}
     log.info("seeding: %d rounds, %d proposals, buffers %s, reasons %s", rounds, tried, sizes, dict(reasons))
-    return Seeded(buffers, rounds, tried, dict(reasons), sizes, tokens, jobs)
+    return Seeded(buffers, rounds, tried, dict(reasons), sizes, tokens, jobs, cpu)

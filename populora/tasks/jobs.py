@@ -41,6 +41,7 @@ class JobResult:
     stdout: str = ""
     error: str = ""
     seconds: float = 0.0
+    cpu_seconds: float = 0.0  # user + system CPU time of the job's process, as the kernel counted it (wait4)
 
 
 Runner = Callable[[list[Job]], list[JobResult]]

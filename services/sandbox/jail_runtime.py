@@ -290,8 +290,8 @@ def _fork_server(sock, cfg, no_fork):
         for fd in fds:
             os.close(fd)
         ready = _fork_ahead(cfg, no_fork)
-        _, wstatus = os.waitpid(pid, 0)
-        sock.send(b"X%d" % wstatus)
+        _, wstatus, usage = os.wait4(pid, 0)
+        sock.send(b"X%d %.6f" % (wstatus, usage.ru_utime + usage.ru_stime))
 
 
 # ---------------------------------------------------------------------------------------------------- zygote
@@ -307,10 +307,12 @@ def _drain(fd, chunks, budget):
 
 
 def _exit_status(sock):
+    """(wait status, CPU seconds the job used: user + system, from wait4) of the job the fork server reaped."""
     msg = sock.recv(64)
     if not msg.startswith(b"X"):
         raise EOFError("the fork server is gone")
-    return int(msg[1:])
+    status, _, cpu = msg[1:].partition(b" ")
+    return int(status), float(cpu or 0.0)
 
 
 def _supervise(pid, out_r, res_r, sock, deadline, limit, kill):
@@ -321,7 +323,7 @@ def _supervise(pid, out_r, res_r, sock, deadline, limit, kill):
 
     out, res = [], []
     open_fds = {out_r: out, res_r: res}
-    budget, timed_out, exceeded, wstatus = limit, False, False, None
+    budget, timed_out, exceeded, wstatus, cpu = limit, False, False, None, 0.0
     poller = select.poll()
     for fd in (out_r, res_r, sock.fileno()):
         poller.register(fd, select.POLLIN)
@@ -332,7 +334,7 @@ def _supervise(pid, out_r, res_r, sock, deadline, limit, kill):
             break
         for fd, _ in poller.poll(left * 1000):
             if fd == sock.fileno():
-                wstatus = _exit_status(sock)
+                wstatus, cpu = _exit_status(sock)
                 poller.unregister(fd)
                 continue
             alive, budget = _drain(fd, open_fds[fd], budget)
@@ -358,8 +360,9 @@ def _supervise(pid, out_r, res_r, sock, deadline, limit, kill):
             break
     if wstatus is None:
         kill(pid)
-        wstatus = _exit_status(sock)
-    return {"exit": os.waitstatus_to_exitcode(wstatus), "timed_out": timed_out, "output_exceeded": exceeded,
+        wstatus, cpu = _exit_status(sock)
+    return {"exit": os.waitstatus_to_exitcode(wstatus), "cpu_seconds": cpu, "timed_out": timed_out,
+            "output_exceeded": exceeded,
             "stdout": b"".join(out)[:limit].decode("latin-1"), "result": b"".join(res)[:limit].decode("latin-1")}
 
 

@@ -106,6 +106,7 @@ class ExecResultOut(Model):
     stdout: str
     error: str
     seconds: float
+    cpu_seconds: float  # user + system CPU time of the job's process
 
 
 class ExecuteOut(Model):
@@ -248,7 +249,8 @@ def create_app(service: SandboxService) -> FastAPI:
         req = sandbox_pb2.ExecuteRequest(jobs=[sandbox_pb2.ExecJob(**j.model_dump()) for j in body.jobs])
         res = service.Execute(req)
         return ExecuteOut(results=[ExecResultOut(job_id=r.job_id, status=r.status, value_repr=r.value_repr,
-                                                 stdout=r.stdout, error=r.error, seconds=r.seconds)
+                                                 stdout=r.stdout, error=r.error, seconds=r.seconds,
+                                                 cpu_seconds=r.cpu_seconds)
                                    for r in res.results])
 
     @app.post("/v1/check", tags=["run"], response_model=CheckResponse, dependencies=[Depends(token_check)],

@@ -59,13 +59,16 @@ class SandboxService:
             SANDBOX_STATUS.labels(r.status).inc()
         return results
 
-    def _counting_runner(self) -> tuple[Callable[[list[Job]], list[JobResult]], list[int]]:
-        """A runner for one request and its job count (a response reports the jobs its request took)."""
-        count = [0]
+    def _counting_runner(self) -> tuple[Callable[[list[Job]], list[JobResult]], list[float]]:
+        """A runner for one request and its [job count, CPU seconds] (a response reports the jobs its request took
+        and the CPU time they used)."""
+        count = [0, 0.0]
 
         def run(jobs: list[Job]) -> list[JobResult]:
             count[0] += len(jobs)
-            return self.run_jobs(jobs)
+            results = self.run_jobs(jobs)
+            count[1] += sum(r.cpu_seconds for r in results)
+            return results
 
         return run, count
 
@@ -85,7 +88,7 @@ class SandboxService:
             out.results.append(sandbox_pb2.ExecResult(job_id=r.job_id, status=r.status,
                                                       value_repr=r.reprs[0] if r.reprs else "",
                                                       stdout=plain_text(r.stdout), error=plain_text(r.error),
-                                                      seconds=r.seconds))
+                                                      seconds=r.seconds, cpu_seconds=r.cpu_seconds))
         return out
 
     def ValidateProposals(self, request: sandbox_pb2.ValidateProposalsRequest
@@ -102,7 +105,7 @@ class SandboxService:
             if v.task is not None:
                 res.task.CopyFrom(v.task.to_pb())
             out.results.append(res)
-        out.jobs = jobs[0]
+        out.jobs, out.cpu_seconds = int(jobs[0]), jobs[1]
         return out
 
     def route(self, task_type: str) -> str:
@@ -170,7 +173,7 @@ class SandboxService:
         for c in self.check(attempts, run):
             out.results.append(sandbox_pb2.AttemptResult(attempt_id=c.attempt_id, outcome=c.outcome,
                                                          detail=plain_text(c.detail), verifier=c.verifier))
-        out.jobs = jobs[0]
+        out.jobs, out.cpu_seconds = int(jobs[0]), jobs[1]
         return out
 
 

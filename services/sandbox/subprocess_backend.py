@@ -120,11 +120,12 @@ class SubprocessExecutor(Executor):
                 os.killpg(proc.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
-        code = proc.wait()
+        _, status, usage = os.wait4(proc.pid, 0)  # reaped here for its rusage: the CPU time the job used
+        proc.returncode = code = os.waitstatus_to_exitcode(status)
         proc.stdout.close()
         proc.stderr.close()
-        return {"exit": code, "timed_out": timed_out, "output_exceeded": exceeded, "stdout": b"".join(out)[:limit],
-                "result": b"".join(res)}
+        return {"exit": code, "cpu_seconds": usage.ru_utime + usage.ru_stime, "timed_out": timed_out,
+                "output_exceeded": exceeded, "stdout": b"".join(out)[:limit], "result": b"".join(res)}
 
     def run(self, jobs: list[Job]) -> list[JobResult]:
         from concurrent.futures import ThreadPoolExecutor

@@ -25,7 +25,8 @@ def classify(job: Job, raw: dict, nonce: bytes) -> JobResult:
     if isinstance(stdout, bytes):
         stdout = stdout.decode("latin-1")
     stdout = stdout.encode("latin-1").decode("utf-8", "replace")
-    base = {"job_id": job.job_id, "stdout": stdout, "seconds": seconds}
+    base = {"job_id": job.job_id, "stdout": stdout, "seconds": seconds,
+            "cpu_seconds": max(0.0, float(raw.get("cpu_seconds", 0.0)))}
     if raw.get("sandbox_error"):
         return JobResult(status="sandbox_error", error=raw["sandbox_error"], **base)
     if raw.get("timed_out"):

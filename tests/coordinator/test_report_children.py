@@ -50,3 +50,20 @@ def test_a_child_is_compared_on_its_first_step_with_its_parent_on_the_birth_step
     # a child born on the last step has no next step: its rate is unknown, and it is left out of the summary
     last = birth_rates(rows[:1], 6)
     assert all(b["child_rate"] is None and b["difference"] is None for b in last) and summarise(last) == {}
+
+
+def test_the_births_command_summarises_runs_and_refuses_a_missing_one(tmp_path, capsys):
+    import json
+
+    from coordinator.births import main
+
+    run = tmp_path / "r"
+    run.mkdir()
+    rows = [{"step": 3, "student_solve_rate": {"r.S0": 0.5}, "population": {"r.S0": {"role": "student"}},
+             "evolution": [_event("r.S2", "r.S0")]},
+            {"step": 4, "student_solve_rate": {"r.S2": 0.25}, "population": {"r.S2": {"role": "student"}}}]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert main([str(run)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["births"][0]["run"] == "r" and out["summary"]["M1"]["student"]["difference"] == -0.25
+    assert main([str(tmp_path / "missing")]) == 2 and "no metrics.jsonl" in capsys.readouterr().err

@@ -34,7 +34,7 @@ GOLDEN_MODEL = GOLDEN.with_suffix(".model")  # the SHA-256 of the echo model GOL
 ROOT = Path(__file__).resolve().parents[2]
 # what decides a seeded run's records besides the model: the code and the presets (and these tests' overrides)
 SOURCES = ("populora", "coordinator", "services", "configs", "tests/e2e")
-CLOCK_KEYS = {"seconds", "fit_seconds", "wall_s", "started_at", "finished_at", "created_at", "updated_at"}
+CLOCK_KEYS = {"seconds", "fit_seconds", "sandbox_cpu_seconds", "wall_s", "started_at", "finished_at", "created_at", "updated_at"}
 LONG_LIST = 16
 
 

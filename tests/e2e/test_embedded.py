@@ -3,6 +3,7 @@
 import json
 import os
 
+import pytest
 import sqlalchemy as sa
 
 from coordinator.journal import Journal
@@ -177,6 +178,10 @@ def test_compute_is_counted_and_a_budget_stops_the_run(tmp_path, echo_model):
     counted = _tokens_in_records(Journal(state, "full"), cfg, 2)
     assert rows[-1]["compute_cumulative"]["tokens"] == counted > 0
     assert all(r["compute"]["sandbox_jobs"] > 0 for r in rows)
+    # beside the jobs, the CPU time they used, as the sandbox's kernel counted it, per step and summed
+    assert all(r["compute"]["sandbox_cpu_seconds"] > 0 for r in rows)
+    assert rows[-1]["compute_cumulative"]["sandbox_cpu_seconds"] == pytest.approx(
+        sum(r["compute"]["sandbox_cpu_seconds"] for r in rows))
     league = LeagueService.from_config(cfg)
     try:
         got = league.GetCompute(league_pb2.GetComputeRequest(run_id="full"))

@@ -222,3 +222,33 @@ def test_values_the_host_cannot_print_are_errors_not_crashes(zygote):
     got = zygote.run([Job("big", "", calls=["10 ** 5000"]), Job("after", "", calls=["1"])])
     assert (got[0].status, got[0].error.startswith("UnsupportedOutput")) == ("error", True)
     assert got[1].values == [1]
+
+
+BURN = "def f():\n    t = 0\n    for i in range(3_000_000):\n        t += i * i\n    return t"
+
+
+@pytest.mark.parametrize("backend", ["subprocess", "zygote", "gvisor"])
+def test_every_backend_reports_the_cpu_time_a_job_used(backend, request):
+    """The kernel's count (wait4) of the job's user + system time, not the wall clock: a loop that computes uses
+    tenths of a second, a job that sleeps uses almost none of the time it takes, and a timed-out loop is charged
+    about its limit. The service sums it per request (compute accounting, spec 14)."""
+    ex = SubprocessExecutor(workers=2) if backend == "subprocess" else request.getfixturevalue(backend)
+    got = {r.job_id: r for r in ex.run([Job("burn", BURN, calls=["f()"]),
+                                        Job("sleep", "import time\ntime.sleep(0.4)"),
+                                        Job("loop", "while True: pass", timeout_s=1.0)])}
+    assert got["burn"].status == "ok" and got["burn"].cpu_seconds > 0.05
+    assert got["sleep"].status == "ok" and got["sleep"].cpu_seconds < got["sleep"].seconds / 2
+    assert got["loop"].status == "timeout" and got["loop"].cpu_seconds > 0.3
+    if backend == "subprocess":
+        ex.close()
+
+
+def test_a_sandbox_response_carries_the_cpu_time_of_its_jobs(zygote):
+    from populora.config import load_config
+    from populora.pb import sandbox_pb2
+    from services.sandbox.service import SandboxService
+
+    cfg = load_config(preset="cpu-tiny", env=False)
+    svc = SandboxService(zygote, cfg.tasks, cfg.sandbox)
+    out = svc.Execute(sandbox_pb2.ExecuteRequest(jobs=[sandbox_pb2.ExecJob(job_id="b", program=BURN, call="f()")]))
+    assert out.results[0].status == "ok" and out.results[0].cpu_seconds > 0.05
