@@ -2,7 +2,8 @@
 on its first step against its parent's on the step it was born, from a run's metrics rows.
 
 A student's rate is its solve rate (`student_solve_rate`); a teacher's is the share of its proposals that were valid
-(its programs in `valid_programs` over the proposals a teacher writes a step). The parent compared is a mutation's
+(its programs in `valid_programs` over the proposals a teacher wrote that step: the step's proposals, from
+`task_types`, over its teachers). The parent compared is a mutation's
 only one, a crossover's first. A rate the metrics do not have (a student given no task, a run before these fields)
 is None.
 """
@@ -13,19 +14,19 @@ import html
 from statistics import mean
 
 
-def _rate(row: dict, adapter: str, role: str, proposals: int) -> float | None:
+def _rate(row: dict, adapter: str, role: str) -> float | None:
     if role == "student":
         return row.get("student_solve_rate", {}).get(adapter)
-    if "valid_programs" not in row or not proposals:
+    teachers = sum(m.get("role") == "teacher" for m in row.get("population", {}).values())
+    proposals = sum(t.get("proposals", 0) for t in row.get("task_types", {}).values())
+    if "valid_programs" not in row or not teachers or not proposals:
         return None
-    return sum(p.get("teacher") == adapter for p in row["valid_programs"]) / proposals
+    return sum(p.get("teacher") == adapter for p in row["valid_programs"]) / (proposals / teachers)
 
 
-def birth_rates(rows: list[dict], proposals_per_teacher: int) -> list[dict]:
-    """One entry per child: the step it was born (its event's row), child, nearest parent, role, operator, relative
-    change, the parent's rate on the birth step and the child's on the next step, and their difference.
-    `proposals_per_teacher` is the proposals a teacher writes in a step (tasks.proposals_per_teacher x task
-    types)."""
+def birth_rates(rows: list[dict]) -> list[dict]:
+    """One entry per child: the step it was born (its event's row), child, parent, role, operator, relative change,
+    the parent's rate on the birth step and the child's on the next step, and their difference."""
     by_step = {r["step"]: r for r in rows}
     out = []
     for row in rows:
@@ -34,8 +35,8 @@ def birth_rates(rows: list[dict], proposals_per_teacher: int) -> list[dict]:
             after = by_step.get(row["step"] + 1)
             role = ((after or {}).get("population", {}).get(child, {}).get("role")
                     or row.get("population", {}).get(parent, {}).get("role"))
-            parent_rate = _rate(row, parent, role, proposals_per_teacher) if parent and role else None
-            child_rate = _rate(after, child, role, proposals_per_teacher) if after and role else None
+            parent_rate = _rate(row, parent, role) if parent and role else None
+            child_rate = _rate(after, child, role) if after and role else None
             out.append({"step": row["step"], "child": child, "parent": parent, "role": role,
                         "operator": e.get("operator"), "relative_change": e.get("relative_change"),
                         "parent_rate": parent_rate, "child_rate": child_rate,
@@ -79,7 +80,6 @@ def evolution_table(rows: list[dict], cfg) -> str:
     its first step against its parent's on the birth step (coordinator/births.py; spec 9: a child should start close
     to what its parents know)."""
     store_root = cfg.store_root if cfg is not None else None
-    proposals = cfg.tasks.proposals_per_teacher * len(cfg.tasks.task_types) if cfg is not None else 0
     events = [(r["step"], e) for r in rows for e in r.get("evolution", [])]
     if not events:
         return "<p>No evolution events.</p>"
@@ -87,7 +87,7 @@ def evolution_table(rows: list[dict], cfg) -> str:
             "<th>relative change from parent</th><th>effective rank</th><th>parent's rate (birth step)</th>"
             "<th>child's rate (next step)</th></tr>")
     body = []
-    for (step, e), born in zip(events, birth_rates(rows, proposals)):
+    for (step, e), born in zip(events, birth_rates(rows)):
         eps = child_epsilon(store_root, e["child"])
         rates = ["-" if born[k] is None else f"{born[k]:.2f}" for k in ("parent_rate", "child_rate")]
         cells = [str(step), e["child"], e["retired"], ", ".join(e["parents"]), e["operator"],
@@ -109,8 +109,6 @@ def main(argv: list[str] | None = None) -> int:
 
     p = argparse.ArgumentParser(prog="python -m coordinator.births", description=main.__doc__)
     p.add_argument("runs", nargs="+", type=Path, help="run directories (holding metrics.jsonl)")
-    p.add_argument("--proposals", type=int, default=6,
-                   help="proposals a teacher writes a step (tasks.proposals_per_teacher x task types; default 6)")
     args = p.parse_args(argv)
     births = []
     for run in args.runs:
@@ -118,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         if not rows:
             print(f"error: {run}: no metrics.jsonl rows", file=sys.stderr)
             return 2
-        births += [{"run": run.name, **b} for b in birth_rates(rows, args.proposals)]
+        births += [{"run": run.name, **b} for b in birth_rates(rows)]
     print(json.dumps({"births": births, "summary": summarise(births)}, indent=1))
     return 0
 

@@ -34,21 +34,24 @@ def test_children_with_operator_epsilon_and_relative_change(tmp_path):
 
 def test_a_child_is_compared_on_its_first_step_with_its_parent_on_the_birth_step():
     rows = [
-        {"step": 3, "population": {"r.S0": {"role": "student"}, "r.T0": {"role": "teacher"}},
+        {"step": 3, "population": {"r.S0": {"role": "student"}, "r.T0": {"role": "teacher"},
+                                   "r.T1": {"role": "teacher"}},
+         "task_types": {"code_o": {"proposals": 6}, "code_i": {"proposals": 6}},  # 6 proposals a teacher
          "student_solve_rate": {"r.S0": 0.5, "r.S1": 0.1},
          "valid_programs": [{"teacher": "r.T0"}] * 3 + [{"teacher": "r.T1"}],
          "evolution": [_event("r.S2", "r.S0"), _event("r.T2", "r.T0", "M2", 0.1)]},
         {"step": 4, "population": {"r.S2": {"role": "student"}, "r.T2": {"role": "teacher"}},
+         "task_types": {"code_o": {"proposals": 3}, "code_f": {"proposals": 3}},
          "student_solve_rate": {"r.S2": 0.25}, "valid_programs": [{"teacher": "r.T2"}] * 6},
     ]
-    s, t = birth_rates(rows, proposals_per_teacher=6)
+    s, t = birth_rates(rows)
     assert (s["role"], s["parent_rate"], s["child_rate"], s["difference"]) == ("student", 0.5, 0.25, -0.25)
     assert (t["role"], t["parent_rate"], t["child_rate"]) == ("teacher", 0.5, 1.0)
     assert t["difference"] == pytest.approx(0.5) and t["operator"] == "M2"
     summary = summarise([s, t])
     assert summary["M1"]["student"]["n"] == 1 and summary["M2"]["teacher"]["difference"] == pytest.approx(0.5)
     # a child born on the last step has no next step: its rate is unknown, and it is left out of the summary
-    last = birth_rates(rows[:1], 6)
+    last = birth_rates(rows[:1])
     assert all(b["child_rate"] is None and b["difference"] is None for b in last) and summarise(last) == {}
 
 
