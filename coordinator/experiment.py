@@ -240,7 +240,7 @@ def _seed_job(exp: Experiment, seed: int, evaluate: bool) -> tuple[list[str], li
     own runs and adapters."""
     from populora.logs import setup_logging
 
-    setup_logging()
+    setup_logging(tag=f"[seed {seed}]")
     db = JournalDB(exp.cfg.league_db_url)
     try:
         trained = [arm.run_id for arm in exp.arms if arm.seed == seed and run_arm(db, arm)]

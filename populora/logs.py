@@ -30,14 +30,16 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(out, default=str)
 
 
-def setup_logging(level: str | None = None, json_lines: bool | None = None) -> None:
-    """Configure the root logger once. JSON when POPULORA_LOG_JSON=1 or when asked (services do)."""
+def setup_logging(level: str | None = None, json_lines: bool | None = None, tag: str = "") -> None:
+    """Configure the root logger once. JSON when POPULORA_LOG_JSON=1 or when asked (services do). `tag` goes before
+    every plain-text line (e.g. `[seed 2]` for one of the processes of `populora experiment --jobs`)."""
     level = level or os.environ.get("POPULORA_LOG_LEVEL", "INFO")
     if json_lines is None:
         json_lines = os.environ.get("POPULORA_LOG_JSON", "") == "1"
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if json_lines else
-                         logging.Formatter("%(asctime)s %(levelname).1s %(name)s: %(message)s", "%H:%M:%S"))
+                         logging.Formatter(f"%(asctime)s {tag + ' ' if tag else ''}%(levelname).1s %(name)s: "
+                                           "%(message)s", "%H:%M:%S"))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
