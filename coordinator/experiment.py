@@ -163,9 +163,25 @@ def _reach(limit: int) -> float:
     return float("inf") if limit == 0 else limit  # 0: no budget
 
 
+def _spent(exp: Experiment) -> dict[str, float]:
+    """The most any arm has spent so far of each limit (LIMITS), from the arms' metrics."""
+    out = dict.fromkeys(LIMITS, 0.0)
+    for arm in exp.arms:
+        rows = read_metrics(Path(arm.cfg.run.output_dir) / arm.run_id)
+        if not rows:
+            continue
+        c = rows[-1].get("compute_cumulative", {})
+        for key, value in (("budget_flops", c.get("budget_flops", 0)), ("budget_tokens", c.get("tokens", 0)),
+                           ("budget_sandbox_jobs", c.get("sandbox_jobs", 0)), ("max_steps", rows[-1]["step"])):
+            out[key] = max(out[key], float(value))
+    return out
+
+
 def check_manifest(exp: Experiment) -> bool:
     """True if the experiment was started before. The same id is refused, and nothing is changed, for another config,
-    other seeds, or a smaller budget or step cap; a larger one continues the arms further (as `train --resume` does)."""
+    other seeds, or a smaller budget or step cap than an arm has already spent (a smaller one that no arm has reached
+    yet ends every arm there, as if the experiment had been started with it); a larger one continues the arms
+    further (as `train --resume` does)."""
     path = exp.out_dir / "experiment.json"
     if not path.exists():
         return False
@@ -176,11 +192,14 @@ def check_manifest(exp: Experiment) -> bool:
     mine = exp.manifest()
     mine["config_yaml"] = _training_yaml(exp.cfg, limits=False)
     differs = [k for k in ("config_yaml", "seeds", "arms") if stored.get(k) != mine[k]]
-    shrinks = [k for k in LIMITS if _reach(mine[k]) < _reach(stored.get(k, 0))]
+    spent = _spent(exp)
+    shrinks = [k for k in LIMITS if _reach(mine[k]) < _reach(stored.get(k, 0)) and spent[k] >= _reach(mine[k])]
     if differs or shrinks:
-        what = ", ".join(differs + [f"larger {k} ({stored.get(k)}, now {mine[k]})" for k in shrinks])
+        what = ", ".join(differs + [f"larger {k} ({stored.get(k)}, now {mine[k]}; an arm has spent {spent[k]:.6g})"
+                                    for k in shrinks])
         raise ConfigError(f"experiment '{exp.experiment_id}' was started with another {what} ({path}); rerun the "
-                          "command it was started with (a budget or step cap may only grow), or pass a new --id")
+                          "command it was started with (a budget or step cap may only grow, or shrink to what no "
+                          "arm has reached yet), or pass a new --id")
     return True
 
 

@@ -79,13 +79,20 @@ def test_an_id_used_for_another_experiment_is_refused(tmp_path):
         check_manifest(plan(_cfg(tmp_path, "trainer.lr=0.5"), "e1", [1], []))
     with pytest.raises(ConfigError, match="another seeds"):
         check_manifest(plan(_cfg(tmp_path), "e1", [1, 2], []))
-    with pytest.raises(ConfigError, match=r"larger budget_tokens \(5000, now 4000\).*may only grow"):
+    # an arm has spent 4,500 tokens and 20 sandbox jobs in 2 steps: limits below that are refused
+    run_dir = tmp_path / "runs" / exp.arms[0].run_id
+    run_dir.mkdir(parents=True)
+    (run_dir / "metrics.jsonl").write_text(json.dumps(
+        {"step": 2, "compute_cumulative": {"tokens": 4500, "sandbox_jobs": 20, "budget_flops": 0}}) + "\n")
+    with pytest.raises(ConfigError, match=r"larger budget_tokens \(5000, now 4000; an arm has spent 4500\).*grow"):
         check_manifest(plan(_cfg(tmp_path, "run.budget_tokens=4000"), "e1", [1], []))
     with pytest.raises(ConfigError, match="larger budget_sandbox_jobs"):  # 0 was no budget: any is smaller
         check_manifest(plan(_cfg(tmp_path, "run.budget_sandbox_jobs=9"), "e1", [1], []))
     with pytest.raises(ConfigError, match="larger max_steps"):
         check_manifest(plan(_cfg(tmp_path, "run.steps=1"), "e1", [1], []))
     assert (exp.out_dir / "experiment.json").read_text() == before
+    # ... and those no arm has reached end the arms there
+    assert check_manifest(plan(_cfg(tmp_path, "run.budget_tokens=4800", "run.budget_sandbox_jobs=30"), "e1", [1], []))
     # a larger budget or step cap continues the same experiment
     assert check_manifest(plan(_cfg(tmp_path, "run.budget_tokens=9000", "run.steps=9"), "e1", [1], []))
 
