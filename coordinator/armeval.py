@@ -135,7 +135,7 @@ def evaluate_arms(exp: Experiment, seeds: list[int] | None = None) -> list[Path]
     evaluation also scores the warm start); a scores file made with the same settings, of the arm trained as far as
     it is now, at the same budget, is not redone. Returns the files written by this call."""
     written = []
-    budget = experiment_budget(exp) if seeds is None else experiment_budget(exp, seeds)
+    budget = experiment_budget(exp, seeds)
     for i, arm in enumerate(exp.arms):
         if seeds is not None and arm.seed not in seeds:
             continue

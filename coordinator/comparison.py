@@ -93,7 +93,8 @@ def arm_numbers(rows: list[dict]) -> dict:
     first, second = _halves(rows)
     out = {"steps": len(steps), "tokens": spent.get("tokens", 0), "generated_tokens": spent.get("generated_tokens", 0),
            "trained_tokens": spent.get("trained_tokens", 0), "sandbox_jobs": spent.get("sandbox_jobs", 0),
-           "sandbox_cpu_seconds": spent.get("sandbox_cpu_seconds"), "prompt_tokens": spent.get("prompt_tokens", 0), "flops": spent.get("flops", 0),
+           "sandbox_cpu_seconds": spent.get("sandbox_cpu_seconds"), "prompt_tokens": spent.get("prompt_tokens", 0),
+           "flops": spent.get("flops", 0),
            "budget_flops": spent.get("budget_flops", 0), "phase_flops": spent.get("phase_flops", {}),
            "step0_tokens": rows[0].get("compute_cumulative", {}).get("tokens", 0),
            "wall_seconds": sum(r.get("step_seconds", 0) for r in rows), "stopped": last.get("stopped", "")}
@@ -367,7 +368,8 @@ population{'' if exp.samples == 1 else f', {exp.samples} samples'}.</p>
 <h2>At equal compute</h2>
 <p>Each arm at its last step not past each checkpoint (a fraction of the compute budget in FLOPs, spec 14), with the
 compute it left unspent (the gap). The population's scored members: {'every member' if exp.cfg.eval.members == 'all'
-else 'its students (eval.members)'}; checkpoints {', '.join(f'{f:.0%}' for f in exp.cfg.eval.checkpoints)}. Scores on the scoring split of each benchmark; the best and worst members are
+else 'its students (eval.members)'}; checkpoints {', '.join(f'{f:.0%}' for f in exp.cfg.eval.checkpoints)}.
+Scores on the scoring split of each benchmark; the best and worst members are
 chosen on the separate validation split (every {VALIDATION_EVERY}th problem), never on the problems they are scored
 on. The difference is population mean minus baseline with a 95% paired bootstrap interval over (seed, problem);
 the counts pair every member with its seed's baseline on each problem.</p>

@@ -272,8 +272,8 @@ def _run_parallel(exp: Experiment, jobs: int) -> tuple[list[str], list[Path]]:
     """The seeds `jobs` at a time, each in a spawned process (torch and the services are not fork-safe). With a FLOP
     budget each seed's arms are scored in their process as soon as they are trained (the checkpoints are fractions of
     that budget, the same for every seed); with a token or job budget the checkpoints depend on every arm's end, so
-    the evaluations wait for all of them. A seed that fails stops the experiment with its error, after the seeds
-    already running have ended; rerunning continues every seed where it stopped."""
+    the evaluations wait for all of them. A seed that fails is logged when it fails and the other seeds go on; the
+    experiment then stops with the first failure's error, and rerunning continues every seed where it stopped."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, as_completed
 

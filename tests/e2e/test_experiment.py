@@ -106,7 +106,7 @@ def test_experiment_runs_both_arms_and_resumes_after_stops(tmp_path, echo_model)
     db.close()
 
 
-def test_seeds_run_in_processes_of_their_own_with_the_scoring_chosen(tmp_path, echo_model):
+def test_seeds_run_in_processes_of_their_own_with_the_scoring_chosen(tmp_path, echo_model, capfd):
     """`--jobs 2`: two seeds trained and scored at once, each in a spawned process; eval.members and eval.checkpoints
     say which versions are scored. A rerun with the same jobs does nothing again."""
     sets = e2e_overrides(tmp_path, echo_model) + ["run.steps=2", "eval.members=students", "eval.checkpoints=[0.5,1.0]"]
@@ -115,6 +115,8 @@ def test_seeds_run_in_processes_of_their_own_with_the_scoring_chosen(tmp_path, e
     for s in sets:
         argv += ["--set", s]
     assert cli_main(argv + ["--jobs", "2"]) == 0
+    err = capfd.readouterr().err  # the spawned processes write to the same stderr, each line tagged with its seed
+    assert "[seed 1]" in err and "[seed 2]" in err
     cfg = load_config(preset="cpu-tiny", overrides=sets)
     cfg.run.budget_flops = parse_budget("flops=2.5e11")["flops"]
     exp = plan(cfg, "par", [1, 2], [], limit=5)
