@@ -118,10 +118,13 @@ class RedisStreamQueue:
         try:
             return self._take(consumer, block_ms)
         except redis.ResponseError as e:
-            if "NOGROUP" not in str(e):
+            # NOGROUP: Redis restarted without its data. UNBLOCKED: the stream was deleted while this consumer
+            # waited on it (discard_earlier, by a coordinator starting a run of the same id). Either way the group
+            # is made again and the consumer reads on.
+            if "NOGROUP" not in str(e) and "UNBLOCKED" not in str(e):
                 raise
-            log.warning("the step queue %s lost its consumer group (Redis restarted without its data): "
-                        "creating it again", self.stream)
+            log.warning("the step queue %s lost its consumer group (%s): creating it again", self.stream,
+                        str(e).split(" ", 1)[0])
             self._ensure_group()
             return None
 

@@ -126,3 +126,26 @@ def test_discard_earlier_drops_every_entry_and_the_queue_works_after(queue):
     assert got is not None and got.job == job and got.deliveries == 1
     queue.ack(got)
     assert queue.depth() == 0
+
+
+def test_a_consumer_waiting_on_the_stream_reads_on_after_it_is_dropped(redis_url):
+    """A worker blocked on the stream while a starting coordinator drops an earlier run's jobs (the stream key is
+    deleted: Redis answers the blocked read with UNBLOCKED) gets no job, not an error, and takes the next one."""
+    waiting, dropping = _redis_queue(redis_url), _redis_queue(redis_url)
+    try:
+        dropping.publish(PhaseJob("run1", 1, "match"))
+        assert waiting.consume("c1", block_ms=500) is not None  # the group exists; nothing is left to read
+        got: list = []
+        reader = threading.Thread(target=lambda: got.append(waiting.consume("c1", block_ms=5000)))
+        reader.start()
+        time.sleep(0.5)  # the read is blocked on the stream now
+        assert dropping.discard_earlier() == 1
+        reader.join(timeout=10)
+        assert not reader.is_alive() and got == [None]
+        job = PhaseJob("run1", 0, "warmstart")
+        dropping.publish(job)
+        after = waiting.consume("c1", block_ms=1000)
+        assert after is not None and after.job == job
+    finally:
+        waiting.close()
+        dropping.close()
