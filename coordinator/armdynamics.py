@@ -8,16 +8,12 @@ from a run. The x axis is the compute charged to the budget after each step (`bu
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from pathlib import Path
 
 from populora.analysis.diversity import population_diversity
-from populora.analysis.dynamics import behavioural_diversity, coverage, oscillation, shape
+from populora.analysis.dynamics import COMPLEXITY_METRICS, StepPrograms, run_dynamics
 from populora.store import ArtifactStore, StoreError, lora_factors, peft_module_names
-
-# Behavioural diversity compares the teachers' shapes over this many most recent steps (spec 11's k).
-BEHAVIOUR_WINDOW = 3
 
 
 def charged_flops(row: dict) -> int:
@@ -36,33 +32,14 @@ def _nan_to_none(x: float | None) -> float | None:
 
 
 def step_dynamics(rows: list[dict]) -> dict:
-    """Per step (>= 1) of one run: compute, the complexity of valid proposals, coverage, behavioural diversity of
-    the teachers over the last BEHAVIOUR_WINDOW steps; per student its oscillation over the run. A teacher enters
-    the behavioural diversity with its first valid proposal: a child born at an evolution step has proposed
-    nothing yet, and counting its empty set as entirely different would inflate the diversity."""
-    steps = [r for r in rows if r["step"] > 0]
-    shapes: dict[str, str | None] = {}
-
-    def shape_of(program: str) -> str | None:
-        if program not in shapes:
-            shapes[program] = shape(program)
-        return shapes[program]
-
-    cov = coverage([(r["step"], [v["program"] for v in r.get("valid_programs", [])]) for r in steps])
-    teachers: dict[str, dict[int, list[str | None]]] = {}
-    behaviour = []
-    for r in steps:
-        for v in r.get("valid_programs", []):
-            teachers.setdefault(v["teacher"], {}).setdefault(r["step"], []).append(shape_of(v["program"]))
-        b = behavioural_diversity(teachers, BEHAVIOUR_WINDOW) if len(teachers) > 1 else None
-        behaviour.append(None if b is None else b.diversity)
-    students = sorted({s for r in steps for s in r.get("student_solve_rate", {})})
-    return {"steps": [r["step"] for r in steps], "flops": [charged_flops(r) for r in steps],
-            "complexity": {k: [r.get("complexity", {}).get(k, {}).get("mean") for r in steps]
-                           for k in ("ast_depth", "cyclomatic", "lines_of_code")},
-            "coverage": [dataclasses.asdict(c) for c in cov], "behavioural_diversity": behaviour,
-            "oscillation": {s: oscillation([r.get("student_solve_rate", {}).get(s) for r in steps])
-                            for s in students}}
+    """Per step (>= 1) of one run, from its metrics rows: compute, the complexity of valid proposals, coverage,
+    behavioural diversity of the teachers; per student its solve rates and oscillation (run_dynamics)."""
+    return run_dynamics([StepPrograms(
+        step=r["step"], flops=charged_flops(r),
+        programs=[(v["teacher"], v["program"]) for v in r.get("valid_programs", [])],
+        solve_rates=r.get("student_solve_rate", {}),
+        complexity={k: r.get("complexity", {}).get(k, {}).get("mean") for k in COMPLEXITY_METRICS})
+        for r in rows if r["step"] > 0])
 
 
 def complexity_values(rows: list[dict], key: str) -> list[tuple[float, list[float]]]:
@@ -71,26 +48,35 @@ def complexity_values(rows: list[dict], key: str) -> list[tuple[float, list[floa
             for r in rows if r["step"] > 0]
 
 
+def members_diversity(population: dict, store: ArtifactStore) -> dict | None:
+    """Mean pairwise cosine and relative distance of the updates of a step's members ({adapter_id: {"version": v,
+    ...}}, a metrics row's `population`), from their stored factors (spec 11; populora.analysis.diversity never
+    forms a dense update); None with fewer than two members or when a member's version is not in the store."""
+    if len(population) < 2:
+        return None
+    factors, scaling = {}, {}
+    try:
+        for adapter_id, member in population.items():
+            version = store.read(store.ref(adapter_id, member["version"]))
+            factors[adapter_id] = {m: lora_factors(version.weights, m) for m in peft_module_names(version.weights)}
+            scaling[adapter_id] = version.scaling
+    except (OSError, ValueError, KeyError, TypeError, StoreError):
+        return None
+    d = population_diversity(factors, scaling)
+    return {"cosine": _nan_to_none(d.mean_cosine), "distance": _nan_to_none(d.mean_distance)}
+
+
 def weight_diversity(rows: list[dict], store: ArtifactStore) -> list[dict]:
-    """Per step with two or more members: mean pairwise cosine and relative distance of the members' updates,
-    from their stored factors (spec 11; populora.analysis.diversity never forms a dense update). A member
-    version missing from the store leaves its step out."""
+    """Per step with two or more members: the members' weight diversity (members_diversity), as the run recorded
+    it in the step's row (`weight_diversity`) or, for a row recorded without it, from the store now. A step whose
+    members cannot be read is left out."""
     out = []
     for r in rows:
-        population = r.get("population") or {}
-        if r["step"] < 1 or len(population) < 2:
+        if r["step"] < 1:
             continue
-        factors, scaling = {}, {}
-        try:
-            for adapter_id, member in population.items():
-                version = store.read(store.ref(adapter_id, member["version"]))
-                factors[adapter_id] = {m: lora_factors(version.weights, m) for m in peft_module_names(version.weights)}
-                scaling[adapter_id] = version.scaling
-        except (OSError, ValueError, KeyError, StoreError):
-            continue
-        d = population_diversity(factors, scaling)
-        out.append({"step": r["step"], "flops": charged_flops(r), "cosine": _nan_to_none(d.mean_cosine),
-                    "distance": _nan_to_none(d.mean_distance)})
+        d = r["weight_diversity"] if "weight_diversity" in r else members_diversity(r.get("population") or {}, store)
+        if d is not None:
+            out.append({"step": r["step"], "flops": charged_flops(r), **d})
     return out
 
 

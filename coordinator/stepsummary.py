@@ -13,6 +13,8 @@ import math
 from collections import Counter
 from typing import TYPE_CHECKING
 
+from coordinator.phases.accounting import budget_flops
+from coordinator.stepmetrics import COMPLEXITY_KEYS
 from populora.pb import league_pb2
 from populora.records import Accounted, Population
 
@@ -28,8 +30,19 @@ def _versions(*populations: Population | None) -> dict[str, int]:
 
 
 def _compute(spent: Accounted) -> dict[str, int]:
+    """What the step spent: tokens and sandbox jobs, its FLOPs in all and those charged to the budget (spec 14: the
+    sum of `budget_flops` over a run's steps is the compute axis of its dynamics)."""
     t = spent.total
-    return {"generated_tokens": t.generated_tokens, "trained_tokens": t.trained_tokens, "sandbox_jobs": t.sandbox_jobs}
+    return {"generated_tokens": t.generated_tokens, "trained_tokens": t.trained_tokens, "sandbox_jobs": t.sandbox_jobs,
+            "flops": t.flops, "budget_flops": budget_flops(spent)}
+
+
+def _dynamics(row: dict) -> dict:
+    """The step's part of the run's dynamics (spec 11) that the league cannot work out from the problems it is
+    sent: each student's solve rate, the mean complexity of the valid programs, the members' weight diversity."""
+    return {"solve_rates": row["student_solve_rate"],
+            "complexity": {k: row["complexity"].get(k, {}).get("mean") for k in COMPLEXITY_KEYS},
+            "weight_diversity": row.get("weight_diversity")}
 
 
 def timings(phase_rows: list[dict]) -> dict:
@@ -63,7 +76,7 @@ def training_summary(record: StepRecord, row: dict) -> dict:
         "proposals": len(record.proposed.proposals), "valid": sum(m["valid"] for m in task_types.values()),
         "valid_rate": row["valid_rate"], "rejections": dict(rejections), "task_types": task_types,
         "solve_rate": row["solve_rate"], "outcomes": row["outcomes"], "matches": row["matches_reported"],
-        "compute": _compute(record.spent), "population": _versions(record.population),
+        "compute": _compute(record.spent), "dynamics": _dynamics(row), "population": _versions(record.population),
         "versions": _versions(record.updated.population, evolved.population if evolved else None),
         "evolution": [{"role": e.role, "retired": e.retired, "child": e.child, "parents": list(e.parents),
                        "operator": e.operator,

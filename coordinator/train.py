@@ -11,6 +11,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from coordinator.armdynamics import members_diversity
 from coordinator.journal import Journal, JournalDB, RunFailed
 from coordinator.phases import Run
 from coordinator.phases.accounting import budget_flops
@@ -79,6 +80,9 @@ def train(j: Journal, run: Run, steps: int, metrics: MetricsWriter, progress: Ru
                 row = prepared_metrics(record, j.seconds(0))
             else:
                 row = step_metrics(run.cfg, record, j.seconds(t))
+                if run.cfg.run.mode == "population":
+                    # how far apart the members' updates are after the step (spec 11), for the dashboard's plot
+                    row["weight_diversity"] = members_diversity(row["population"], run.store)
             spent = spent + record.spent.total
             cpu += record.spent.sandbox_cpu_seconds
             charged += budget_flops(record.spent)

@@ -6,7 +6,7 @@ import ast
 import hashlib
 import itertools
 from collections.abc import Hashable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 _UNPARSABLE = (SyntaxError, ValueError, RecursionError, MemoryError)
 # Containers whose elements are all literals are literals themselves: `[1, 2, 3]` and `[4, 5]` are one shape.
@@ -196,3 +196,49 @@ def behavioural_diversity(teachers: Mapping[str, Mapping[int, Iterable[str | Non
     overlap = sum(defined) / len(defined) if defined else None
     return BehaviouralDiversity(overlap=overlap, diversity=None if overlap is None else 1.0 - overlap, pairs=pairs,
                                 steps=window)
+
+
+# Behavioural diversity compares the teachers' shapes over this many most recent steps (spec 11's k).
+BEHAVIOUR_WINDOW = 3
+COMPLEXITY_METRICS = ("ast_depth", "cyclomatic", "lines_of_code")
+
+
+@dataclass(frozen=True)
+class StepPrograms:
+    """What one step (>= 1) of a run contributes to its dynamics: the compute charged to the budget after it, its
+    valid programs as (teacher, program), each student's solve rate and the mean complexity of its valid programs
+    (spec 11's metrics: COMPLEXITY_METRICS)."""
+
+    step: int
+    flops: float
+    programs: Sequence[tuple[str, str]]
+    solve_rates: Mapping[str, float | None]
+    complexity: Mapping[str, float | None]
+
+
+def run_dynamics(steps: Sequence[StepPrograms]) -> dict:
+    """A run's dynamics per step, in step order (spec 11): compute, mean complexity of valid proposals, coverage,
+    the teachers' behavioural diversity over the last BEHAVIOUR_WINDOW steps; per student its oscillation over the
+    run. A teacher enters the behavioural diversity with its first valid proposal: a child born at an evolution step
+    has proposed nothing yet, and counting its empty set as entirely different would inflate the diversity."""
+    shapes: dict[str, str | None] = {}
+
+    def shape_of(program: str) -> str | None:
+        if program not in shapes:
+            shapes[program] = shape(program)
+        return shapes[program]
+
+    cov = coverage([(s.step, [p for _, p in s.programs]) for s in steps])
+    teachers: dict[str, dict[int, list[str | None]]] = {}
+    behaviour = []
+    for s in steps:
+        for teacher, program in s.programs:
+            teachers.setdefault(teacher, {}).setdefault(s.step, []).append(shape_of(program))
+        b = behavioural_diversity(teachers, BEHAVIOUR_WINDOW) if len(teachers) > 1 else None
+        behaviour.append(None if b is None else b.diversity)
+    students = sorted({name for s in steps for name in s.solve_rates})
+    return {"steps": [s.step for s in steps], "flops": [s.flops for s in steps],
+            "complexity": {k: [s.complexity.get(k) for s in steps] for k in COMPLEXITY_METRICS},
+            "coverage": [asdict(c) for c in cov], "behavioural_diversity": behaviour,
+            "solve_rate": {name: [s.solve_rates.get(name) for s in steps] for name in students},
+            "oscillation": {name: oscillation([s.solve_rates.get(name) for s in steps]) for name in students}}

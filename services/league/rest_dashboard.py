@@ -16,7 +16,7 @@ from fastapi.staticfiles import StaticFiles
 from populora.rpc import ServiceError
 from services.league import reads
 from services.league.rest_cache import ReadCache, dumps, json_response
-from services.league.rest_run_schemas import AdapterPage, Overview, Samples, Steps, Tasks
+from services.league.rest_run_schemas import AdapterPage, Dynamics, Overview, Samples, Steps, Tasks
 from services.league.rest_schemas import responses
 from services.league.rest_validation import AdapterPath, RunPath, StepQuery
 from services.league.runview import (
@@ -87,6 +87,18 @@ def add_run_routes(app: FastAPI, service: LeagueService, cache: ReadCache) -> No
             return {"run_id": run_id, "steps": public_steps(db.step_summaries(run_id))}
 
         return json_response(await cache.get(("steps", run_id), build))
+
+    @app.get("/v1/runs/{run_id}/dynamics", response_model=Dynamics, tags=["run"], responses=not_found)
+    async def dynamics(run_id: RunPath) -> Response:
+        """The run's training dynamics per step against the compute charged to its budget (spec 11, 14): mean
+        complexity of valid proposals, coverage (distinct program shapes and AST node types so far, shapes new at
+        the step), the teachers' behavioural diversity, each student's solve rate and oscillation, and the members'
+        weight diversity (cosine and relative distance of their updates); empty lists until a step is recorded."""
+        def build() -> dict:
+            require_run(run_id)
+            return runs.dynamics(run_id, db.step_summaries(run_id))
+
+        return json_response(await cache.get(("dynamics", run_id), build))
 
     @app.get("/v1/runs/{run_id}/tasks", response_model=Tasks, tags=["run"], responses=not_found)
     def tasks(run_id: RunPath, step: StepQuery = None, include_invalid: bool = False) -> Response:

@@ -54,6 +54,17 @@ class StepStaleness(Model):
     update_to_served_ms: float
 
 
+class WeightDiversity(Model):
+    cosine: float | None = Field(description="mean pairwise cosine of the members' weight updates (spec 11)")
+    distance: float | None = Field(description="mean pairwise relative Frobenius distance of the updates")
+
+
+class StepDynamics(Model):
+    solve_rates: dict[str, float | None] = Field(description="each student's mean solve rate at the step")
+    complexity: dict[str, float | None] = Field(description="mean complexity of the step's valid proposals (spec 11)")
+    weight_diversity: WeightDiversity | None = Field(description="after the step; population runs only")
+
+
 class StepSummary(Model):
     step: int
     phases: list[str]
@@ -75,6 +86,7 @@ class StepSummary(Model):
     window_s: float | None = Field(None, description="from the previous step's end to this one's")
     idle_fraction: dict[str, float | None] | None = Field(None, description="trainer and inference, in the window")
     staleness: StepStaleness | None = Field(None, description="overlapped steps (loop.max_staleness >= 1)")
+    dynamics: StepDynamics | None = Field(None, description="the step's figures for /v1/runs/{run}/dynamics")
 
 
 class PhaseAt(Model):
@@ -120,6 +132,38 @@ class Overview(Model):
     evolution: list[JournalEvent]
     journal_rows: int = Field(description="phases the coordinator recorded")
     league: LeagueCounts
+
+
+class StepCoverageOut(Model):
+    step: int
+    proposals: int = Field(description="valid proposals at the step")
+    unparsed: int = Field(description="of which did not parse")
+    distinct_shapes: int = Field(description="distinct program shapes (normalised AST hashes) proposed so far")
+    node_types: int = Field(description="AST node types used so far")
+    new_shapes: int = Field(description="shapes first proposed at the step")
+    new_shape_rate: float | None
+
+
+class WeightDiversityAt(WeightDiversity):
+    step: int
+    flops: float
+
+
+class Dynamics(Model):
+    """A run's dynamics per step against the compute charged to its budget (spec 11, 14)."""
+
+    run_id: str
+    steps: list[int]
+    flops: list[float] = Field(description="FLOPs charged to the budget after each step (spec 14)")
+    complexity: dict[str, list[float | None]] = Field(description="per metric, the mean over each step's valid "
+                                                                  "proposals")
+    coverage: list[StepCoverageOut]
+    behavioural_diversity: list[float | None] = Field(
+        description="1 - mean Jaccard overlap of the teachers' program shapes over the last 3 steps")
+    solve_rate: dict[str, list[float | None]] = Field(description="per student, its solve rate at each step")
+    oscillation: dict[str, float | None] = Field(
+        description="per student, sign changes of its solve rate's first difference over (steps - 2)")
+    weight_diversity: list[WeightDiversityAt] = Field(description="steps with two or more members")
 
 
 class Steps(Model):

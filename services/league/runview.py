@@ -26,10 +26,12 @@ from typing import Any, Protocol
 
 import yaml
 
+from populora.analysis.dynamics import StepPrograms, run_dynamics
 from services.league.engine import PhaseRow, RunRow
 
 INIT_PHASES = ("warmstart", "init", "seed", "account", "eval")
 STEP_PHASES = ("match", "propose", "validate", "solve", "check", "rate", "update", "evolve", "account", "eval")
+PROGRAM_RUNS = 8  # runs whose valid programs the dynamics keep in memory
 PRIVATE_KEYS = ("population", "versions")  # per-adapter maps: kept for `versions`, not served per step
 
 
@@ -129,6 +131,8 @@ class RunView:
         self._lock = threading.Lock()
         self._problems: OrderedDict[tuple[str, int], tuple[float, dict]] = OrderedDict()  # LRU
         self._configs: dict[tuple[str, int], dict] = {}
+        # per run (the last PROGRAM_RUNS asked), per step: (recorded_at, the valid proposals as (teacher, program))
+        self._programs: OrderedDict[str, dict[int, tuple[float, list[tuple[str, str]]]]] = OrderedDict()
 
     # ---- reads --------------------------------------------------------------------------------------------------
     def run(self, run_id: str) -> RunRecord | None:
@@ -243,6 +247,54 @@ class RunView:
                                         "inputs": task.get("inputs", []), "outputs": task.get("outputs", [])})
         return {"adapter_id": adapter_id, "proposals": proposals, "answers": answers}
 
+    def valid_programs(self, run_id: str) -> dict[int, list[tuple[str, str]]]:
+        """Every step's valid proposals as (teacher, program), kept between calls: a step is read again only when
+        it was recorded again, so a long run's dynamics read only its new steps' problems."""
+        recorded = self.db.problem_steps(run_id, 1)
+        with self._lock:
+            known = dict(self._programs.get(run_id, {}))
+        stale = [step for step, at in recorded if known.get(step, (None,))[0] != at]
+        for i in range(0, len(stale), 16):  # a few steps' problems per query
+            for step, (at, text) in self.db.step_problems(run_id, stale[i:i + 16]).items():
+                try:
+                    tasks = _items(_dict(json.loads(text)).get("tasks"))
+                except (TypeError, ValueError):
+                    tasks = []
+                known[step] = (at, [(_text(t.get("teacher_id")), _text(t.get("program")))
+                                    for t in tasks if t.get("valid") is True and _text(t.get("program"))])
+        current = {step for step, _ in recorded}
+        known = {step: v for step, v in known.items() if step in current}
+        with self._lock:
+            self._programs[run_id] = known
+            self._programs.move_to_end(run_id)
+            while len(self._programs) > PROGRAM_RUNS:
+                self._programs.popitem(last=False)
+        return {step: programs for step, (_, programs) in known.items()}
+
+    def dynamics(self, run_id: str, summaries: list[dict]) -> dict:
+        """The run's dynamics against the compute charged to its budget (spec 11, 14): per step the mean
+        complexity of valid proposals, coverage (distinct program shapes and AST node types so far), the teachers'
+        behavioural diversity, each student's solve rate (with its oscillation over the run) and the members'
+        weight diversity, from the step summaries and the problems recorded. A step recorded without a figure
+        (a run from before it was recorded) has None there."""
+        programs = self.valid_programs(run_id)
+        flops = 0.0
+        steps: list[StepPrograms] = []
+        weights: list[dict] = []
+        for s in sorted(summaries, key=lambda s: s["step"]):
+            flops += _number(_dict(s.get("compute")).get("budget_flops")) or 0.0
+            if s["step"] < 1:
+                continue
+            d = _dict(s.get("dynamics"))
+            rates = {_text(k): _number(v) for k, v in _dict(d.get("solve_rates")).items()}
+            complexity = {k: _number(v) for k, v in _dict(d.get("complexity")).items()}
+            steps.append(StepPrograms(step=s["step"], flops=flops, programs=programs.get(s["step"], []),
+                                      solve_rates=rates, complexity=complexity))
+            w = _dict(d.get("weight_diversity"))
+            if w:
+                weights.append({"step": s["step"], "flops": flops, "cosine": _number(w.get("cosine")),
+                                "distance": _number(w.get("distance"))})
+        return {"run_id": run_id, **run_dynamics(steps), "weight_diversity": weights}
 
 def adapter_versions(summaries: list[dict], adapter_id: str) -> list[dict]:
     """Each version of the adapter the run used, with the step after which it was current, from the step summaries'

@@ -67,7 +67,10 @@ def test_adapter_page_and_overview_without_a_journal(rest, league):
         adapter_id="", version=0, benchmark="heldout", label="base", n_problems=0, samples=1)]))
     scored = rest.get("/v1/runs/r1/overview").json()
     assert scored["revision"] != after["revision"] and scored["league"]["evals"] == 1
-    for path in ("overview", "steps", "tasks", "ratings", "lineage"):
+    assert rest.get("/v1/runs/r1/dynamics").json() == {
+        "run_id": "r1", "steps": [], "flops": [], "complexity": {"ast_depth": [], "cyclomatic": [], "lines_of_code": []},
+        "coverage": [], "behavioural_diversity": [], "solve_rate": {}, "oscillation": {}, "weight_diversity": []}
+    for path in ("overview", "steps", "tasks", "ratings", "lineage", "dynamics"):
         assert rest.get(f"/v1/runs/nope/{path}").status_code == 404
     assert rest.get("/v1/adapters/nope").status_code == 404
     assert rest.get("/v1/adapters/nope/samples").status_code == 404
@@ -137,7 +140,8 @@ def test_page_and_its_files_come_from_the_service(rest):
         assert "innerHTML" not in script and "http://" not in script.replace("http://www.w3.org/2000/svg", ""), ref
         assert "https://" not in script, ref
     spec = rest.get("/openapi.json").json()
-    for path in ("/v1/runs/{run_id}/overview", "/v1/runs/{run_id}/steps", "/v1/runs/{run_id}/ratings",
+    for path in ("/v1/runs/{run_id}/overview", "/v1/runs/{run_id}/steps", "/v1/runs/{run_id}/dynamics",
+                 "/v1/runs/{run_id}/ratings",
                  "/v1/runs/{run_id}/lineage", "/v1/runs/{run_id}/tasks", "/v1/adapters/{adapter_id}",
                  "/v1/adapters/{adapter_id}/samples"):
         assert "404" in spec["paths"][path]["get"]["responses"], path

@@ -72,6 +72,25 @@ def test_overview_shows_where_the_run_stands(page, site):
     shot(page, "overview")
 
 
+def test_dynamics_show_the_rest_dynamics_against_compute(page, site):
+    d = get(site, f"/v1/runs/{RUN}/dynamics")
+    assert d["steps"] == [1, 2] and d["flops"][0] > 0
+    view(page, site, f"dynamics/{RUN}")
+    page.wait(lambda: page.js("return document.querySelector('#main').dataset.view") == f"dynamics/{RUN}",
+              what="the dynamics view")
+    last = d["coverage"][-1]
+    assert page.texts("#dyn-shapes .card-value") == [str(last["distinct_shapes"])]
+    assert page.texts("#dyn-node-types .card-value") == [str(last["node_types"])]
+    assert page.texts("#dyn-flops .card-value") == [f"{d['flops'][-1]:.1e}"]
+    students = sorted(d["solve_rate"])
+    assert page.texts("#dyn-oscillation tbody td:first-child") == students
+    for name, series in (("dyn-complexity", 3), ("dyn-coverage", 2), ("dyn-diversity", 3), ("dyn-solve", len(students))):
+        assert page.js(f"return document.querySelector('#{name}').dataset.series") == str(series), name
+    # the x axis is the compute: the coverage chart's x values are the FLOPs the REST API gives
+    assert page.js("return window.populora.charts['dyn-coverage'].data[0]") == pytest.approx(d["flops"])
+    shot(page, "dynamics")
+
+
 def _rows(page: Browser) -> list[list[str]]:
     return page.js("return Array.from(document.querySelectorAll('#leaderboard tbody tr'))"
                    ".map(tr => Array.from(tr.cells).map(td => td.textContent))")

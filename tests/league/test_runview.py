@@ -93,7 +93,11 @@ def test_step_summaries_are_the_coordinators_figures(run):
     assert (tt["valid"], tt["valid_rate"], tt["solve_rate"], tt["ast_depth"], tt["lines_of_code"]) == \
         (1, 0.5, 0.5, 4, 2)
     assert one["outcomes"] == {"correct": 1, "wrong": 1} and one["matches"] == 1
-    assert one["compute"] == {"generated_tokens": 13, "trained_tokens": 115, "sandbox_jobs": 4}
+    assert one["compute"] == {"generated_tokens": 13, "trained_tokens": 115, "sandbox_jobs": 4, "flops": 0,
+                              "budget_flops": 0}
+    assert one["dynamics"] == {"solve_rates": {"S0": 0.5}, "complexity": {"ast_depth": 4, "cyclomatic": 1,
+                                                                          "lines_of_code": 2},
+                               "weight_diversity": None}
     assert one["seconds"]["solve"] == 0.5 and one["step_seconds"] == 4.0  # 8 phases of 0.5 s, account included
     assert one["population"] == {"T0": 2, "S0": 2}
     # a resumed step records its summary again: replaced, never doubled
@@ -320,8 +324,11 @@ def test_per_step_figures_equal_the_coordinators_own_metrics(short_run):
         assert ours["outcomes"] == theirs["outcomes"]
         assert ours["seconds"] == pytest.approx(theirs["seconds"])
         assert ours["compute"]["generated_tokens"] == sum(theirs["tokens"].values())
-        assert ours["compute"] == {k: theirs["compute"][k] for k in ("generated_tokens", "trained_tokens",
-                                                                       "sandbox_jobs")}
+        assert ours["compute"] == {**{k: theirs["compute"][k] for k in ("generated_tokens", "trained_tokens",
+                                                                          "sandbox_jobs", "flops")},
+                                   "budget_flops": (theirs["compute_cumulative"]["budget_flops"]
+                                                    - rows[step - 1]["compute_cumulative"]["budget_flops"])}
+        assert ours["dynamics"]["solve_rates"] == theirs["student_solve_rate"]
         assert ours["matches"] == theirs["matches_reported"]
         assert [e["child"] for e in ours["evolution"]] == [e["child"] for e in theirs.get("evolution", [])]
         for tt, m in theirs["task_types"].items():
@@ -330,6 +337,50 @@ def test_per_step_figures_equal_the_coordinators_own_metrics(short_run):
             assert mine.get("rejections", {}) == m["rejections"], (step, tt)
             assert mine.get("solve_rate") == pytest.approx(m["solve_rate"]) if m["solve_rate"] is not None \
                 else mine.get("solve_rate") is None
+
+
+@pytest.mark.slow
+def test_dynamics_equal_the_coordinators_own(short_run):
+    """On the real cpu-tiny run: the dashboard's dynamics (from the step summaries and problems the league was
+    sent) are the comparison's (coordinator.armdynamics, from metrics.jsonl and the store)."""
+    from coordinator.armdynamics import arm_dynamics
+    from coordinator.stepmetrics import read_metrics
+    from services.league.db import LeagueDB
+
+    rows = read_metrics(short_run.root / "runs" / short_run.run_id)
+    db = LeagueDB(short_run.url)
+    try:
+        got = RunView(db).dynamics(short_run.run_id, db.step_summaries(short_run.run_id))
+    finally:
+        db.close()
+    # the weight diversity the run recorded at each step against the one read from the store afterwards
+    assert any("weight_diversity" in r for r in rows)
+    unrecorded = [{k: v for k, v in r.items() if k != "weight_diversity"} for r in rows]
+    want = arm_dynamics(unrecorded, short_run.cfg.store_root, weights=True)
+    assert got["steps"] == want["steps"] and len(got["steps"]) >= 2
+    assert got["flops"] == pytest.approx(want["flops"]) and got["flops"][-1] > 0
+    for key in ("coverage", "behavioural_diversity", "complexity", "solve_rate", "oscillation"):
+        assert got[key] == want[key], key
+    assert sum(c["proposals"] for c in got["coverage"]) > 0
+    assert [w["step"] for w in got["weight_diversity"]] == [w["step"] for w in want["weight_diversity"]] == \
+        want["steps"]
+    for a, b in zip(got["weight_diversity"], want["weight_diversity"], strict=True):
+        for k in ("cosine", "distance"):  # None where every update is still zero (B = 0 before its first update)
+            assert (a[k] is None) == (b[k] is None) and (a[k] is None or a[k] == pytest.approx(b[k])), (a, b)
+    assert any(w["distance"] is not None for w in want["weight_diversity"])
+
+
+def test_dynamics_of_the_recorded_steps(run):
+    state, league, j = run
+    d = j.dynamics("r", league.db.step_summaries("r"))
+    assert d["steps"] == [1] and d["coverage"][0]["proposals"] == 1 and d["coverage"][0]["distinct_shapes"] == 1
+    assert d["solve_rate"] == {"S0": [0.5]} and d["complexity"]["ast_depth"] == [4]
+    assert d["weight_diversity"] == [] and d["behavioural_diversity"] == [None]  # one teacher
+    # a step recorded later is read (and only it: the first step's programs are kept)
+    store_step(state, league, Config(), "r", _step(2), seconds=0.5)
+    again = j.dynamics("r", league.db.step_summaries("r"))
+    assert again["steps"] == [1, 2] and [c["distinct_shapes"] for c in again["coverage"]] == [1, 1]
+    assert again["oscillation"] == {"S0": None}  # two rates: no change is possible yet
 
 
 def test_records_replace_on_both_backends(league):

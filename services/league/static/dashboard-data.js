@@ -8,7 +8,7 @@
   const POLL_MS = Math.max(500, Number(new URLSearchParams(location.search).get("poll")) || 2000);
   const VIEWS = [
     ["overview", "Overview"], ["leaderboard", "Leaderboard"], ["ratings", "Rating curves"],
-    ["lineage", "Lineage"], ["payoff", "Payoff"], ["problems", "Problems"],
+    ["lineage", "Lineage"], ["payoff", "Payoff"], ["dynamics", "Dynamics"], ["problems", "Problems"],
   ];
   const ROLE_ORDER = { teacher: 0, both: 1, student: 2 };
   const PALETTE = ["#e4793a", "#3a7be4", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf",

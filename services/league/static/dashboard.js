@@ -99,6 +99,7 @@
     }
     const views = { overview: () => D.renderOverview(state.overview, true), leaderboard: () => D.renderLeaderboard(main),
       ratings: () => D.renderRatings(main), lineage: () => D.renderLineage(main), payoff: () => D.renderPayoff(main),
+      dynamics: () => D.renderDynamics(main),
       problems: () => D.renderProblems(main) };
     return guard(main, views[state.view]);
   }
