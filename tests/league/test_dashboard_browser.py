@@ -58,6 +58,8 @@ def test_overview_shows_where_the_run_stands(page, site):
     view(page, site, f"overview/{RUN}")
     page.wait(lambda: page.texts("#ov-step .card-value") == ["2 / 3"], what="the step card")
     assert page.texts("#ov-status .card-value") == ["finished"]
+    assert page.texts("#ov-compute .card-sub")[0].endswith(
+        f" · {ov['compute']['budget_flops']:.1e} FLOPs charged to the budget")
     latest, measured = ov["latest_step"], ov["last_measured_step"]
     assert page.texts("#ov-phases .bar-label") == list(latest["seconds"])
     assert page.texts("#ov-valid .card-sub") == [f"{measured['valid']} of {measured['proposals']} at step 2"]

@@ -32,7 +32,8 @@
         measured ? `${int(measured.valid)} of ${int(measured.proposals)} at step ${measured.step}` : "", "ov-valid"),
       card("solve rate", measured ? pct(measured.solve_rate) : "–", measured ? `step ${measured.step}` : "", "ov-solve"),
       card("compute", `${int(comp.generated_tokens)} tok`,
-        `generated · ${int(comp.trained_tokens)} trained · ${int(comp.sandbox_jobs)} sandbox jobs`, "ov-compute"),
+        `generated · ${int(comp.trained_tokens)} trained · ${int(comp.sandbox_jobs)} sandbox jobs` +
+        (isNum(comp.budget_flops) ? ` · ${comp.budget_flops.toExponential(1)} FLOPs charged to the budget` : ""), "ov-compute"),
       card("adapters", `${int(ov.league.active)} active`, `${int(ov.league.adapters)} in all`, "ov-adapters"));
     const parts = [cards];
     if (ov.error) {
