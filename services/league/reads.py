@@ -4,6 +4,7 @@ a run's rating curves, its whole lineage, one adapter's record. Writes stay in d
 from __future__ import annotations
 
 import json
+import math
 from collections import defaultdict
 
 import sqlalchemy as sa
@@ -175,15 +176,35 @@ def run_lineage(db: LeagueDB, run_id: str) -> dict:
         edges = conn.execute(sa.select(lin.parent_id, lin.child_id, lin.operator, lin.step)
                              .where(lin.run_id == run_id).order_by(lin.step, lin.child_id, lin.parent_id)).all()
     params = {n.adapter_id: _params(n.params_json) for n in nodes}
+    change = children_change(db, run_id)
     return {
         "run_id": run_id, "k": k,
         "nodes": [{"adapter_id": n.adapter_id, "role": n.role, "status": n.status, "created_step": n.created_step,
                    "retired_step": n.retired_step, "operator": n.operator, "parents": json.loads(n.parents_json or "[]"),
                    "params": params[n.adapter_id], "mu": n.mu, "sigma": n.sigma,
-                   "conservative_skill": n.mu - k * n.sigma, "matches": n.matches} for n in nodes],
+                   "conservative_skill": n.mu - k * n.sigma, "matches": n.matches,
+                   "relative_change": change.get(n.adapter_id)} for n in nodes],
         "edges": [{"parent_id": e.parent_id, "child_id": e.child_id, "operator": e.operator, "step": e.step,
-                   "epsilon": _epsilon(params.get(e.child_id, {}))} for e in edges],
+                   "epsilon": _epsilon(params.get(e.child_id, {})), "relative_change": change.get(e.child_id)}
+                  for e in edges],
     }
+
+
+def children_change(db: LeagueDB, run_id: str) -> dict[str, float]:
+    """{child_id: relative change of its weight update from its first parent's}, |dW' - dW| / |dW| as the evolver
+    measured it when it made the child, from the evolution events of the step summaries the coordinator recorded
+    (a child of a retried evolution, whose change was not measured again, has none)."""
+    out: dict[str, float] = {}
+    for summary in db.step_summaries(run_id):
+        events = summary.get("evolution")
+        for e in events if isinstance(events, list) else []:
+            if not isinstance(e, dict):
+                continue
+            child, value = e.get("child"), e.get("relative_change")
+            if isinstance(child, str) and isinstance(value, int | float) and not isinstance(value, bool) \
+                    and math.isfinite(value):
+                out[child] = float(value)
+    return out
 
 
 def adapter_record(db: LeagueDB, adapter_id: str) -> dict:

@@ -155,10 +155,13 @@ class LineageNode(Model):
     sigma: float
     conservative_skill: float
     matches: int
+    relative_change: float | None = Field(None, description="|dW_child - dW_parent| / |dW_parent| (first parent) "
+                                                              "when the evolver made it; None for a founder")
 
 
 class RunEdge(EdgeOut):
     epsilon: float | None
+    relative_change: float | None = Field(None, description="the child's relative change from its first parent")
 
 
 class RunLineage(Model):

@@ -42,6 +42,17 @@ def test_run_lineage_has_every_adapter_and_every_parent_link(rest, league):
     assert sorted(n["adapter_id"] for n in lin["nodes"]) == ["S0", "S1", "S2", "T0", "T1", "T2"]
     assert {(e["parent_id"], e["child_id"], e["operator"], e["step"], e["epsilon"]) for e in lin["edges"]} == {
         ("S0", "S2", "M1", 2, None), ("T0", "T2", "X1", 4, 0.125), ("T1", "T2", "X1", 4, 0.125)}
+    assert all(e["relative_change"] is None for e in lin["edges"])  # no step summary recorded the children
+    # the step that made a child records its relative change (the evolver's) in its summary's evolution events
+    event = {"role": "teacher", "retired": "T1", "child": "T2", "parents": ["T0", "T1"], "operator": "X1"}
+    for change in (float("nan"), 0.25):  # a retried evolution has none; a step recorded again replaces it
+        league.RecordStepSummary(pb.RecordStepSummaryRequest(run_id="r1", step=4, summary_json=json.dumps(
+            {"step": 4, "evolution": [{**event, "relative_change": None if change != change else change}]})))
+    lin = rest.get("/v1/runs/r1/lineage").json()
+    assert {e["parent_id"]: e["relative_change"] for e in lin["edges"] if e["child_id"] == "T2"} == {"T0": 0.25,
+                                                                                                     "T1": 0.25}
+    assert next(n for n in lin["nodes"] if n["adapter_id"] == "T2")["relative_change"] == 0.25
+    assert next(n for n in lin["nodes"] if n["adapter_id"] == "T0")["relative_change"] is None
     t2 = next(n for n in lin["nodes"] if n["adapter_id"] == "T2")
     assert t2["params"] == {"epsilon": 0.125, "p": 0.5} and t2["parents"] == ["T0", "T1"]
     assert next(n for n in lin["nodes"] if n["adapter_id"] == "T1")["status"] == "retired"

@@ -207,6 +207,17 @@ def test_lineage_has_a_node_per_adapter_and_an_edge_per_parent_link(page, site):
     page.wait(lambda: page.js("return window.populora.charts.lineageHistory !== undefined"), what="its history")
     assert child in page.texts(".lineage-node.selected .node-id")[0]
     assert rest["edges"][0]["parent_id"] in page.texts("#lineage-detail dd")[6]
+    # each child's relative change from its parent, as the step that made it recorded it, on its edge and its panel
+    made = {e["child"]: e["relative_change"] for st in get(site, f"/v1/runs/{RUN}/steps")["steps"]
+            for e in st.get("evolution") or []}
+    assert made and {e["child_id"]: e["relative_change"] for e in rest["edges"]} == made
+    assert {n["adapter_id"]: n["relative_change"] for n in rest["nodes"] if n["operator"]} == made
+    shown = page.texts("#lineage-detail dd")[8]
+    if made[child] is None:  # a parent whose update is still zero has no relative change (cpu-tiny's first steps)
+        assert shown == "–"
+    else:
+        assert f"Δ={made[child]:.2f}" in " ".join(page.texts(".lineage-edge .edge-label"))
+        assert shown.startswith(f"{made[child]:.3f} from its first parent")
     shot(page, "lineage")
 
 

@@ -51,7 +51,7 @@
       const d = b.x - a.x > COL_W * 1.5
         ? `M${x1},${y1} C${x1 + 28},${y1} ${x1 + 28},${yg} ${x1 + 56},${yg} L${x2 - 110},${yg} C${x2 - 55},${yg} ${x2 - 55},${y2} ${x2 - 4},${y2}`
         : `M${x1},${y1} C${mx},${y1} ${mx},${y2} ${x2 - 4},${y2}`;
-      const label = `${e.operator}${isNum(e.epsilon) ? ` ε=${fmt(e.epsilon, 3)}` : ""}`;
+      const label = `${e.operator}${isNum(e.epsilon) ? ` ε=${fmt(e.epsilon, 3)}` : ""}${isNum(e.relative_change) ? ` Δ=${fmt(e.relative_change)}` : ""}`;
       graph.append(s("g", { class: "lineage-edge", "data-parent": e.parent_id, "data-child": e.child_id },
         s("path", { d, "marker-end": "url(#arrow)" }),
         s("text", { x: x2 - 8, y: y2 - 5 - 11 * (siblings.length - 1 - k), class: "edge-label", "text-anchor": "end" }, label),
@@ -72,7 +72,7 @@
     const side = h("aside", { id: "lineage-detail", class: "side" }, h("p", { class: "note", text: "Click a node for its history." }));
     main.replaceChildren(panel(`Lineage · ${data.nodes.length} adapters · ${data.edges.length} parent links`,
       h("div", { class: "legend" }, roleBadge("teacher"), " ", roleBadge("student"), " ", roleBadge("both"),
-        h("span", { class: "note", text: " faded with a dashed border: retired; edges: operator and the ε it applied" })),
+        h("span", { class: "note", text: " faded with a dashed border: retired; edges: operator, the ε it applied and Δ, the child's relative change from its first parent" })),
       h("div", { class: "lineage-wrap" }, h("div", { class: "scroll lineage-scroll" }, graph), side)));
     const keep = data.nodes.find((n) => n.adapter_id === state.lineageSelected);
     if (keep) await selectNode(keep, data);
@@ -94,6 +94,7 @@
         h("dt", { text: "retired" }), h("dd", { text: node.retired_step === null ? "–" : `step ${node.retired_step}` }),
         h("dt", { text: "parents" }), h("dd", {}, parents.length ? parents.map((e, i) => [i ? ", " : "", adapterLink(e.parent_id)]) : "–"),
         h("dt", { text: "children" }), h("dd", {}, children.length ? children.map((e, i) => [i ? ", " : "", adapterLink(e.child_id), ` (${e.operator})`]) : "–"),
+        h("dt", { text: "relative change" }), h("dd", { text: isNum(node.relative_change) ? `${fmt(node.relative_change, 3)} from its first parent (|ΔW′ − ΔW| / |ΔW|)` : "–" }),
         h("dt", { text: "params" }), h("dd", { text: Object.keys(node.params).length ? JSON.stringify(node.params) : "–" })),
       h("h4", { text: "rating history" }), box);
     const hist = await api(`/v1/adapters/${enc(node.adapter_id)}/history`);
