@@ -68,7 +68,8 @@ class Browser:
         """Click the element at `css`; retried while the page re-renders it."""
         self.wait(lambda: self.driver.find_element("css selector", css).click() or True, what=f"a click on {css}")
 
-    def wait(self, condition: Callable[[], object], timeout: float = 30.0, what: str = "condition") -> object:
+    def wait(self, condition: Callable[[], object], timeout: float = 30.0, what: str = "condition",
+             describe: Callable[[], object] | None = None) -> object:
         """Poll `condition` until it returns something truthy; its last exception or value in the failure."""
         deadline = time.monotonic() + timeout
         last: object = None
@@ -81,7 +82,13 @@ class Browser:
             except Exception as e:  # the element is not there yet
                 last = e
             time.sleep(0.1)
-        raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
+        seen = ""
+        if describe is not None:  # what the page showed when it gave up, to tell a slow page from a wrong one
+            try:
+                seen = f"; the page: {describe()!r}"
+            except Exception as e:
+                seen = f"; the page could not be read: {e!r}"
+        raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r}){seen}")
 
     def texts(self, css: str) -> list[str]:
         return self.js("return Array.from(document.querySelectorAll(arguments[0])).map(e => e.textContent)", css)

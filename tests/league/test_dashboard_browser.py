@@ -49,6 +49,14 @@ def shot(page: Browser, name: str) -> None:
         page.screenshot(Path(SHOTS) / f"dashboard-{name}.png")
 
 
+def _state(page: Browser) -> dict:
+    """What the page shows and holds, for a failure's message."""
+    return page.js("const m = document.querySelector('#main'); const l = document.querySelector('#live-text');"
+                   "return {view: m && m.dataset.view, main: m && m.textContent.slice(0, 300),"
+                   " live: l && l.textContent, polls: window.populora && window.populora.polls,"
+                   " renders: window.populora && window.populora.renders, url: location.href}")
+
+
 def close(text: str, value: float) -> bool:
     return abs(float(text) - value) <= 0.005 + 1e-9  # shown with 2 decimals
 
@@ -56,7 +64,8 @@ def close(text: str, value: float) -> bool:
 def test_overview_shows_where_the_run_stands(page, site):
     ov = get(site, f"/v1/runs/{RUN}/overview")
     view(page, site, f"overview/{RUN}")
-    page.wait(lambda: page.texts("#ov-step .card-value") == ["2 / 3"], what="the step card")
+    page.wait(lambda: page.texts("#ov-step .card-value") == ["2 / 3"], what="the step card",
+              describe=lambda: _state(page))
     assert page.texts("#ov-status .card-value") == ["finished"]
     assert page.texts("#ov-compute .card-sub")[0].endswith(
         f" · {ov['compute']['budget_flops']:.1e} FLOPs charged to the budget")

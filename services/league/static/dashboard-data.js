@@ -28,8 +28,21 @@
   class ApiError extends Error {
     constructor(status, detail) { super(detail); this.status = status; }
   }
+  // A read that takes longer is abandoned with an error, so that one stalled request cannot hold the views'
+  // render queue (dashboard.js renders one view after another) and freeze the page; the next poll asks again.
+  const API_TIMEOUT_MS = 20000;
   async function api(path) {
-    const resp = await fetch(path, { headers: { Accept: "application/json" }, cache: "no-store" });
+    const abort = new AbortController();
+    const timer = setTimeout(() => abort.abort(), API_TIMEOUT_MS);
+    let resp;
+    try {
+      resp = await fetch(path, { headers: { Accept: "application/json" }, cache: "no-store", signal: abort.signal });
+    } catch (e) {
+      if (abort.signal.aborted) throw new ApiError(0, `the league did not answer ${path} in ${API_TIMEOUT_MS / 1000} s`);
+      throw e;
+    } finally {
+      clearTimeout(timer);
+    }
     if (!resp.ok) {
       let detail = `${resp.status} ${resp.statusText}`;
       try { detail = (await resp.json()).detail || detail; } catch (_) { /* not JSON */ }
