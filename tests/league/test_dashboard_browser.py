@@ -64,14 +64,15 @@ def close(text: str, value: float) -> bool:
 def test_overview_shows_where_the_run_stands(page, site):
     ov = get(site, f"/v1/runs/{RUN}/overview")
     view(page, site, f"overview/{RUN}")
-    page.wait(lambda: page.texts("#ov-step .card-value") == ["2 / 3"], what="the step card",
+    # the run is at step 2, or 3 once the live test below has trained its last step (the run is shared)
+    page.wait(lambda: page.texts("#ov-step .card-value") == [f"{ov['latest_step']['step']} / 3"], what="the step card",
               describe=lambda: _state(page))
     assert page.texts("#ov-status .card-value") == ["finished"]
     assert page.texts("#ov-compute .card-sub")[0].endswith(
         f" · {ov['compute']['budget_flops']:.1e} FLOPs charged to the budget")
     latest, measured = ov["latest_step"], ov["last_measured_step"]
     assert page.texts("#ov-phases .bar-label") == list(latest["seconds"])
-    assert page.texts("#ov-valid .card-sub") == [f"{measured['valid']} of {measured['proposals']} at step 2"]
+    assert page.texts("#ov-valid .card-sub") == [f"{measured['valid']} of {measured['proposals']} at step {measured['step']}"]
     assert page.texts("#ov-task-types tbody td:first-child") == sorted(measured["task_types"])
     events = page.texts("#ov-events li")
     assert len(events) == len(ov["evolution"]) >= 1
@@ -85,7 +86,7 @@ def test_overview_shows_where_the_run_stands(page, site):
 
 def test_dynamics_show_the_rest_dynamics_against_compute(page, site):
     d = get(site, f"/v1/runs/{RUN}/dynamics")
-    assert d["steps"] == [1, 2] and d["flops"][0] > 0
+    assert d["steps"] == list(range(1, len(d["steps"]) + 1)) and len(d["steps"]) >= 2 and d["flops"][0] > 0
     view(page, site, f"dynamics/{RUN}")
     page.wait(lambda: page.js("return document.querySelector('#main').dataset.view") == f"dynamics/{RUN}",
               what="the dynamics view")
