@@ -12,10 +12,11 @@ from coordinator.armdynamics import arm_dynamics, complexity_values
 from coordinator.checkpointeval import compare_at_checkpoints
 from coordinator.evalfiles import write_json
 from coordinator.figures import plt, save_figure
+from populora.analysis.dynamics import COMPLEXITY_METRICS
 from populora.analysis.intervals import trend
 
 ARM_COLORS = {"population": "#1f77b4", "baseline": "#d62728"}
-TREND_KEYS = ("ast_depth", "cyclomatic", "lines_of_code")
+TREND_KEYS = COMPLEXITY_METRICS
 
 
 def checkpoint_section(exp, metrics: dict[str, list[dict]], evals: dict[str, dict[str, dict]]) -> dict:

@@ -10,6 +10,7 @@ from pathlib import Path
 from statistics import mean, pstdev
 
 from coordinator.step import Prepared, StepRecord
+from populora.analysis.dynamics import COMPLEXITY_METRICS
 from populora.config import Config
 from populora.records import Accounted, Evaluated, Usage, to_json
 from populora.tasks import student_reward, teacher_reward
@@ -20,7 +21,7 @@ def _mean(xs) -> float | None:
     return mean(xs) if xs else None
 
 
-COMPLEXITY_KEYS = ("ast_depth", "cyclomatic", "lines_of_code")
+COMPLEXITY_KEYS = COMPLEXITY_METRICS  # spec 11's metrics, one tuple for the metrics, the dynamics and the trends
 
 
 def complexity_spread(programs: list[dict]) -> dict[str, dict]:
