@@ -14,7 +14,6 @@ import time
 from bench.league_server import BENCH_TOKEN, LeagueProcess, cpu_ms_per_request, serve_rest
 from bench.loadgen import (
     client_loop,
-    free_port,
     http_get,
     latency_figures,
     load,
@@ -23,6 +22,7 @@ from bench.loadgen import (
     wait_http,
 )
 from populora.config import TASK_TYPES
+from populora.ports import free_port
 
 
 def bench_matchmake(client, run_id: str, calls: int) -> dict:

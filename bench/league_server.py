@@ -7,7 +7,8 @@ import multiprocessing as mp
 import os
 import uuid
 
-from bench.loadgen import free_port, load, run_async, wait_http
+from bench.loadgen import load, run_async, wait_http
+from populora.ports import free_port
 
 BENCH_TOKEN = "bench-league-token"  # the token of the league servers this benchmark starts
 DEFAULT_PG = os.environ.get("POPULORA_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")

@@ -74,7 +74,7 @@ class Replicas:
     """`n` replicas of one service as pinned processes, and the coordinator's object over them."""
 
     def __init__(self, service: str, n: int, cfg_path: Path, logs: Path):
-        from coordinator.distributed import free_port
+        from populora.ports import free_port
 
         self.service, self.ports = service, [free_port() for _ in range(n)]
         self.procs = []

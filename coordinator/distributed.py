@@ -7,7 +7,6 @@ import argparse
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -16,49 +15,10 @@ from pathlib import Path
 import yaml
 
 from populora.config import load_config
+from populora.ports import free_port
 from populora.rpc import SERVICE_NAMES, wait_ready
 
 DEFAULT_PG = "postgresql+psycopg://postgres@127.0.0.1:5432/populora"
-
-
-# Ports for the services of a local cluster come from below the kernel's ephemeral range: a port that bind(0) handed
-# out and this process released is soon the source port of some outgoing connection (to Postgres, to Redis, between
-# the services), and the service that was to listen on it then fails with "address already in use".
-_EPHEMERAL = "/proc/sys/net/ipv4/ip_local_port_range"
-_GIVEN: set[int] = set()
-
-
-def _listen_range(text: str | None = None) -> tuple[int, int]:
-    """The larger stretch of unprivileged ports below or above the ephemeral range (`text`: that file's content)."""
-    try:
-        if text is None:
-            with open(_EPHEMERAL) as f:
-                text = f.read()
-        low, high = (int(x) for x in text.split()[:2])
-    except (OSError, ValueError):
-        low, high = 32768, 60999  # Linux's default
-    below, above = (1024, low - 1), (high + 1, 65535)
-    return max(below, above, key=lambda r: r[1] - r[0])
-
-
-def free_port() -> int:
-    """A loopback port nothing listens on now, outside the ephemeral range, not handed out before by this process."""
-    import random
-
-    low, high = _listen_range()
-    rng = random.SystemRandom()
-    for _ in range(200):
-        port = rng.randint(low, high)
-        if port in _GIVEN:
-            continue
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-        _GIVEN.add(port)
-        return port
-    raise RuntimeError(f"no free loopback port between {low} and {high}")
 
 
 def ensure_database(url: str) -> None:

@@ -19,7 +19,6 @@ import json
 import os
 import secrets
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -69,12 +68,6 @@ def compose_command() -> list[str]:
     raise SetupError("neither `docker compose` nor `docker-compose` is installed: apt-get install docker-compose")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def build_images(env: dict[str, str]) -> dict[str, str]:
     """scripts/images.sh (its progress goes to our stderr); the image variables it wrote for docker-compose."""
     proc = subprocess.run(["bash", str(ROOT / "scripts" / "images.sh")], cwd=ROOT, env=env)
@@ -97,6 +90,8 @@ class Stack:
     """One Compose project of docker-compose.cpu.yml with its own secrets, league port and images."""
 
     def __init__(self, images: dict[str, str]):
+        from populora.ports import free_port
+
         self.compose = compose_command()
         self.league_port = free_port()
         self.token = secrets.token_urlsafe(24)

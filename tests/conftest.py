@@ -105,12 +105,6 @@ def redis_url():
     client.close()
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def sandbox_or_skip(why_not: str | None, make):
     """A real sandbox executor from `make()`; skipped locally when it cannot run here (`why_not`, or
     SandboxUnavailable from `make`), failed under CI=true."""

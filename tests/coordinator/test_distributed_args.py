@@ -40,23 +40,3 @@ def test_bad_counts_are_refused_naming_the_reason(monkeypatch, capsys, argv, env
         parse_args(argv)
     assert e.value.code == 2 and reason in capsys.readouterr().err
 
-
-def test_service_ports_come_from_outside_the_ephemeral_range(monkeypatch):
-    import socket
-
-    from coordinator import distributed
-
-    assert distributed._listen_range("32768\t60999\n") == (1024, 32767)
-    assert distributed._listen_range("1024 20000") == (20001, 65535)
-    assert distributed._listen_range("garbage") == (1024, 32767)
-    low, high = distributed._listen_range()
-    ports = [distributed.free_port() for _ in range(40)]
-    assert len(set(ports)) == 40 and all(low <= p <= high for p in ports)
-    # a port something listens on is never handed out
-    with socket.socket() as busy:
-        busy.bind(("127.0.0.1", 0))
-        taken = busy.getsockname()[1]
-        busy.listen()
-        monkeypatch.setattr(distributed, "_listen_range", lambda: (taken, taken))
-        with pytest.raises(RuntimeError, match="no free loopback port"):
-            distributed.free_port()

@@ -10,8 +10,8 @@ from coordinator.replicas import Replicas, replica_addresses, resolve
 from coordinator.services import open_services
 from populora.config import ConfigError, load_config
 from populora.placement import owner
+from populora.ports import free_port
 from populora.rpc import Remote, ServiceError
-from tests.conftest import free_port
 
 IDS = [f"run.{r}{i}" for r in "TS" for i in range(12)]
 

@@ -9,8 +9,8 @@ import pytest
 from grpc_health.v1 import health_pb2
 
 from populora import healthcheck
+from populora.ports import free_port
 from populora.rpc import make_server
-from tests.conftest import free_port
 from tests.deploy.deployment import ROOT
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import free_port
+from populora.ports import free_port
 from tests.deploy.deployment import REST_SERVICES, ROOT, SERVICES
 
 START_TIMEOUT_S = 180.0

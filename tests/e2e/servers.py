@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import IN_CI, free_port
+from populora.ports import free_port
+from tests.conftest import IN_CI
 
 
 def _postgres_bin(name: str) -> str | None:

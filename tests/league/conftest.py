@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from populora.ports import free_port
 from services.league.db import LeagueDB
 from services.league.engine import RatingRules
 from services.league.rest import LeagueRestServer
 from services.league.service import LeagueService
-from tests.conftest import free_port
 from tests.league.browser import Browser
 
 

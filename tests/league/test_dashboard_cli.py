@@ -13,8 +13,8 @@ import pytest
 
 from coordinator.cli import build_parser, main
 from populora.config import load_config
+from populora.ports import free_port
 from services.league.rest import dashboard_server
-from tests.conftest import free_port
 
 
 def _get(url: str) -> tuple[int, bytes]:

@@ -11,10 +11,10 @@ import pytest
 
 from coordinator.timeline import timeline_metrics
 from populora.pb import league_pb2
+from populora.ports import free_port
 from services.league.db import LeagueDB
 from services.league.rest import LeagueRestServer
 from services.league.service import LeagueService
-from tests.conftest import free_port
 from tests.league.browser import Browser
 
 pytestmark = pytest.mark.slow

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from populora.pb import league_pb2 as pb
+from populora.ports import free_port
 from services.league.rest import LeagueRestServer
-from tests.conftest import free_port
 from tests.league.conftest import make_service
 from tests.league.test_league_api import _season
 

@@ -12,7 +12,8 @@ from contextlib import contextmanager
 import httpx
 import pytest
 
-from tests.conftest import free_port, sandbox_or_skip
+from populora.ports import free_port
+from tests.conftest import sandbox_or_skip
 
 
 @contextmanager
