@@ -9,8 +9,10 @@ pipeline_gain (= k1 / k0), trainer_idle_fraction_k0 / _k1 and inference_idle_fra
 time the service ran no phase, from the journal's phase spans), staleness_max_observed_k1, update_to_served_ms
 (p50 and p99 at k = 1: the trainer's answer to the new versions served), valid_rate_k1, nonzero_gradient_fraction_k1
 (updates whose gradient was not zero), identical_k0 (the k = 0 run's records, clock readings left out, equal those of
-a second lock-step run of the same seed for its first --check-steps steps; null with --check-steps 0), and the
-load averages after each arm (the arms run one after the other: other jobs on the machine can slow one of them).
+a second lock-step run of the same seed for its first --check-steps steps, bit for bit; null with --check-steps 0),
+first_difference (where the second run first departed: "step/phase/path: value expected, value got", in the order
+the phases finished, also printed on stderr; null when none did), and the load averages after each arm (the arms
+run one after the other: other jobs on the machine can slow one of them).
 """
 
 from __future__ import annotations
@@ -26,23 +28,13 @@ import time
 from pathlib import Path
 
 from bench.harness import emit, load_averages, progress, quantile
+from populora.reproduce import first_difference, normal
 
-CLOCK_KEYS = {"seconds", "fit_seconds", "wall_s", "started_at", "finished_at", "created_at", "updated_at",
-              "served_ms"}
 SHAPES = ["population.n_teachers=2", "population.n_students=2", "warmstart.enabled=true",
           "evolution.every_k=1000"]  # cpu-smol shapes, 2T+2S, warm-started; no evolution barrier in 6 steps
 
 
 # ---------------------------------------------------------------- pure parts (tests/test_bench_pipeline.py)
-
-def normal(value):
-    """A record without what a clock measured, for comparing two runs."""
-    if isinstance(value, dict):
-        return {k: normal(v) for k, v in sorted(value.items()) if k not in CLOCK_KEYS}
-    if isinstance(value, list):
-        return [normal(v) for v in value]
-    return value
-
 
 def arm_figures(phase_rows: list[dict], metrics: list[dict]) -> dict:
     """One run's figures from its journal rows (every step) and its metrics rows."""
@@ -71,8 +63,9 @@ def arm_figures(phase_rows: list[dict], metrics: list[dict]) -> dict:
                                           if updates else None)}
 
 
-def results(k0: dict, k1: dict, identical: bool | None) -> dict:
-    """The bench's keys from the figures of the two arms."""
+def results(k0: dict, k1: dict, identical: bool | None, difference: str | None = None) -> dict:
+    """The bench's keys from the figures of the two arms (`difference`: the first record in which the second
+    lock-step run departed from the first)."""
     def r(x, d=4):
         return None if x is None else round(x, d)
 
@@ -88,7 +81,7 @@ def results(k0: dict, k1: dict, identical: bool | None) -> dict:
             "update_to_served_ms": {"p50": r(quantile(served, 0.5), 1), "p99": r(quantile(served, 0.99), 1)}
             if served else None,
             "valid_rate_k1": r(k1["valid_rate"]), "nonzero_gradient_fraction_k1": r(k1["nonzero_gradient_fraction"]),
-            "identical_k0": identical}
+            "identical_k0": identical, "first_difference": difference}
 
 
 # ---------------------------------------------------------------- running an arm
@@ -151,13 +144,16 @@ def main(argv: list[str] | None = None) -> int:
             figures[k] = arm_figures(rows, metrics)
             loads[f"load_average_k{k}"] = load_averages()  # beside each arm: a busy machine slows one arm only
             progress("pipeline", f"steps_per_hour_k{k}", figures[k]["steps_per_hour"])
-        identical = None
+        identical = difference = None
         if args.check_steps:
             _, _, again = run_arm(Path(tmp) / "lockstep", args.preset, 0, args.check_steps, overrides, run_id)
             first = {key: v for key, v in records[0].items() if int(key.split("/")[0]) <= args.check_steps}
-            identical = first == again
-    out = {"preset": args.preset, "steps": args.steps, "overrides": overrides, **results(figures[0], figures[1],
-                                                                                       identical),
+            difference = first_difference(first, again)  # bit for bit: the same machine, seed and settings
+            identical = difference is None
+            if difference:
+                print(f"pipeline: the second lock-step run departed from the first at {difference}", file=sys.stderr)
+    out = {"preset": args.preset, "steps": args.steps, "overrides": overrides,
+           **results(figures[0], figures[1], identical, difference),
            **loads, "bench_seconds": round(time.perf_counter() - t0, 1)}
     emit(out, indent=None if args.json else 2)
     return 0

@@ -23,29 +23,19 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import tempfile
 from pathlib import Path
 
 import sqlalchemy as sa
+
+from populora.reproduce import differences, normal  # noqa: F401  (the tests compare runs with these)
 
 GOLDEN = Path(__file__).parent / "golden" / "cpu_tiny_records.json"
 GOLDEN_MODEL = GOLDEN.with_suffix(".model")  # the SHA-256 of the echo model GOLDEN was made with
 ROOT = Path(__file__).resolve().parents[2]
 # what decides a seeded run's records besides the model: the code and the presets (and these tests' overrides)
 SOURCES = ("populora", "coordinator", "services", "configs", "tests/e2e")
-CLOCK_KEYS = {"seconds", "fit_seconds", "sandbox_cpu_seconds", "wall_s", "started_at", "finished_at", "created_at", "updated_at"}
-LONG_LIST = 16
-
-
-def _normal(value):
-    if isinstance(value, dict):
-        return {str(k): _normal(v) for k, v in sorted(value.items()) if k not in CLOCK_KEYS}
-    if isinstance(value, (list, tuple)):
-        if len(value) > LONG_LIST and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
-            return f"sha256:{len(value)}:" + hashlib.sha256(json.dumps(list(value)).encode()).hexdigest()
-        return [_normal(v) for v in value]
-    return value
+LONG_LIST = 16  # integer lists longer than this are kept as a digest
 
 
 def run_records(state, league_db_url: str, run_id: str) -> dict:
@@ -62,33 +52,8 @@ def run_records(state, league_db_url: str, run_id: str) -> dict:
                 " ORDER BY child_id, parent_id"), {"r": run_id})]
     finally:
         engine.dispose()
-    return _normal(json.loads(json.dumps({"phases": phases, "adapters": adapters, "lineage": lineage},
-                                         default=str)))
-
-
-def differences(expected, got, path: str = "", out: list[str] | None = None, limit: int = 20) -> list[str]:
-    """Where `got` departs from `expected`: a path and both values per difference (at most `limit`)."""
-    out = [] if out is None else out
-    if len(out) >= limit:
-        return out
-    if isinstance(expected, dict) and isinstance(got, dict):
-        for k in sorted(set(expected) | set(got)):
-            if k not in got or k not in expected:
-                out.append(f"{path}/{k}: {'missing' if k not in got else 'unexpected'}")
-            else:
-                differences(expected[k], got[k], f"{path}/{k}", out, limit)
-    elif isinstance(expected, list) and isinstance(got, list):
-        if len(expected) != len(got):
-            out.append(f"{path}: {len(expected)} items expected, {len(got)} got")
-        for i, (e, g) in enumerate(zip(expected, got)):
-            differences(e, g, f"{path}[{i}]", out, limit)
-    elif (isinstance(expected, float) or isinstance(got, float)) and not isinstance(expected, bool) \
-            and isinstance(expected, (int, float)) and isinstance(got, (int, float)):
-        if not math.isclose(expected, got, rel_tol=1e-6, abs_tol=1e-9):
-            out.append(f"{path}: {expected!r} expected, {got!r} got")
-    elif expected != got:
-        out.append(f"{path}: {expected!r} expected, {got!r} got")
-    return out
+    return normal(json.loads(json.dumps({"phases": phases, "adapters": adapters, "lineage": lineage},
+                                        default=str)), LONG_LIST)
 
 
 def model_fingerprint(model_dir: str | Path) -> str:
