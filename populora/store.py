@@ -21,13 +21,13 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
+from populora import names
 from populora.lora import PEFT_PREFIX, LoraConfigured, lora_keys
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 OPTIMIZER_STATE = "optimizer.safetensors"
 META = "meta.json"
-_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
 # PEFT stores the default adapter's weights without the adapter name in the key.
 
 
@@ -60,9 +60,10 @@ class AdapterVersion(LoraConfigured):
 
 
 def validate_adapter_id(adapter_id: str) -> str:
-    if not isinstance(adapter_id, str) or not _ID.match(adapter_id):
-        raise StoreError(f"invalid adapter id {adapter_id!r}: use letters, digits, '_', '-', '.' (at most 128), "
-                         "starting with a letter or digit")
+    """The id if it names a directory of this store (the one rule of populora.names); else StoreError."""
+    why = names.problem(adapter_id, names.MAX_ADAPTER_ID)
+    if why:
+        raise StoreError(f"invalid adapter id {adapter_id!r}: {why}; use 1-{names.MAX_ADAPTER_ID} {names.RULE}")
     return adapter_id
 
 
@@ -158,7 +159,8 @@ class ArtifactStore:
 
     # ---- listing
     def adapter_ids(self) -> list[str]:
-        return sorted(p.name for p in (self.root / "adapters").iterdir() if p.is_dir() and _ID.match(p.name))
+        return sorted(p.name for p in (self.root / "adapters").iterdir()
+                      if p.is_dir() and not names.problem(p.name, names.MAX_ADAPTER_ID))
 
     def versions(self, adapter_id: str) -> list[int]:
         d = self.adapter_dir(adapter_id)
