@@ -23,9 +23,17 @@ from google.protobuf.descriptor import ServiceDescriptor
 from google.protobuf.message_factory import GetMessageClass
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from populora import names
 from populora.pb import common_pb2, evolver_pb2, inference_pb2, league_pb2, sandbox_pb2, trainer_pb2
 from populora.retry import Backoff, retrying, service_unavailable
-from populora.service_errors import ServiceError, exhausted, invalid, not_found, precondition  # noqa: F401
+from populora.service_errors import (  # noqa: F401
+    ServiceError,
+    conflict,
+    exhausted,
+    invalid,
+    not_found,
+    precondition,
+)
 
 if TYPE_CHECKING:
     from populora.store import AdapterRef
@@ -99,6 +107,15 @@ def bearer(header: str) -> str:
     return value.strip() if scheme.lower() == "bearer" else ""
 
 
+def check_names(request) -> None:
+    """Every run, adapter and child id in a request against the one rule (populora.names): INVALID_ARGUMENT naming
+    the field, before the service sees the request."""
+    try:
+        names.check_request(request)
+    except names.InvalidName as e:
+        raise invalid(str(e)) from None
+
+
 # ----------------------------------------------------------------------------------------------------- server
 @contextmanager
 def status_on_error(context: grpc.ServicerContext, method: str):
@@ -125,6 +142,7 @@ def _handler(service: object, contract: ServiceDescriptor) -> grpc.GenericRpcHan
         if m.server_streaming:
             def stream(req, ctx, fn=fn, name=m.full_name):
                 with status_on_error(ctx, name):
+                    check_names(req)
                     yield from fn(req)
 
             handlers[m.name] = grpc.unary_stream_rpc_method_handler(stream, request.FromString,
@@ -132,6 +150,7 @@ def _handler(service: object, contract: ServiceDescriptor) -> grpc.GenericRpcHan
         else:
             def unary(req, ctx, fn=fn, name=m.full_name):
                 with status_on_error(ctx, name):
+                    check_names(req)
                     return fn(req)
 
             handlers[m.name] = grpc.unary_unary_rpc_method_handler(unary, request.FromString,

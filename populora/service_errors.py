@@ -1,7 +1,7 @@
 """The one error a service raises for its caller: a gRPC status code and a message for the user.
 
-Services raise it through the constructors (`invalid`, `not_found`, `precondition`, `exhausted`); the gRPC layer
-(`populora.rpc`, which exports them all) maps it to the call's status, and `populora.retry` waits out the
+Services raise it through the constructors (`invalid`, `not_found`, `conflict`, `precondition`, `exhausted`); the
+gRPC layer (`populora.rpc`, which exports them all) maps it to the call's status, and `populora.retry` waits out the
 UNAVAILABLE ones. It has a module of its own so that both can import it without importing each other.
 """
 
@@ -25,6 +25,12 @@ def invalid(message: str) -> ServiceError:
 
 def not_found(message: str) -> ServiceError:
     return ServiceError(grpc.StatusCode.NOT_FOUND, message)
+
+
+def conflict(message: str) -> ServiceError:
+    """A write that contradicts what exists (an id taken by another run or role, a child with other parents): the
+    same request will fail again; REST answers it 409."""
+    return ServiceError(grpc.StatusCode.ALREADY_EXISTS, message)
 
 
 def precondition(message: str) -> ServiceError:

@@ -78,6 +78,10 @@ class EvolverService:
     def _resolve(self, ref: AdapterRef) -> AdapterRef:
         """A parent ref as stored (version 0 = the latest); errors name the missing adapter."""
         try:
+            validate_adapter_id(ref.adapter_id)
+        except StoreError as e:
+            raise invalid(f"parent: {e}") from None
+        try:
             return self.store.resolve(ref)
         except StoreError as e:
             raise not_found(f"parent: {e}") from None

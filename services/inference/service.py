@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from populora.metrics import BATCH_SIZE, TOKENS, TOKENS_PER_S
 from populora.pb import inference_pb2
 from populora.rpc import CONTRACTS, ServiceError, exhausted, invalid, not_found, ref_from_pb, ref_to_pb
-from populora.store import AdapterRef, ArtifactStore
+from populora.store import AdapterRef, ArtifactStore, StoreError, validate_adapter_id
 from services.inference.backend import (
     BadRequest,
     BatchTooLarge,
@@ -128,4 +128,8 @@ class InferenceService:
     def _ref(msg, rpc: str) -> AdapterRef:
         if not msg.adapter_id:
             raise invalid(f"{rpc}: adapter.adapter_id is empty; name the adapter (version 0 = latest)")
+        try:
+            validate_adapter_id(msg.adapter_id)
+        except StoreError as e:
+            raise invalid(f"{rpc}: {e}") from None
         return ref_from_pb(msg)
