@@ -1,23 +1,28 @@
 """What the REST apps of the league and the sandbox share: the status code of each service error, the bearer-token
-dependency of their write endpoints (the same token as gRPC writes, populora.rpc), the refusal of JSON booleans
+dependency of the operations that need the credential (the same token as gRPC writes, populora.rpc), declared in the
+OpenAPI documents as their security scheme, the id fields of populora.names' rule, the refusal of JSON booleans
 where a number is expected, and a 405 whose Allow header names every method of the path."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Annotated, Any
 
 import grpc
-from fastapi import FastAPI, Header, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
-from pydantic import BeforeValidator
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import AfterValidator, BeforeValidator, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
-from populora.rpc import ServiceError, bearer, token_matches
+from populora import names
+from populora.rpc import ServiceError, token_matches
 
 HTTP_STATUS = {grpc.StatusCode.INVALID_ARGUMENT: 400, grpc.StatusCode.NOT_FOUND: 404,
-               grpc.StatusCode.FAILED_PRECONDITION: 409, grpc.StatusCode.RESOURCE_EXHAUSTED: 429,
+               grpc.StatusCode.FAILED_PRECONDITION: 409, grpc.StatusCode.ALREADY_EXISTS: 409,
+               grpc.StatusCode.RESOURCE_EXHAUSTED: 429,
                grpc.StatusCode.UNAUTHENTICATED: 401, grpc.StatusCode.PERMISSION_DENIED: 403,
                grpc.StatusCode.UNAVAILABLE: 503}
 
@@ -26,21 +31,54 @@ def http_status(e: ServiceError) -> int:
     return HTTP_STATUS.get(e.code, 500)
 
 
-def require_token(token: Callable[[], str]) -> Callable[[str], None]:
-    """A FastAPI dependency for write endpoints: 403 while the server has no token (writes disabled), 401 without
-    `Authorization: Bearer <token>` matching it."""
+def error_response(e: ServiceError, detail: str) -> JSONResponse:
+    """A service error as REST answers it; a 401 names the scheme it wants (RFC 9110, WWW-Authenticate)."""
+    status = http_status(e)
+    headers = {"WWW-Authenticate": 'Bearer realm="populora"'} if status == 401 else None
+    return JSONResponse({"detail": detail}, status_code=status, headers=headers)
 
-    def check(authorization: str = Header("", description="Bearer <token>")) -> None:
+
+# The one security scheme of both REST apps: what the OpenAPI documents declare on every operation that needs it.
+BEARER = HTTPBearer(scheme_name="bearerToken", auto_error=False,
+                    description="The server's `services.token` (or `$POPULORA_TOKEN`), sent as "
+                                "`Authorization: Bearer <token>`; the same token as gRPC writes. A server without one "
+                                "refuses these operations (403).")
+
+
+def require_token(token: Callable[[], str]) -> Callable[..., None]:
+    """A FastAPI dependency for the operations that need the credential: 403 while the server has no token (they
+    are disabled), 401 without `Authorization: Bearer <token>` matching it."""
+
+    def check(credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(BEARER)]) -> None:
         expected = token()
         if not expected:
             raise ServiceError(grpc.StatusCode.PERMISSION_DENIED,
                                "writes are disabled: set services.token (or $POPULORA_TOKEN) on the server")
-        if not token_matches(bearer(authorization), expected):
+        if not token_matches(credentials.credentials if credentials else "", expected):
             raise ServiceError(grpc.StatusCode.UNAUTHENTICATED,
-                               "a write needs the header 'Authorization: Bearer <token>' with the server's "
+                               "this operation needs the header 'Authorization: Bearer <token>' with the server's "
                                "services.token")
 
     return check
+
+
+def Name(max_length: int, param: Callable[..., Any] = Field, optional: bool = False, **extra: Any):  # noqa: N802
+    """A run id (names.MAX_RUN_ID) or adapter id (names.MAX_ADAPTER_ID) field of a body (`Field`), path (`Path`) or
+    query (`Query`): the OpenAPI document publishes the rule as a pattern, and an id that breaks it is a 422 that
+    says why. `optional`: "" is allowed too (none, any)."""
+    pattern = names.pattern(max_length)
+    if optional:
+        pattern = f"^(?:{pattern[1:-1]})?$"
+
+    def check(value: str) -> str:
+        why = "" if optional and value == "" else names.reason(value, max_length)
+        if why:
+            raise ValueError(why)
+        return value
+
+    info = param(min_length=0 if optional else 1, max_length=max_length, json_schema_extra={"pattern": pattern},
+                 **extra)
+    return Annotated[str, info, AfterValidator(check)]
 
 
 def _not_bool(value: object) -> object:

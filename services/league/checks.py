@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from populora.config import ROLES, TASK_TYPES
 from populora.records import Usage
 from services.league import engine
-from services.league.engine import InvalidRequest
+from services.league.engine import Conflict, InvalidRequest
 
 # Longest ids the tables hold (services/league/tables.py): a longer one is refused, never truncated.
 MAX_LEN = {"run_id": 200, "adapter_id": 128, "match_id": 400, "operator": 16, "mode": 32, "benchmark": 64,
@@ -62,14 +62,36 @@ def check_specs(specs: Sequence[engine.AdapterSpecIn]) -> None:
         raise InvalidRequest("adapters: an adapter_id appears twice in one request")
 
 
+def check_same_run(run_id: str, mode: str, config_yaml: str, stored_mode: str, stored_config: str) -> None:
+    """Creating a run again is a no-op with the mode and config it has; an empty one asks nothing of it."""
+    if mode and mode != stored_mode:
+        raise Conflict(f"run_id: run '{run_id}' exists with mode '{stored_mode}', not '{mode}'; choose another run id "
+                       "(creating a run again succeeds only with its own mode and config, or with them left empty)")
+    if config_yaml and config_yaml != stored_config:
+        raise Conflict(f"run_id: run '{run_id}' exists with another config_yaml; choose another run id (creating a "
+                       "run again succeeds only with its own mode and config, or with them left empty)")
+
+
 def check_registration(run_id: str, specs: Sequence[engine.AdapterSpecIn],
                        existing: dict[str, engine.AdapterRow]) -> None:
     """An adapter id belongs to one run and keeps its role."""
     for i, spec in enumerate(specs):
         old = existing.get(spec.adapter_id)
         if old is not None and (old.run_id != run_id or old.role != spec.role):
-            raise InvalidRequest(f"adapters[{i}].adapter_id: '{spec.adapter_id}' is already registered "
-                                 f"(run '{old.run_id}', role '{old.role}'); adapter ids are unique")
+            raise Conflict(f"adapters[{i}].adapter_id: '{spec.adapter_id}' is already registered "
+                                 f"(run '{old.run_id}', role '{old.role}'); an adapter id names one adapter: choose "
+                           "another")
+
+
+def check_reported_again(run_id: str, again: Sequence[engine.MatchReport], stored: dict[str, tuple]) -> None:
+    """A match id reported again names the same match: its run, teacher, student, task type and step as stored
+    (`stored`: match id -> those five). Its rhos are those first recorded: a report again changes nothing."""
+    for m in again:
+        had = stored.get(m.match_id)
+        if had is not None and had != (run_id, m.teacher_id, m.student_id, m.task_type, m.step):
+            raise Conflict(f"matches: match_id '{m.match_id}' was recorded as run '{had[0]}', teacher '{had[1]}', "
+                           f"student '{had[2]}', {had[3]}, step {had[4]}; a match id names one match: choose a new "
+                           "one")
 
 
 def check_matches(run_id: str, reports: Sequence[engine.MatchReport], known: dict[str, engine.AdapterRow]) -> None:
@@ -122,7 +144,9 @@ def check_child(run_id: str, child: engine.ChildSpec,
         if existing.run_id == run_id and existing.parents == list(child.parent_ids) \
                 and existing.operator == child.operator:
             return existing
-        raise InvalidRequest(f"child_id: '{child.child_id}' already exists with other parents or operator")
+        raise Conflict(f"child_id: '{child.child_id}' already exists (run '{existing.run_id}', parents "
+                       f"{existing.parents}, operator '{existing.operator or 'none'}'); a child id is recorded once: "
+                       "choose a new one")
     for i, pid in enumerate(child.parent_ids):
         p = known.get(pid)
         if p is None or p.run_id != run_id:

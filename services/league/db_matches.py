@@ -44,6 +44,12 @@ class MatchStore:
                      rhos_json=json.dumps(list(m.rhos)), outcome=",".join(r.value for r in results))
                 for m, results in batch]
         inserted = self.bulk.insert_new(conn, t.matches, rows, "match_id")
+        again = [m for m, _ in batch if m.match_id not in inserted]
+        if again:  # a resent match must be the same match; raising here rolls the whole report back
+            c = t.matches.c
+            found = conn.execute(sa.select(c.match_id, c.run_id, c.teacher_id, c.student_id, c.task_type, c.step)
+                                 .where(self.bulk.any_of(c.match_id, [m.match_id for m in again]))).all()
+            checks.check_reported_again(run_id, again, {r[0]: tuple(r[1:]) for r in found})
         return [(m, results) for m, results in batch if m.match_id in inserted]
 
     def _write_played(self, conn: sa.Connection, run_id: str, played: engine.Played,

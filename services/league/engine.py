@@ -21,6 +21,11 @@ class InvalidRequest(ValueError):
     """A request the league refuses, naming the field: nothing was written."""
 
 
+class Conflict(InvalidRequest):
+    """A write that contradicts what the league holds (an id taken by another run or role, a child recorded with other
+    parents): sending it again fails again. Nothing was written."""
+
+
 class UnknownEntity(LookupError):
     """A run or adapter that does not exist."""
 

@@ -12,11 +12,11 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 
-from populora.http import answer_http_errors, http_status, require_token
+from populora.http import answer_http_errors, error_response, require_token
 from populora.metrics import generate_latest
 from populora.retry import db_unavailable
 from populora.rpc import ServiceError
-from services.league.engine import InvalidRequest, UnknownEntity
+from services.league.engine import Conflict, InvalidRequest, UnknownEntity
 from services.league.rest_cache import ReadCache
 from services.league.rest_dashboard import add_page, add_run_routes
 from services.league.rest_league import add_league_routes
@@ -56,7 +56,11 @@ def create_app(service: LeagueService, read_only: bool = False) -> FastAPI:
 
     @app.exception_handler(ServiceError)
     def _service_error(_request: Request, e: ServiceError) -> JSONResponse:
-        return JSONResponse({"detail": e.message}, status_code=http_status(e))
+        return error_response(e, e.message)
+
+    @app.exception_handler(Conflict)
+    def _conflict(_request: Request, e: Conflict) -> JSONResponse:
+        return JSONResponse({"detail": str(e)}, status_code=409)
 
     @app.exception_handler(UnknownEntity)
     def _unknown(_request: Request, e: UnknownEntity) -> JSONResponse:

@@ -19,7 +19,11 @@ def responses(*codes: int) -> dict:
     """OpenAPI documentation of the error statuses an endpoint answers (422 is documented by FastAPI)."""
     what = {400: "invalid input (the message names the field); nothing was written",
             401: "missing or wrong bearer token", 403: "writes are disabled (no token configured)",
-            404: "unknown run or adapter", 413: "request body over 16 MiB",
+            404: "unknown run or adapter",
+            409: "the write contradicts what the league holds (a run with another mode or config, an adapter id of "
+                 "another run or role, a child id with other parents or operator, a match id of another match); "
+                 "nothing was written, and sending it again fails again",
+            413: "request body over 16 MiB",
             503: "the league's database does not answer (any endpoint)"}
     return {c: {"model": ErrorOut, "description": what[c]} for c in codes}
 

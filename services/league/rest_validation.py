@@ -1,7 +1,8 @@
 """What the league's REST API accepts: every field bounded and checked at the edge, so a hostile request gets a 4xx
-naming the field and never reaches the database. Text has no NUL and is valid UTF-8, ids hold no control character,
-lengths fit the columns, integers fit the proto fields (int32 ranks; steps and seeds within +-(2^53 - 1), what a
-JSON number holds exactly, inside int64)."""
+naming the field and never reaches the database. Text has no NUL and is valid UTF-8, run and adapter ids follow
+populora.names (the rule every edge uses), other ids hold no control character, lengths fit the columns, integers
+fit the proto fields (int32 ranks; steps and seeds within +-(2^53 - 1), what a JSON number holds exactly, inside
+int64)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from typing import Annotated, Literal
 from fastapi import Path, Query
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from populora.http import Number
+from populora import names
+from populora.http import Name, Number
 
 MAX_BODY_BYTES = 16 * 1024 * 1024
 INT32_MAX = 2**31 - 1
@@ -31,23 +33,22 @@ def _clean_text(value: str) -> str:
 
 
 NO_NUL = r"^[^\x00]*$"  # Postgres text cannot hold NUL
-# ids: printable, no control character (NUL, tab, newline, U+0013, DEL, ...), as the league checks them (checks.check_id)
+# other ids (match ids, operators, benchmarks): printable, no control character (NUL, tab, newline, U+0013, DEL, ...),
+# as the league checks them (checks.check_id)
 ID = r"^[^\x00-\x1f\x7f]*$"
 CleanText = AfterValidator(_clean_text)
 Role = Literal["teacher", "student", "both"]
 TaskType = Literal["code_i", "code_o", "code_f"]
 Rho = Annotated[float, Field(ge=0.0, le=1.0), Number]
-RunId = Annotated[str, Field(min_length=1, max_length=200, pattern=ID), CleanText]
-AdapterId = Annotated[str, Field(min_length=1, max_length=128, pattern=ID), CleanText]
-OptionalId = Annotated[str, Field(max_length=128, pattern=ID), CleanText]
+RunId = Name(names.MAX_RUN_ID)
+AdapterId = Name(names.MAX_ADAPTER_ID)
+OptionalId = Name(names.MAX_ADAPTER_ID, optional=True)
 Step = Annotated[int, Field(ge=0, le=JSON_INT_MAX), Number]
 Seed = Annotated[int, Field(ge=-JSON_INT_MAX, le=JSON_INT_MAX), Number]
 Rank = Annotated[int, Field(ge=0, le=INT32_MAX), Number]
-RunPath = Annotated[str, Path(min_length=1, max_length=200, pattern=ID, description="a run id"), CleanText]
-AdapterPath = Annotated[str, Path(min_length=1, max_length=128, pattern=ID, description="an adapter id"),
-                        CleanText]
-AdapterQuery = Annotated[str, Query(max_length=128, pattern=ID, description="an adapter id (empty: any)"),
-                         CleanText]
+RunPath = Name(names.MAX_RUN_ID, Path, description="a run id")
+AdapterPath = Name(names.MAX_ADAPTER_ID, Path, description="an adapter id")
+AdapterQuery = Name(names.MAX_ADAPTER_ID, Query, optional=True, description="an adapter id (empty: any)")
 StepQuery = Annotated[int | None, Query(ge=0, le=JSON_INT_MAX)]
 BenchmarkQuery = Annotated[str, Query(max_length=64, pattern=ID, description="a benchmark (empty: every one)"),
                            CleanText]

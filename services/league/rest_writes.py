@@ -1,5 +1,7 @@
 """The league's REST writes: create a run, register adapters, report matches, record a child. Each needs
-`Authorization: Bearer <token>` and goes through the same LeagueService method as its gRPC call."""
+`Authorization: Bearer <token>` (the OpenAPI security scheme `bearerToken`) and goes through the same LeagueService
+method as its gRPC call. Sending a write again is safe: it changes nothing; a write that contradicts what the league
+holds is a 409."""
 
 from __future__ import annotations
 
@@ -17,9 +19,9 @@ from services.league.service import LeagueService
 def add_write_routes(app: FastAPI, service: LeagueService, token_check: Callable) -> None:
     """The write endpoints on `app`, each behind `token_check`."""
     auth = [Depends(token_check)]
-    errors = responses(400, 401, 403, 404, 413)
+    errors = responses(400, 401, 403, 404, 409, 413)
 
-    @app.post("/v1/runs", tags=["write"], dependencies=auth, responses=responses(400, 401, 403, 413))
+    @app.post("/v1/runs", tags=["write"], dependencies=auth, responses=responses(400, 401, 403, 409, 413))
     def create_run(body: RunIn) -> dict:
         resp = service.CreateRun(league_pb2.CreateRunRequest(**body.model_dump()))
         return {"run_id": resp.run_id, "created": resp.created}

@@ -19,7 +19,16 @@ from populora.metrics import BATCH_SIZE
 from populora.pb import league_pb2
 from populora.records import EvalScore, ProblemScore, Usage
 from populora.retry import db_unavailable
-from populora.rpc import CONTRACTS, ServiceError, invalid, not_found, nul_field, precondition
+from populora.rpc import (
+    CONTRACTS,
+    ServiceError,
+    check_names,
+    conflict,
+    invalid,
+    not_found,
+    nul_field,
+    precondition,
+)
 from populora.seeds import derive_seed
 from services.league.db import LeagueDB
 from services.league.engine import (
@@ -28,6 +37,7 @@ from services.league.engine import (
     AdapterRow,
     AdapterSpecIn,
     ChildSpec,
+    Conflict,
     EvalRow,
     InvalidRequest,
     MatchReport,
@@ -44,9 +54,9 @@ ROW_BLOCK = 128  # teachers per block in matchmaking: (128, S) float32 temporari
 
 
 def _status_codes(method):
-    """The league's plain errors as the service's: a refused request is INVALID_ARGUMENT, an unknown run or
-    adapter NOT_FOUND, a database that does not answer UNAVAILABLE (the gRPC server and the REST app both map
-    ServiceError further)."""
+    """The league's plain errors as the service's: a refused request (an id that breaks populora.names included) is
+    INVALID_ARGUMENT, a write that contradicts what exists ALREADY_EXISTS, an unknown run or adapter NOT_FOUND, a
+    database that does not answer UNAVAILABLE (the gRPC server and the REST app both map ServiceError further)."""
 
     @functools.wraps(method)
     def mapped(*args, **kwargs):
@@ -55,8 +65,12 @@ def _status_codes(method):
                 "argument" if isinstance(value, str) and "\x00" in value else "")
             if bad:
                 raise invalid(f"{bad if bad != 'argument' else name}: text must not contain NUL (0x00) characters")
+            if isinstance(value, Message):
+                check_names(value)
         try:
             return method(*args, **kwargs)
+        except Conflict as e:
+            raise conflict(str(e)) from None
         except InvalidRequest as e:
             raise invalid(str(e)) from None
         except UnknownEntity as e:

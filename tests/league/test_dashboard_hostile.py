@@ -1,5 +1,7 @@
-"""The dashboard in a real headless Chromium on a league and a journal whose ids, programs and model output are HTML
-and script: every view shows them as text, runs none of them and loads scripts only from the dashboard itself."""
+"""The dashboard in a real headless Chromium on a league and a journal whose programs, model output, verdicts,
+parameters and recorded evolution events are HTML and script: every view shows them as text, runs none of them and
+loads scripts only from the dashboard itself. (Run and adapter ids cannot carry any: the league refuses an id outside
+the rule of ids, tests/league/test_names_edges.py.)"""
 
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ HOSTILE = ['"><img src=x onerror="window.__pwned=1">', "<script>window.__pwned=2
 
 @pytest.fixture(scope="module")
 def hostile_site(browser, tmp_path_factory):
-    """A league and a journal whose ids, programs and model output are HTML and script."""
+    """A league and a journal whose programs, model output and recorded events are HTML and script."""
     from bench.league_dashboard import store_step
     from coordinator.journal import Journal, JournalDB
     from coordinator.runprogress import RunProgress
@@ -31,8 +33,7 @@ def hostile_site(browser, tmp_path_factory):
     from populora.tasks import BufferSet, Triplet
 
     url = f"sqlite:///{tmp_path_factory.mktemp('hostile') / 'league.sqlite'}"
-    run = '<img src=x onerror="window.__pwned=9">'
-    teacher, student = "T<img src=x onerror=window.__pwned=6>", 'S"><svg onload=window.__pwned=7>'
+    run, teacher, student, child = "hostile-run", "hostile-run.T0", "hostile-run.S0", "hostile-run.S1c0"
     db = LeagueDB(url)
     db.migrate()
     league = LeagueService(db)
@@ -41,7 +42,7 @@ def hostile_site(browser, tmp_path_factory):
         pb.AdapterSpec(adapter_id=teacher, role="teacher"), pb.AdapterSpec(adapter_id=student, role="student")]))
     league.ReportMatches(pb.ReportMatchesRequest(run_id=run, matches=[pb.MatchResult(
         match_id="m1", teacher_id=teacher, student_id=student, task_type="code_o", step=1, rhos=[0.5])]))
-    league.RecordChild(pb.RecordChildRequest(run_id=run, child_id=HOSTILE[2], role="student", parent_ids=[student],
+    league.RecordChild(pb.RecordChildRequest(run_id=run, child_id=child, role="student", parent_ids=[student],
                                               operator="M1", step=1, retire_id=student,
                                               params_json='{"epsilon": 0.1, "note": "<script>x</script>"}'))
     state = JournalDB(url)
@@ -65,12 +66,12 @@ def hostile_site(browser, tmp_path_factory):
     store_step(state, league, Config(), run, step)
     state.close()
     server = serve_league(url)
-    yield server, run, teacher, student
+    yield server, run, teacher, student, child
     server.stop()
 
 
 def test_html_and_script_from_models_and_clients_are_shown_as_text(page, hostile_site):
-    server, run, teacher, student = hostile_site
+    server, run, teacher, student, child = hostile_site
     q = urllib.parse.quote
     routes = [f"{v}/{q(run, safe='')}" for v in ("overview", "leaderboard", "ratings", "lineage", "payoff")]
     routes += [f"problems/{q(run, safe='')}", f"adapter/{q(teacher, safe='')}", f"adapter/{q(student, safe='')}"]
@@ -92,7 +93,7 @@ def test_html_and_script_from_models_and_clients_are_shown_as_text(page, hostile
         assert injected == 0, route
         assert all(src.startswith(f"{server.url}static/") for src in
                    page.js("return Array.from(document.scripts).map(s => s.src)")), route
-        expected = {"overview": [HOSTILE[2], student], "leaderboard": [teacher, student, HOSTILE[2]],
+        expected = {"overview": [HOSTILE[2], student], "leaderboard": [teacher, student, child],
                     "lineage": [teacher, student], "payoff": [teacher, student],
                     "problems": [f"return {HOSTILE[0]!r}", HOSTILE[3], HOSTILE[4], HOSTILE[2], HOSTILE[0]],
                     "adapter": [HOSTILE[1] + HOSTILE[4]] if teacher in route or q(teacher, safe="") in route

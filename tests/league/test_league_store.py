@@ -150,7 +150,7 @@ def test_an_adapter_id_belongs_to_one_run(league):
     with pytest.raises(ServiceError) as e:
         league.RegisterAdapters(pb.RegisterAdaptersRequest(
             run_id="r2", adapters=[pb.AdapterSpec(adapter_id="T0", role="teacher")]))
-    assert e.value.code == StatusCode.INVALID_ARGUMENT and "adapters[0].adapter_id" in e.value.message
+    assert e.value.code == StatusCode.ALREADY_EXISTS and "adapters[0].adapter_id" in e.value.message
     with pytest.raises(ServiceError) as e:
         league.RegisterAdapters(pb.RegisterAdaptersRequest(
             run_id="r2", adapters=[pb.AdapterSpec(adapter_id="X", role="judge")]))
