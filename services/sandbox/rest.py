@@ -1,9 +1,10 @@
 """The sandbox's REST API (FastAPI, OpenAPI at /docs): run jobs, check answers, and register external
-verifiers. Every POST and DELETE needs `Authorization: Bearer <services.token>`; reads are open.
+verifiers. Every POST and DELETE, and the verifier list (its URLs may be internal addresses or carry a key), needs
+`Authorization: Bearer <services.token>` (the OpenAPI security scheme `bearerToken`); /healthz and /metrics are open.
 
 Every field is bounded and validated here, at the edge: text must be valid UTF-8 (no lone surrogates) and of
-bounded length, identifiers hold no control characters (NUL included), numbers are numbers (not true/false) and
-stay in range. A request this app cannot serve gets a 4xx naming the field (a 405 names every method of the path in
+bounded length, identifiers hold no control characters (NUL included), an adapter id follows populora.names, numbers
+are numbers (not true/false) and stay in range. A request this app cannot serve gets a 4xx naming the field (a 405 names every method of the path in
 its Allow header); every status an endpoint returns is in its OpenAPI entry.
 """
 
@@ -20,7 +21,8 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from sqlalchemy.exc import SQLAlchemyError
 
-from populora.http import Number, answer_http_errors, http_status, require_token
+from populora import names
+from populora.http import Name, Number, answer_http_errors, error_response, require_token
 from populora.metrics import generate_latest
 from populora.rpc import ServiceError
 from populora.tasks.triplet import Triplet
@@ -121,7 +123,8 @@ class TaskIn(Model):
     outputs: list[Text(MAX_TEXT)] = Field(min_length=1, max_length=MAX_ITEMS,
                                           description="gold output reprs, one per input")
     message: Text(MAX_TEXT) = ""
-    teacher_id: Ident = ""
+    teacher_id: Name(names.MAX_ADAPTER_ID, optional=True, description="the adapter that proposed it (empty: none)"
+                     ) = ""
 
 
 class AttemptIn(Model):
@@ -201,7 +204,7 @@ def create_app(service: SandboxService) -> FastAPI:
 
     @app.exception_handler(ServiceError)
     def _service_error(_request: Request, e: ServiceError) -> JSONResponse:
-        return JSONResponse({"detail": plain_text(e.message)}, status_code=http_status(e))
+        return error_response(e, plain_text(e.message))
 
     @app.exception_handler(RegistryError)
     def _registry_error(_request: Request, e: RegistryError) -> JSONResponse:
@@ -278,8 +281,11 @@ def create_app(service: SandboxService) -> FastAPI:
         rec = registry().register(body.name, body.url, list(body.task_types))
         return VerifierOut(**rec.to_dict())
 
-    @app.get("/v1/verifiers", tags=["verifiers"], response_model=list[VerifierOut], responses=_errors(409, 503))
+    @app.get("/v1/verifiers", tags=["verifiers"], response_model=list[VerifierOut],
+             dependencies=[Depends(token_check)], responses=_errors(401, 403, 409, 503))
     def list_verifiers() -> list[VerifierOut]:
+        """The registered verifiers. Their URLs may be addresses inside the cluster or carry a key, so the list needs
+        the credential, as registering does."""
         return [VerifierOut(**r.to_dict()) for r in registry().list()]
 
     @app.delete("/v1/verifiers/{name}", tags=["verifiers"], status_code=204,

@@ -147,7 +147,7 @@ def test_a_405_names_every_method_of_the_path(sandbox_url):
         assert r.status_code == 405 and r.json()["detail"], (method, path, r.text[:300])
         assert sorted(r.headers["allow"].split(", ")) == sorted(m.upper() for m in spec[route]), \
             (method, path, r.headers["allow"])
-    assert httpx.get(sandbox_url + "/v1/verifiers", timeout=30).json() == []
+    assert httpx.get(sandbox_url + "/v1/verifiers", headers=headers, timeout=30).json() == []
 
 
 def test_hostile_content_gets_an_answer_not_a_crash(sandbox_url):

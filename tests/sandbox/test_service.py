@@ -120,7 +120,8 @@ def test_rest_execute_check_and_external_verifiers(rest, verifier_url):
     made = rest.post("/v1/verifiers", headers=AUTH, json={"name": "ext", "url": verifier_url,
                                                           "task_types": ["code_i"]})
     assert made.status_code == 201 and made.json()["url"] == verifier_url
-    assert [v["name"] for v in rest.get("/v1/verifiers").json()] == ["ext"]
+    assert [v["name"] for v in rest.get("/v1/verifiers", headers=AUTH).json()] == ["ext"]
+    assert rest.get("/v1/verifiers").status_code == 401  # its URLs are for those who hold the credential
     res = rest.post("/v1/check", headers=AUTH, json={"attempts": [
         _attempt("i1", "code_i", "YES"), _attempt("i2", "code_i", "no"), _attempt("o1", "code_o", "3")]}
     ).json()["results"]
@@ -144,7 +145,7 @@ def test_rest_execute_check_and_external_verifiers(rest, verifier_url):
     assert rest.delete("/v1/verifiers/ext").status_code == 401
     assert rest.delete("/v1/verifiers/ext", headers=AUTH).status_code == 204
     assert rest.delete("/v1/verifiers/ext", headers=AUTH).status_code == 404
-    assert rest.get("/v1/verifiers").json() == []
+    assert rest.get("/v1/verifiers", headers=AUTH).json() == []
     spec = rest.get("/openapi.json").json()
     assert "callbacks" in json.dumps(spec["paths"]["/v1/verifiers"]["post"])
 
