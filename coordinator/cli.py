@@ -71,9 +71,19 @@ def cmd_serve(args: argparse.Namespace) -> int:
                      metrics_port=args.metrics_port) or 0)
 
 
+def check_run_flag(value: str | None, flag: str) -> None:
+    """A run id given on the command line, against the rule of every id (populora.names), before anything is loaded
+    or created: names.InvalidName naming the flag."""
+    from populora import names
+
+    if value is not None:
+        names.check_run_id(value, f"{flag} {value!r}")
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     from coordinator.train import main as train_main
 
+    check_run_flag(args.run_id, "--run-id (run.run_id)")
     dashboard = None
     if args.dashboard:  # the league's read-only web dashboard beside the run, on the run's database
         from services.league.rest import dashboard_server
@@ -96,6 +106,7 @@ def cmd_experiment(args: argparse.Namespace) -> int:
 def cmd_dashboard(args: argparse.Namespace) -> int:
     from services.league.rest import dashboard_server
 
+    check_run_flag(args.run, "--run")
     server = dashboard_server(load_cli_config(args), host=args.host, port=args.port)
     route = f"#/overview/{args.run}" if args.run else ""
     print(f"dashboard: {server.url}{route} (Ctrl-C to stop)", flush=True)
@@ -112,6 +123,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 def cmd_eval(args: argparse.Namespace) -> int:
     from coordinator.evaluate import main as eval_main
 
+    check_run_flag(args.run, "--run")
     return int(eval_main(args, load_cli_config(args)) or 0)
 
 
@@ -200,7 +212,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.set_defaults(func=cmd_dashboard)
 
     r = sub.add_parser("report", help="write the HTML report of a run")
-    r.add_argument("run", help="run id or run directory")
+    r.add_argument("run", help="run directory, or the id of a run under --output-dir")
     r.add_argument("--output-dir", default="runs", help="where runs live (default: runs)")
     r.set_defaults(func=cmd_report)
 
@@ -224,12 +236,13 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     from populora.config import ConfigError
     from populora.models import ModelError
+    from populora.names import InvalidName
     from populora.store import StoreError
 
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (ConfigError, ModelError, StoreError) as e:
+    except (ConfigError, InvalidName, ModelError, StoreError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

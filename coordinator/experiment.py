@@ -31,6 +31,7 @@ from coordinator.stepmetrics import read_metrics
 from coordinator.train import _apply_limits, as_baseline, budget_spent, run_training
 from populora.config import Config, ConfigError, config_from_yaml
 from populora.evals import BENCHMARKS, EvalError
+from populora.names import MAX_RUN_ID, reason
 from populora.records import Usage
 
 log = logging.getLogger(__name__)
@@ -97,7 +98,7 @@ def parse_seeds(text: str | None, default: int) -> list[int]:
 
 def default_id(cfg: Config, label: str, seeds: list[int]) -> str:
     """The same configuration, seeds and budget give the same id, so rerunning the same command continues it."""
-    stem = re.sub(r"[^A-Za-z0-9_-]+", "-", label or cfg.model.name.split("/")[-1])[:32].strip("-") or "exp"
+    stem = re.sub(r"[^A-Za-z0-9_-]+", "-", label or cfg.model.name.split("/")[-1])[:32].strip("-_") or "exp"
     digest = hashlib.sha256((_training_yaml(cfg) + json.dumps(seeds)).encode()).hexdigest()[:8]
     return f"{stem}-exp-{digest}"
 
@@ -140,6 +141,9 @@ def plan(cfg: Config, experiment_id: str, seeds: list[int], benchmarks: list[str
     for seed in seeds:
         for arm in ARMS:
             run_id = f"{experiment_id}-{arm}-s{seed}"
+            if why := reason(run_id, MAX_RUN_ID):  # checked before any arm's run is created
+                raise ConfigError(f"--id {experiment_id!r}, seed {seed}: the arm's run id {run_id!r} is refused: "
+                                  f"{why}; choose another --id")
             exp.arms.append(Arm(arm, seed, run_id, arm_config(base, arm, seed, run_id)))
     return exp
 

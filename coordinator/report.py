@@ -11,6 +11,7 @@ from pathlib import Path
 from coordinator.births import evolution_table
 from coordinator.figures import plt, save_figure
 from coordinator.stepmetrics import read_metrics
+from populora import names
 
 COLORS = {"code_i": "#1f77b4", "code_o": "#d62728", "code_f": "#2ca02c"}
 DPI = 90
@@ -359,6 +360,11 @@ Rejection reasons over the run: {html.escape(json.dumps(rejections, sort_keys=Tr
 def main(args) -> int:
     run_dir = Path(args.run)
     if not (run_dir / "metrics.jsonl").exists():
+        why = names.reason(args.run, names.MAX_RUN_ID)
+        if why:  # not a run directory; and as a run id it must not lead out of --output-dir
+            print(f"error: RUN {args.run!r} is not a run directory (no metrics.jsonl there), nor a run id: {why}",
+                  file=sys.stderr)
+            return 2
         run_dir = Path(args.output_dir) / args.run
     if not (run_dir / "metrics.jsonl").exists():
         print(f"error: no run at {args.run} or {run_dir} (expected a metrics.jsonl)", file=sys.stderr)

@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 
 
 def new_run_id(cfg: Config, label: str) -> str:
-    stem = re.sub(r"[^A-Za-z0-9_-]+", "-", label or cfg.model.name.split("/")[-1])[:40].strip("-") or "run"
+    stem = re.sub(r"[^A-Za-z0-9_-]+", "-", label or cfg.model.name.split("/")[-1])[:40].strip("-_") or "run"
     return f"{stem}-{cfg.run.mode[:4]}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 

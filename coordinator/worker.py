@@ -91,6 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     import signal
 
     from coordinator.services import open_services
+    from populora import names
     from populora.config import config_from_yaml
     from populora.logs import setup_logging
     from populora.store import ArtifactStore
@@ -101,6 +102,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--name", default=None, help="consumer name (default: host-pid)")
     p.add_argument("--wait-s", type=float, default=300.0, help="how long to wait for the run to be created")
     args = p.parse_args(argv)
+    why = names.reason(args.run_id, names.MAX_RUN_ID)
+    if why:
+        print(f"error: --run-id {args.run_id!r}: {why}", file=sys.stderr)
+        return 2
     setup_logging(json_lines=True)
     db = JournalDB(args.db_url, Backoff())  # the run's own outage settings once its config is read
     deadline = time.monotonic() + args.wait_s

@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
-import re
 from typing import Literal
 
 from pydantic import Field, field_validator
 
+from populora import names
 from populora.config.base import ALL_TARGET_MODULES, Section
 
 
 class RunConfig(Section):
-    run_id: str = Field("", max_length=200)
+    run_id: str = ""
     """Run identifier; empty = generated from the preset name and the time at start. It names the run's directory
-    and its league records: printable text, no control character."""
+    (<output_dir>/<run_id>), its adapters (<run_id>.T0, ...) and its league records, so it follows the rule of every
+    id (populora.names): 1-100 letters, digits, '_', '.' and '-', starting with a letter or digit."""
     seed: int = 0
     """Seed for every random choice of the run (matchmaking, sampling, operators, references)."""
     steps: int = Field(20, ge=0)
@@ -36,9 +37,10 @@ class RunConfig(Section):
 
     @field_validator("run_id")
     @classmethod
-    def _printable_run_id(cls, value: str) -> str:
-        if found := re.search(r"[\x00-\x1f\x7f]", value):
-            raise ValueError(f"holds the control character U+{ord(found.group()):04X}; a run id is printable text")
+    def _run_id_is_a_name(cls, value: str) -> str:
+        why = names.reason(value, names.MAX_RUN_ID) if value else ""
+        if why:
+            raise ValueError(why)
         return value
 
 

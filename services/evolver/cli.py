@@ -9,6 +9,7 @@ import sys
 from contextlib import ExitStack
 from pathlib import Path
 
+from populora import names
 from populora.config import ConfigError, load_config
 from services.evolver.adapters import EvolverError, open_parent, write_adapter_dir
 from services.evolver.breed import breed
@@ -34,6 +35,8 @@ def run(args: argparse.Namespace) -> dict:
                       overrides=getattr(args, "overrides", None) or [])
     params = parse_params(getattr(args, "param", []))
     out = Path(args.out)
+    # the directory's name is the child's adapter id (written into its meta.json): the rule of every id
+    names.check_adapter_id(out.name, f"--out {args.out!r} (the child's id is the directory's name, {out.name!r})")
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise EvolverError(f"--out {out} exists and is not an empty directory; choose a new path")
     with ExitStack() as stack:
@@ -59,7 +62,7 @@ def main(args: argparse.Namespace) -> int:
     """Print a JSON summary of the child; on bad input print the reason, write nothing and return 2."""
     try:
         summary = run(args)
-    except (EvolverError, ConfigError) as e:
+    except (EvolverError, ConfigError, names.InvalidName) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(json.dumps(summary, indent=2, sort_keys=True))
