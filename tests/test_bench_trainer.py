@@ -1,5 +1,6 @@
 """bench.trainer's memory path on the tiny model: a probe's update runs in its own process, with the memory settings
-on or off, and reports its peak, its throughput and (settings on) the chunked-vs-whole log-probability gap."""
+on or off, and reports its peak, the memory model's prediction of it, its throughput and (settings on) the
+chunked-vs-whole log-probability gap; with the settings on the peak is lower, and the prediction holds."""
 
 import argparse
 
@@ -9,7 +10,8 @@ from bench import trainer
 
 
 def _args(**kw):
-    base = {"model": "tiny", "rank": 4, "device": "cpu", "threads": 1, "probe_settings": "saving"}
+    base = {"model": "tiny", "rank": 4, "device": "cpu", "threads": 1, "probe_settings": "saving", "probe_rows": 2,
+            "probe_prompt": 0.25, "probe_override": []}
     return argparse.Namespace(**{**base, **kw})
 
 
@@ -26,11 +28,17 @@ def test_a_probe_updates_four_adapters_in_one_micro_batch_and_reports_its_peak()
     # 4 adapters x 2 rollouts of 128 / 8 = 16 tokens, a quarter of them prompt: 12 response tokens each
     assert out["response_tokens"] == trainer.MEMORY_ADAPTERS * 2 * 12
     assert out["peak_mb"] >= out["rss_mb_before"] > 0 and out["tokens_per_s"] > 0
+    assert out["extra_mb"] == out["peak_mb"] - out["rss_mb_before"] and out["predicted_extra_mb"] > 0
+    assert out["base_mb"] > 0 and out["adapters_at_rest_mb"] > 0
     assert 0 <= out["max_abs_logprob_diff"] <= 1e-5
 
 
 @pytest.mark.slow
-def test_a_probe_in_a_fresh_process_with_the_settings_off():
-    out = trainer.run_probe(_args(probe=0), 64, "plain")
-    assert out["settings"] == "plain" and out["micro_batch_tokens"] == 64 and out["peak_mb"] > 0
-    assert "max_abs_logprob_diff" not in out
+def test_the_settings_on_peak_lower_than_off_and_as_the_memory_model_predicts():
+    # 384 response tokens: the tiny model's 151,936-entry logits dominate the update, so the settings matter here
+    off = trainer.run_probe(_args(probe=0), 512, "plain")
+    on = trainer.run_probe(_args(probe=0), 512, "saving")
+    assert off["settings"] == "plain" and off["micro_batch_tokens"] == 512 and "max_abs_logprob_diff" not in off
+    assert on["response_tokens"] == off["response_tokens"] == 384
+    assert on["peak_mb"] < off["peak_mb"] and on["extra_mb"] <= 0.8 * off["extra_mb"], (on, off)
+    assert abs(on["predicted_extra_mb"] - on["extra_mb"]) <= 0.25 * on["extra_mb"], on

@@ -69,6 +69,11 @@ class TrainerConfig(Section):
     activation_checkpointing: bool = True
     """Keep only each decoder layer's input for the backward pass and run the layer again there: a pass holds one
     layer's activations instead of every layer's, for about a third more compute (docs/trainer.md, Memory)."""
+    memory_limit_mb: int = Field(0, ge=0)
+    """Memory one update may add to the trainer at rest (the base's weights and the held adapters), in MiB, as the
+    memory model predicts it (services/trainer/memory.py; docs/trainer.md, Memory): a micro-batch predicted over it
+    is split into smaller ones, and an update with a rollout that cannot fit even alone is refused
+    (INVALID_ARGUMENT). 0 = no limit (micro_batch_tokens alone sizes the micro-batches)."""
     mmap_threshold_kb: int = Field(1024, ge=0)
     """Linux (glibc): allocations of at least this many KB get their own pages, returned to the system when freed;
     0 = glibc's own threshold, which rises to 32 MB after the first large free, so the freed activations of an update

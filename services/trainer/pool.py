@@ -21,6 +21,7 @@ from torch import nn
 from populora.adapters import AdapterHost, peft_init_weights
 from populora.records import UpdateStats
 from populora.store import AdapterRef, AdapterVersion, ArtifactStore, lora_config_dict
+from services.trainer.memory import MemoryLimitError
 from services.trainer.optim import AdapterAdamW
 from services.trainer.trr import Rollout, TrrSettings, UpdateJob, trr_update
 from services.trainer.warmstart import FitSettings, SftRow, WarmStartCache, fit_digest, sft_fit
@@ -271,23 +272,26 @@ class AdapterPool:
         jobs = [UpdateJob(h.slot, it.rollouts, list(h.params.values()), h.optimizer)
                 for h, it in zip(helds, items, strict=True)]
         snapshots = [snapshot(h) for h in helds]
+        held_bytes = sum(t.nbytes for snap in snapshots for part in snap[2:] for t in part.values())
         try:
             if batched and self.host.trains_mixed_rows:  # the batched layer has no dropout: nothing random to seed
-                stats = trr_update(self.host, jobs, self.trr, self.host.device)
+                stats = trr_update(self.host, jobs, self.trr, self.host.device, held_bytes)
             else:
                 stats = []
                 for job, it in zip(jobs, items, strict=True):
                     with _seeded(it.seed, self.host.device):  # LoRA dropout draws from this seed
-                        stats.append(trr_update(self.host, [job], self.trr, self.host.device)[0])
+                        stats.append(trr_update(self.host, [job], self.trr, self.host.device, held_bytes)[0])
             refs = []
             for h, it, s in zip(helds, items, stats, strict=True):
                 h.version += 1
                 h.updates += 1
                 refs.append(self._save(h, meta={"request_digest": request_digest(it), "step": int(it.step),
                                                 "seed": int(it.seed), "stats": dict(s.__dict__)}))
-        except Exception:
+        except Exception as e:
             for h, snap in zip(helds, snapshots, strict=True):
                 restore(h, snap)
+            if isinstance(e, MemoryLimitError):  # the request's rollouts, against the configured memory
+                raise PoolError("invalid", str(e)) from None
             raise
         return list(zip(refs, stats, strict=True))
 

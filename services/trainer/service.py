@@ -22,6 +22,7 @@ from populora.records import UpdateStats
 from populora.rpc import CONTRACTS, ServiceError, invalid, precondition, ref_from_pb, ref_to_pb
 from populora.store import ArtifactStore, StoreError, validate_adapter_id
 from populora.tasks.prompts import chat_token_ids
+from services.trainer.memory import MB, base_bytes
 from services.trainer.pool import AdapterPool, OptimizerSettings, PoolError, UpdateItem
 from services.trainer.trr import Rollout, TrrSettings
 from services.trainer.warmstart import FitSettings, SftRow, WarmStartCache, base_identity
@@ -68,10 +69,12 @@ def set_mmap_threshold(kb: int) -> bool:
 
 
 def trr_settings(cfg: Config) -> TrrSettings:
+    """The update's settings from `cfg.trainer`: the one place they are read, for the trainer and the benchmarks."""
     t = cfg.trainer
     return TrrSettings(grad_clip=t.grad_clip, entropy_coef=t.entropy_coef, ppo_clip=t.ppo_clip, epochs=t.epochs,
                        micro_batch_tokens=t.micro_batch_tokens, adv_eps=t.adv_eps,
-                       logprob_chunk_tokens=t.logprob_chunk_tokens, activation_checkpointing=t.activation_checkpointing)
+                       logprob_chunk_tokens=t.logprob_chunk_tokens, activation_checkpointing=t.activation_checkpointing,
+                       memory_limit_mb=t.memory_limit_mb)
 
 
 @contextmanager
@@ -114,7 +117,9 @@ class TrainerService:
         pool = AdapterPool(host, store or ArtifactStore(cfg.store_root),
                            OptimizerSettings(lr=t.lr, betas=tuple(t.betas), weight_decay=t.weight_decay),
                            trr_settings(cfg), base_name=cfg.model.name)
-        log.info("trainer ready: base %s on %s, %s updates on the %s adapter host", cfg.model.name, device, mode, host.kind)
+        log.info("trainer ready: base %s on %s (%.0f MiB of weights), %s updates on the %s adapter host, update memory "
+                 "limit %s", cfg.model.name, device, base_bytes(base.model) / MB, mode, host.kind,
+                 f"{t.memory_limit_mb} MiB" if t.memory_limit_mb else "none")
         return cls(cfg, pool, mode, base=base)
 
     # ---- RPCs

@@ -22,6 +22,7 @@ import torch
 from populora.adapters import AdapterHost
 from populora.records import UpdateStats
 from services.trainer.logprobs import DEFAULT_CHUNK_TOKENS, token_logprobs
+from services.trainer.memory import MB, AdapterShape, MemoryLimitError, ModelShape, pass_bytes, training_bytes
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +49,8 @@ class TrrSettings:
     micro_batch_tokens: int = 4096
     adv_eps: float = 1e-6
     logprob_chunk_tokens: int = DEFAULT_CHUNK_TOKENS
-    activation_checkpointing: bool = False
+    activation_checkpointing: bool = True
+    memory_limit_mb: int = 0  # 0: no limit; else micro-batches the memory model predicts over it are split
 
 
 @dataclass
@@ -148,6 +150,46 @@ def pack(rows: list[Row], budget: int) -> list[list[Row]]:
     return batches
 
 
+def fit_memory(batches: list[list[Row]], policy: AdapterHost, jobs: Sequence[UpdateJob], settings: TrrSettings,
+               reserved: int = 0) -> list[list[Row]]:
+    """The micro-batches, each one the memory model (services/trainer/memory.py) predicts over
+    `settings.memory_limit_mb` packed again at half its padded tokens until it fits. A row that cannot fit alone is
+    refused (MemoryLimitError) before any pass runs. `reserved`: bytes already held for the update."""
+    if not settings.memory_limit_mb:
+        return batches
+    limit = settings.memory_limit_mb * MB
+    model = ModelShape.of(policy.causal_lm)
+    adapters = [AdapterShape.of(job.params, model.layers, bool(job.optimizer.state)) for job in jobs]
+    rank = max(a.rank_per_layer for a in adapters)
+
+    def predicted(rows: list[Row]) -> int:
+        peak = pass_bytes(model, len(rows), max(len(r.ids) for r in rows), sum(r.n_response for r in rows), rank,
+                          settings.logprob_chunk_tokens, settings.activation_checkpointing, settings.entropy_coef > 0)
+        return reserved + training_bytes(adapters, peak, policy.device.type == "cpu")
+
+    fitted, todo = [], list(batches)
+    while todo:
+        rows = todo.pop(0)
+        need = predicted(rows)
+        if need <= limit:
+            fitted.append(rows)
+            continue
+        if len(rows) == 1:
+            raise MemoryLimitError(
+                f"a rollout of {len(rows[0].ids)} tokens ({rows[0].n_response} of them response) needs "
+                f"{need / MB:.0f} MiB for its update by the memory model, over trainer.memory_limit_mb="
+                f"{settings.memory_limit_mb} (of it, {(reserved + training_bytes(adapters, 0, False)) / MB:.0f} "
+                f"MiB are the adapters' snapshot and gradients); raise the limit, turn "
+                f"trainer.activation_checkpointing on, lower trainer.logprob_chunk_tokens "
+                f"({settings.logprob_chunk_tokens}), or send shorter rollouts")
+        width = max(len(r.ids) for r in rows)
+        smaller = pack(rows, len(rows) * width // 2)  # >= width: every row fits alone, so this always splits
+        log.info("a micro-batch of %d rows x %d tokens is predicted to need %.0f MiB, over trainer.memory_limit_mb="
+                 "%d: split into %d", len(rows), width, need / MB, settings.memory_limit_mb, len(smaller))
+        todo[:0] = smaller
+    return fitted
+
+
 def collate(rows: list[Row], adapter_names: list[str], device: torch.device) -> MicroBatch:
     """Right-pad rows into (B, T) tensors and index every response token they hold.
 
@@ -218,7 +260,7 @@ def ratio_stats(logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor, c
 
 
 def trr_update(policy: AdapterHost, jobs: Sequence[UpdateJob], settings: TrrSettings,
-               device: torch.device) -> list[UpdateStats]:
+               device: torch.device, reserved_bytes: int = 0) -> list[UpdateStats]:
     """One TRR++ update of every job's adapter, all rows in shared passes (spec §5).
 
     loss_a = - (1/N_a) sum_{t in responses of a} A_t log pi_a(y_t) - c_ent (1/N_a) sum_t H_t,
@@ -226,13 +268,14 @@ def trr_update(policy: AdapterHost, jobs: Sequence[UpdateJob], settings: TrrSett
     With epochs > 1 the later epochs use PPO's clipped ratio against the log-probs of the first epoch. Rollouts
     that carry `old_logprobs` (the behaviour policy's, recorded at generation: overlapped steps) use the clipped
     ratio against those from the first epoch on: the bounded-staleness objective of spec 16.
+    `reserved_bytes`: memory the caller holds for this update already (the pool's snapshot), for the memory limit.
     """
     start = time.perf_counter()
     adapters = [job.adapter for job in jobs]
     rows, advantages = make_rows(jobs, settings.adv_eps)
     if settings.entropy_coef == 0:  # A = 0 rows add exactly nothing to loss or gradient: no pass for them
         rows = [r for r in rows if r.advantage != 0]
-    batches = pack(rows, settings.micro_batch_tokens)
+    batches = fit_memory(pack(rows, settings.micro_batch_tokens), policy, jobs, settings, reserved_bytes)
     mean_abs_advantage = [float(adv.abs().mean()) for adv in advantages]
     loss, grad_norm = [0.0] * len(jobs), [0.0] * len(jobs)  # reported from the first epoch
     use_old = settings.epochs > 1 or any(r.old_logprobs is not None for r in rows)
