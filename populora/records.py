@@ -72,6 +72,8 @@ class Proposal:
     finish_reason: str = ""
     given_program: str = ""  # code_f: the program the teacher was given
     logprobs: list[float] = overlap_field(list)  # log mu_b of each response token, as inference sampled it
+    # share of its tokens drawn from a top-p nucleus that left out probability mass (spec 16); 0 is not stored
+    truncated_fraction: float = field(default=0.0, metadata={"omit_default": True})
 
 
 @dataclass(frozen=True)
@@ -111,6 +113,7 @@ class Attempt:
     finish_reason: str = ""
     version: int = overlap_field()  # the student's behaviour version (0: the step's own version, lock-step)
     logprobs: list[float] = overlap_field(list)  # log mu_b of each response token, as inference sampled it
+    truncated_fraction: float = field(default=0.0, metadata={"omit_default": True})  # as Proposal's
 
 
 @dataclass(frozen=True)
@@ -153,6 +156,7 @@ class Rollout:
     response_token_ids: list[int]
     version: int = 0  # the behaviour version b that generated it (spec 16); 0: the version it trains
     logprobs: list[float] = field(default_factory=list)  # log mu_b per response token (spec 16), when recorded
+    truncated_fraction: float = 0.0  # share of its tokens drawn from a truncated top-p nucleus (spec 16)
 
 
 @dataclass(frozen=True)
@@ -165,6 +169,7 @@ class UpdateStats:
     tokens: int = 0  # response tokens trained on
     seconds: float = 0.0  # of the whole update (shared by the adapters of one batched update)
     rollouts: int = 0
+    truncated_fraction: float = field(default=0.0, metadata={"omit_default": True})  # spec 16, as Proposal's
     # spec 16, overlapped steps only: rollouts by staleness v - b, rollouts dropped for v - b > k, the mean of
     # |r - 1| over the tokens trained on and the fraction of them whose ratio the clip cut off
     staleness: dict[str, int] = overlap_field(dict)

@@ -79,6 +79,8 @@ def request_digest(item: UpdateItem) -> str:
         h.update(struct.pack(f"<{len(r.response)}i", *r.response) + b"|")
         h.update(f"{r.reward!r}|{r.task_type}|{r.role}|".encode())
         h.update(struct.pack(f"<{len(r.old_logprobs or [])}f", *(r.old_logprobs or [])) + b";")
+        if r.temperature != 1.0:  # it changes the update; left out at 1, so the digests of earlier requests hold
+            h.update(f"T{r.temperature!r};".encode())
     return h.hexdigest()
 
 

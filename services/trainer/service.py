@@ -289,7 +289,14 @@ class TrainerService:
         if old is not None and (len(old) != len(response) or not all(math.isfinite(x) and x <= 0 for x in old)):
             raise invalid(f"{where}: old_logprobs must be one log-probability (<= 0) per response token "
                           f"({len(old)} given for {len(response)} tokens)")
-        return Rollout(prompt, response, float(r.reward), r.task_type, r.role, old)
+        temperature = float(r.temperature) or 1.0  # 0 (unset, or greedy sampling): the model's own distribution
+        if not (math.isfinite(temperature) and temperature > 0):
+            raise invalid(f"{where}: temperature {r.temperature} must be the response's sampling temperature, > 0 "
+                          "(0 or unset means 1)")
+        if not 0 <= r.truncated_fraction <= 1:
+            raise invalid(f"{where}: truncated_fraction {r.truncated_fraction} is not a share in [0, 1]")
+        return Rollout(prompt, response, float(r.reward), r.task_type, r.role, old, temperature,
+                       float(r.truncated_fraction))
 
     @staticmethod
     def _check_roles(item: UpdateItem, adapter_role: str) -> None:
@@ -338,7 +345,7 @@ class TrainerService:
 def _stats_pb(s: UpdateStats) -> trainer_pb2.UpdateStats:
     return trainer_pb2.UpdateStats(loss=s.loss, grad_norm=s.grad_norm, mean_abs_advantage=s.mean_abs_advantage,
                                    tokens=s.tokens, seconds=s.seconds, rollouts=s.rollouts, ratio_dev=s.ratio_dev,
-                                   clipped_fraction=s.clipped_fraction)
+                                   clipped_fraction=s.clipped_fraction, truncated_fraction=s.truncated_fraction)
 
 
 __all__ = ["TrainerService", "ServiceError", "resolve_batch_mode"]

@@ -1,8 +1,8 @@
 """The TRR++ policy-gradient update of spec/ALGORITHMS.md §5, for one or several LoRA adapters at once.
 
 Read top to bottom: rollouts -> advantages per (task type, role) group -> rows packed into micro-batches under a
-token budget -> log pi of every response token under the row's adapter -> loss -> backward (gradients accumulate
-over micro-batches) -> per-adapter grad clip and AdamW step.
+token budget -> log pi of every response token under the row's adapter, at the temperature it was sampled at (spec
+16) -> loss -> backward (gradients accumulate over micro-batches) -> per-adapter grad clip and AdamW step.
 
 One pass may carry rows of several adapters (`batched`): each row goes through its own adapter, every adapter's
 loss is normalised by its own token count, and the total loss is the sum of the per-adapter losses. Since an
@@ -36,6 +36,8 @@ class Rollout:
     task_type: str
     role: str
     old_logprobs: list[float] | None = None
+    temperature: float = 1.0  # the response was sampled at it: pi = softmax(logits / T) (spec 16)
+    truncated_fraction: float = 0.0  # share of its tokens drawn from a truncated top-p nucleus (reported only)
 
 
 @dataclass
@@ -94,6 +96,7 @@ class Row:
     advantage: float
     inv_tokens: float
     old_logprobs: torch.Tensor | None = None
+    temperature: float = 1.0
 
     @property
     def n_response(self) -> int:
@@ -113,6 +116,7 @@ class MicroBatch:
     inv_tokens: torch.Tensor  # (N,) 1 / N_adapter
     token_job: torch.Tensor  # (N,) index of the job each token belongs to
     row_slices: list[slice] = field(default_factory=list)  # each row's tokens inside the (N,) vectors
+    temperature: torch.Tensor | None = None  # (N,) the row's sampling temperature on each token; None: all 1
 
 
 def make_rows(jobs: Sequence[UpdateJob], eps: float) -> tuple[list[Row], list[torch.Tensor]]:
@@ -123,7 +127,8 @@ def make_rows(jobs: Sequence[UpdateJob], eps: float) -> tuple[list[Row], list[to
         n_tokens = sum(len(r.response) for r in job.rollouts)
         for r, a in zip(job.rollouts, adv.tolist(), strict=True):
             old = torch.tensor(r.old_logprobs, dtype=torch.float32) if r.old_logprobs else None
-            rows.append(Row(j, list(r.prompt) + list(r.response), len(r.prompt), a, 1.0 / n_tokens, old))
+            rows.append(Row(j, list(r.prompt) + list(r.response), len(r.prompt), a, 1.0 / n_tokens, old,
+                            r.temperature))
         advantages.append(adv)
     return rows, advantages
 
@@ -199,7 +204,7 @@ def collate(rows: list[Row], adapter_names: list[str], device: torch.device) -> 
     width = max(len(r.ids) for r in rows)
     input_ids = torch.zeros(len(rows), width, dtype=torch.long)
     mask = torch.zeros(len(rows), width, dtype=torch.long)
-    pred_rows, pred_pos, adv, inv_tokens, token_job, slices = [], [], [], [], [], []
+    pred_rows, pred_pos, adv, inv_tokens, token_job, slices, temperature = [], [], [], [], [], [], []
     start = 0
     for b, r in enumerate(rows):
         input_ids[b, : len(r.ids)] = torch.tensor(r.ids)
@@ -210,20 +215,24 @@ def collate(rows: list[Row], adapter_names: list[str], device: torch.device) -> 
         adv += [r.advantage] * n
         inv_tokens += [r.inv_tokens] * n
         token_job += [r.job] * n
+        temperature += [r.temperature] * n
         slices.append(slice(start, start + n))
         start += n
     return MicroBatch(rows, [adapter_names[r.job] for r in rows], input_ids.to(device), mask.to(device),
                       torch.tensor(pred_rows, device=device), torch.tensor(pred_pos, device=device),
                       input_ids[torch.tensor(pred_rows), torch.tensor(pred_pos) + 1].to(device),
                       torch.tensor(adv, device=device), torch.tensor(inv_tokens, device=device),
-                      torch.tensor(token_job, device=device), slices)
+                      torch.tensor(token_job, device=device), slices,
+                      # T = 1 everywhere: no division, so those log-probabilities stay bit for bit what they were
+                      None if all(r.temperature == 1.0 for r in rows) else torch.tensor(temperature, device=device))
 
 
 # ---------------------------------------------------------------- log pi of the response tokens
 
 def response_logprobs(policy: AdapterHost, mb: MicroBatch, with_entropy: bool,
                       chunk: int = DEFAULT_CHUNK_TOKENS) -> tuple[torch.Tensor, torch.Tensor]:
-    """log pi(y_t | x, y_<t) of every response token (N,), and the entropy of pi at that position (N,).
+    """log pi(y_t | x, y_<t) of every response token (N,), and the entropy of pi at that position (N,), with pi the
+    distribution the row was sampled from: softmax(logits / T) at the row's temperature (spec 16).
 
     Only response positions go through the LM head, `chunk` tokens at a time in the forward and the backward pass
     (services/trainer/logprobs.py), so the (tokens x vocab) logits never exist all at once: with a 150k vocabulary
@@ -231,7 +240,7 @@ def response_logprobs(policy: AdapterHost, mb: MicroBatch, with_entropy: bool,
     """
     hidden = policy.hidden_states(mb.adapters, mb.input_ids, mb.attention_mask)  # (B, T, H)
     h = hidden[mb.pred_rows, mb.pred_pos]  # (N, H)
-    return token_logprobs(policy.output_layer(), h, mb.targets, with_entropy, chunk)
+    return token_logprobs(policy.output_layer(), h, mb.targets, with_entropy, chunk, mb.temperature)
 
 
 # ---------------------------------------------------------------- the loss (spec §5)
@@ -313,8 +322,16 @@ def trr_update(policy: AdapterHost, jobs: Sequence[UpdateJob], settings: TrrSett
     return [UpdateStats(loss=loss[j], grad_norm=grad_norm[j], mean_abs_advantage=mean_abs_advantage[j],
                         tokens=sum(len(r.response) for r in job.rollouts), seconds=seconds, rollouts=len(job.rollouts),
                         ratio_dev=float(dev_sum[j] / max(n_ratio[j], 1)),
-                        clipped_fraction=float(cut_sum[j] / max(n_ratio[j], 1)))
+                        clipped_fraction=float(cut_sum[j] / max(n_ratio[j], 1)),
+                        truncated_fraction=truncated_share(job.rollouts))
             for j, job in enumerate(jobs)]
+
+
+def truncated_share(rollouts: Sequence[Rollout]) -> float:
+    """The share of the response tokens drawn from a top-p nucleus that left out some mass (spec 16), over every
+    response token of the update: how far sampling was from the policy pi the update trains."""
+    tokens = sum(len(r.response) for r in rollouts)
+    return sum(r.truncated_fraction * len(r.response) for r in rollouts) / max(tokens, 1)
 
 
 def _old_logprobs(mb: MicroBatch, logp: torch.Tensor) -> torch.Tensor:

@@ -20,17 +20,20 @@ def _head(vocab: int = 97, hidden: int = 16, bias: bool = True, seed: int = 0) -
 
 
 @pytest.mark.parametrize("chunk", [1, 3, 7, 50, 1000])
-def test_chunked_values_and_gradients_equal_the_whole_logits(chunk):
+@pytest.mark.parametrize("scaled", [False, True])
+def test_chunked_values_and_gradients_equal_the_whole_logits(chunk, scaled):
+    """Also with a per-token sampling temperature (spec 16): pi = softmax(logits / T_t)."""
     head = _head()
     g = torch.Generator().manual_seed(1)
     hidden = torch.randn(23, 16, generator=g)
     targets = torch.randint(0, 97, (23,), generator=g)
     g_logp, g_ent = torch.randn(23, generator=g), torch.randn(23, generator=g)
+    temperature = torch.tensor([0.7] * 11 + [1.3] * 12) if scaled else None
 
     def run(fn, **kw):
         head.zero_grad(set_to_none=True)
         h = hidden.clone().requires_grad_(True)
-        logp, ent = fn(head, h, targets, with_entropy=True, **kw)
+        logp, ent = fn(head, h, targets, with_entropy=True, temperature=temperature, **kw)
         ((logp * g_logp).sum() + (ent * g_ent).sum()).backward()
         return logp.detach(), ent.detach(), h.grad, head.weight.grad.clone(), head.bias.grad.clone()
 
@@ -38,6 +41,8 @@ def test_chunked_values_and_gradients_equal_the_whole_logits(chunk):
     for a, b in zip(got, want, strict=True):
         assert torch.allclose(a, b, rtol=1e-5, atol=1e-5), (a - b).abs().max()
     assert got[2].abs().sum() > 0 and got[1].min() > 0  # gradients reach the hidden states; entropy is positive
+    logits = head(hidden).detach() / (1.0 if temperature is None else temperature[:, None])
+    assert torch.allclose(got[0], torch.log_softmax(logits, -1).gather(1, targets[:, None])[:, 0], atol=1e-5)
 
 
 def test_without_entropy_the_entropy_is_zero_and_logprobs_match():

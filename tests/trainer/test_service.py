@@ -64,6 +64,21 @@ def test_update_changes_only_its_adapter_and_never_the_base(fresh_base, store, m
     assert opt and all(k.rsplit(".", 1)[-1] in ("exp_avg", "exp_avg_sq", "step") for k in opt)
 
 
+def test_each_rollout_trains_pi_at_its_temperature_and_the_truncated_share_is_reported(fresh_base, store):
+    """Spec 16 through the RPC: the same weights and rollouts give another loss at T = 0.5 than at the default 1,
+    and the update reports the share of truncated draws over its response tokens."""
+    svc = make_service(fresh_base, store, "batched")
+    plain, scaled = _init(svc, "s0", seed=3), _init(svc, "s1", seed=3)  # the same weights
+    hot = rollouts()
+    for i, r in enumerate(hot):
+        r.temperature, r.truncated_fraction = 0.5, 1.0 if i == 0 else 0.0
+    resp = svc.UpdateBatch(trainer_pb2.UpdateBatchRequest(updates=[update_request(plain, rollouts()),
+                                                                   update_request(scaled, hot)]))
+    stats = {r.adapter.adapter_id: r.stats for r in resp.results}
+    assert abs(stats["s0"].loss - stats["s1"].loss) > 1e-3
+    assert stats["s0"].truncated_fraction == 0 and stats["s1"].truncated_fraction == pytest.approx(0.25)
+
+
 def test_both_modes_make_the_same_update(fresh_base, tmp_path):
     from populora.store import ArtifactStore
 
@@ -106,6 +121,8 @@ BAD_ROLLOUTS = {
     "teacher rollout for a student": lambda: _bad(role="teacher"),
     "nan reward": lambda: _bad(reward=float("nan")),
     "old_logprobs of the wrong length": lambda: _bad(old_logprobs=[-0.5]),
+    "negative temperature": lambda: _bad(temperature=-0.7),
+    "truncated share over 1": lambda: _bad(truncated_fraction=1.5),
     "longer than the base model's context": lambda: _bad(response_token_ids=[5] * 5000),
     "no rollouts": lambda: [],
 }
