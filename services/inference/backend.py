@@ -60,13 +60,16 @@ class Request:
 @dataclass
 class Completion:
     """One completion: text (special tokens removed), the generated token ids (eos included when it ended the
-    completion), `stop` or `length`, and the raw model log-probability of each token when asked."""
+    completion), `stop` or `length`, when asked the log-probability of each token under the distribution it was
+    sampled from (log_softmax(logits / T); T = 1 for greedy requests; top-p is not part of it, spec 16), and the
+    share of its tokens drawn from a top-p nucleus that left out some probability mass."""
 
     index: int
     text: str
     token_ids: list[int]
     finish_reason: str
     logprobs: list[float] = field(default_factory=list)
+    truncated_fraction: float = 0.0
 
 
 @dataclass

@@ -164,9 +164,14 @@ class Decoder:
 
     @staticmethod
     def _logprobs(logits: torch.Tensor, tokens: torch.Tensor, rows: list[Row]) -> torch.Tensor | None:
+        """log mu(token) per row (B,): the behaviour policy of spec 16, log_softmax(logits / T) at the row's sampling
+        temperature, the same division `choose_tokens` samples from, so the trainer can compute the same pi. The
+        top-p nucleus is not part of it. A greedy row (T = 0) has no distribution of its own: it gets T = 1."""
         if not any(r.sampling.logprobs for r in rows):
             return None
-        return torch.log_softmax(logits.float(), dim=-1).gather(1, tokens[:, None])[:, 0]
+        temperature = torch.tensor([r.sampling.temperature if r.sampling.temperature > 0 else 1.0 for r in rows],
+                                   device=logits.device)
+        return torch.log_softmax(logits.float() / temperature[:, None], dim=-1).gather(1, tokens[:, None])[:, 0]
 
     def _finished(self, row: Row) -> bool:
         tok = row.token_ids[-1]

@@ -115,5 +115,6 @@ class HfBackend(InferenceBackend):
     def _result(req: Request, prompt: list[int], ref: AdapterRef | None, rows: list[Row]) -> Result:
         rows.sort(key=lambda r: r.index)
         completions = [Completion(r.index, r.text, r.token_ids, r.finish_reason,
-                                  r.logprobs if r.sampling.logprobs else []) for r in rows]
+                                  r.logprobs if r.sampling.logprobs else [], r.truncated / max(len(r.token_ids), 1))
+                       for r in rows]
         return Result(req.request_id, list(prompt), completions, ref)

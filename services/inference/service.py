@@ -49,7 +49,7 @@ def result_to_pb(result: Result) -> inference_pb2.GenerateResult:
         out.adapter.CopyFrom(ref_to_pb(result.adapter))
     for c in result.completions:
         out.completions.add(index=c.index, text=c.text, token_ids=c.token_ids, finish_reason=c.finish_reason,
-                            logprobs=c.logprobs)
+                            logprobs=c.logprobs, truncated_fraction=c.truncated_fraction)
     return out
 
 
