@@ -132,9 +132,9 @@ def step_metrics(cfg: Config, r: StepRecord, seconds: dict[str, float]) -> dict:
 
 
 def staleness_metrics(r: StepRecord) -> dict:
-    """Overlapped steps (spec 16): rollouts by staleness v - b over the step's updates, rollouts dropped, mean |r - 1|
-    and clipped fraction (means over the adapters updated), and the time from the update's end to the new versions
-    served (update_to_served_ms)."""
+    """Overlapped steps (spec 16): rollouts by staleness v - b over the step's updates, rollouts dropped, mean |r - 1|,
+    clipped fraction and the share of tokens drawn from a truncated top-p nucleus (means over the adapters updated),
+    and the time from the update's end to the new versions served (update_to_served_ms)."""
     hist: Counter = Counter()
     stats = list(r.updated.stats.values())
     for s in stats:
@@ -142,6 +142,7 @@ def staleness_metrics(r: StepRecord) -> dict:
     return {"histogram": {str(k): n for k, n in sorted(hist.items())}, "max": max(hist, default=0),
             "dropped": sum(s.dropped for s in stats), "ratio_dev": _mean(s.ratio_dev for s in stats),
             "clipped_fraction": _mean(s.clipped_fraction for s in stats),
+            "truncated_fraction": _mean(s.truncated_fraction for s in stats),
             "update_to_served_ms": r.updated.served_ms}
 
 
@@ -204,7 +205,7 @@ class MetricsWriter:
         for service, v in row.get("idle_fraction", {}).items():
             if v is not None:
                 tb.add_scalar(f"idle_fraction/{service}", v, step)
-        for key in ("max", "ratio_dev", "clipped_fraction", "update_to_served_ms"):
+        for key in ("max", "ratio_dev", "clipped_fraction", "truncated_fraction", "update_to_served_ms"):
             if row.get("staleness", {}).get(key) is not None:
                 tb.add_scalar(f"staleness/{key}", row["staleness"][key], step)
         ev = row.get("eval")

@@ -73,7 +73,8 @@ def solve(run: Run, step: int, matched: Matched, proposed: Proposed, validated: 
             attempts.append(Attempt(id=f"{p.id}/a{k}", task_id=p.id, student=student, match_id=p.match_id,
                                     text=c.text, prompt_token_ids=g.prompt_token_ids,
                                     response_token_ids=list(c.token_ids), finish_reason=c.finish_reason,
-                                    version=version, logprobs=list(c.logprobs)))
+                                    version=version, logprobs=list(c.logprobs),
+                                    truncated_fraction=c.truncated_fraction))
     return Solved(attempts)
 
 

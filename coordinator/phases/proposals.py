@@ -65,7 +65,8 @@ def write_proposals(run: Run, buffers: BufferSet, slots: list[Slot], step: int, 
         out.append(Proposal(id=s.id, task_type=s.task_type, teacher=s.teacher, match_id=s.match_id,
                             version=s.version, text=c.text, prompt_token_ids=g.prompt_token_ids,
                             response_token_ids=list(c.token_ids), finish_reason=c.finish_reason,
-                            given_program=given[s.id], logprobs=list(c.logprobs)))
+                            given_program=given[s.id], logprobs=list(c.logprobs),
+                            truncated_fraction=c.truncated_fraction))
     return out
 
 

@@ -38,13 +38,13 @@ def rollouts(rewards, proposed: Proposed, validated: Validated, solved: Solved, 
         v = validated.verdicts[p.id]
         reward = teacher_reward(v.valid, checked.rho.get(p.id), rewards.teacher_reward, rewards)
         out[p.teacher].append(Rollout("teacher", p.task_type, reward, p.prompt_token_ids, p.response_token_ids,
-                                      p.version, p.logprobs))
+                                      p.version, p.logprobs, p.truncated_fraction))
     task_type = {p.id: p.task_type for p in proposed.proposals}
     for a in solved.attempts:
         reward = student_reward(checked.outcomes[a.id], rewards)
         if reward is not None:  # verifier_error: excluded from rewards
             out[a.student].append(Rollout("student", task_type[a.task_id], reward, a.prompt_token_ids,
-                                          a.response_token_ids, a.version, a.logprobs))
+                                          a.response_token_ids, a.version, a.logprobs, a.truncated_fraction))
     return {k: [r for r in v if r.response_token_ids] for k, v in out.items()}
 
 
@@ -63,6 +63,7 @@ def update(run: Run, step: int, population: Population, batch: dict[str, list[Ro
     requests, stats, reused = [], {}, []
     k = run.cfg.loop.max_staleness
     stale: dict[str, Staleness] = {}
+    temperature = run.cfg.generation.temperature  # every proposal and attempt was sampled at it (sampling_params)
     for adapter_id, rows in sorted(batch.items()):
         if not rows or adapter_id not in after:
             continue
@@ -82,7 +83,8 @@ def update(run: Run, step: int, population: Population, batch: dict[str, list[Ro
             adapter=run.ref(adapter_id, version), seed=run.seed("update", step, adapter_id), step=step,
             rollouts=[trainer_pb2.Rollout(prompt_token_ids=r.prompt_token_ids, response_token_ids=r.response_token_ids,
                                           reward=r.reward, task_type=r.task_type, role=r.role,
-                                          old_logprobs=behaviour_logprobs(r, k)) for r in rows]))
+                                          old_logprobs=behaviour_logprobs(r, k), temperature=temperature,
+                                          truncated_fraction=r.truncated_fraction) for r in rows]))
     mode = ""
     trained = time.perf_counter()
     if requests:
@@ -94,7 +96,8 @@ def update(run: Run, step: int, population: Population, batch: dict[str, list[Ro
             after[ref.adapter_id] = Member(after[ref.adapter_id].role, ref.version)
             s = r.stats
             stats[ref.adapter_id] = UpdateStats(s.loss, s.grad_norm, s.mean_abs_advantage, s.tokens, s.seconds,
-                                                s.rollouts, ratio_dev=s.ratio_dev, clipped_fraction=s.clipped_fraction)
+                                                s.rollouts, ratio_dev=s.ratio_dev, clipped_fraction=s.clipped_fraction,
+                                                truncated_fraction=s.truncated_fraction)
     for adapter_id, st in stale.items():
         if adapter_id in stats:
             stats[adapter_id] = replace(stats[adapter_id], staleness=st.histogram, dropped=st.dropped)

@@ -51,6 +51,8 @@ class StepStaleness(Model):
     dropped: int
     ratio_dev: float | None = Field(description="mean |r - 1| over the adapters updated")
     clipped_fraction: float | None
+    truncated_fraction: float | None = Field(None, description="share of the tokens drawn from a top-p nucleus that "
+                                             "left out some probability mass (the policy has no nucleus)")
     update_to_served_ms: float
 
 

@@ -57,6 +57,16 @@ def test_overlap_fields_stay_out_of_lockstep_records():
     assert from_json(Attempt, to_json(a)) == a
 
 
+def test_the_truncated_share_is_stored_only_where_a_nucleus_truncated():
+    """Spec 16: a run at top_p = 1 (or greedy) stores its records as before; a share > 0 is kept and read back."""
+    whole = Attempt("a", "m/p0", "S0", "m", "y", [1], [2])
+    cut = Attempt("a", "m/p0", "S0", "m", "y", [1], [2], truncated_fraction=0.75)
+    assert "truncated_fraction" not in to_json(whole) and to_json(cut)["truncated_fraction"] == 0.75
+    assert from_json(Attempt, to_json(cut)) == cut
+    stats = UpdateStats(loss=1.0, truncated_fraction=0.5)
+    assert "truncated_fraction" not in to_json(UpdateStats(loss=1.0)) and from_json(UpdateStats, to_json(stats)) == stats
+
+
 def test_the_pipeline_plays_the_next_games_while_the_update_trains(monkeypatch):
     events, lock = [], threading.Lock()
 
