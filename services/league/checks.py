@@ -62,14 +62,12 @@ def check_specs(specs: Sequence[engine.AdapterSpecIn]) -> None:
         raise InvalidRequest("adapters: an adapter_id appears twice in one request")
 
 
-def check_same_run(run_id: str, mode: str, config_yaml: str, stored_mode: str, stored_config: str) -> None:
-    """Creating a run again is a no-op with the mode and config it has; an empty one asks nothing of it."""
+def check_same_run(run_id: str, mode: str, stored_mode: str) -> None:
+    """Creating a run again is a no-op in the mode it has (or with the mode left empty). Its config is not compared:
+    a resumed run is given more steps or a larger budget, and RecordRun keeps the latest config."""
     if mode and mode != stored_mode:
-        raise Conflict(f"run_id: run '{run_id}' exists with mode '{stored_mode}', not '{mode}'; choose another run id "
-                       "(creating a run again succeeds only with its own mode and config, or with them left empty)")
-    if config_yaml and config_yaml != stored_config:
-        raise Conflict(f"run_id: run '{run_id}' exists with another config_yaml; choose another run id (creating a "
-                       "run again succeeds only with its own mode and config, or with them left empty)")
+        raise Conflict(f"run_id: run '{run_id}' exists in mode '{stored_mode}', not '{mode}'; choose another run id "
+                       "(creating a run again succeeds only in its own mode, or with the mode left empty)")
 
 
 def check_registration(run_id: str, specs: Sequence[engine.AdapterSpecIn],

@@ -131,8 +131,8 @@ class LeagueDB(MatchStore, LineageStore, TelemetryStore, RunProgressStore):
 
     # ---- runs and adapters -------------------------------------------------------------------------------------
     def create_run(self, run_id: str, mode: str = "", config_yaml: str = "") -> bool:
-        """Create a run; False when it exists with this mode and config already (idempotent; empty ones match any),
-        Conflict when it exists with another."""
+        """Create a run; False when it exists in this mode already (idempotent; an empty mode matches any), Conflict
+        when it exists in another."""
         if not run_id:
             raise InvalidRequest("run_id: must not be empty")
         checks.check_id(run_id, "run_id", "run_id")
@@ -142,9 +142,8 @@ class LeagueDB(MatchStore, LineageStore, TelemetryStore, RunProgressStore):
                                    .on_conflict_do_nothing(index_elements=["run_id"])
                                    .returning(t.runs.c.run_id)).first()
             if created is None:
-                stored = conn.execute(sa.select(t.runs.c.mode, t.runs.c.config_yaml)
-                                      .where(t.runs.c.run_id == run_id)).one()
-                checks.check_same_run(run_id, mode, config_yaml, stored.mode, stored.config_yaml)
+                stored = conn.execute(sa.select(t.runs.c.mode).where(t.runs.c.run_id == run_id)).scalar_one()
+                checks.check_same_run(run_id, mode, stored)
         self._bump()
         return created is not None
 

@@ -20,7 +20,7 @@ def responses(*codes: int) -> dict:
     what = {400: "invalid input (the message names the field); nothing was written",
             401: "missing or wrong bearer token", 403: "writes are disabled (no token configured)",
             404: "unknown run or adapter",
-            409: "the write contradicts what the league holds (a run with another mode or config, an adapter id of "
+            409: "the write contradicts what the league holds (a run in another mode, an adapter id of "
                  "another run or role, a child id with other parents or operator, a match id of another match); "
                  "nothing was written, and sending it again fails again",
             413: "request body over 16 MiB",
