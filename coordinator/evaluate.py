@@ -16,6 +16,7 @@ from populora.config import Config, config_from_yaml, parse_override
 from populora.evals import EvalError, EvalResult, EvalTarget, evaluate, load_problems
 from populora.evals.benchmarks import BenchmarkError
 from populora.evals.harness import check_context, materialise, target_protocol
+from populora.evals.progress import Pace, progress_text
 from populora.evals.prompts import PROTOCOLS
 from populora.evals.scoring import check_references
 from populora.pb import league_pb2
@@ -144,8 +145,7 @@ def eval_phase(run, step: int, population: Population) -> Evaluated:
                        temperature=e.temperature, seed=run.seed("eval", step), data=e.data or None,
                        max_new_tokens=e.max_new_tokens, chat=cfg.model.chat_template,
                        code_f_inputs=cfg.tasks.code_f_inputs, timeout_s=e.timeout_s, run_id=run.run_id,
-                       cache=expected_cache(cfg),
-                       progress=lambda event, info: seen.update({f"{event}_{k}": v for k, v in info.items()}))
+                       cache=expected_cache(cfg), progress=lambda event, info: _logged(event, info, seen))
     scores = scores_of(results)
     record(run.services.league, run.run_id, e.benchmark, scores, {s.adapter_id: step for s in scores})
     return Evaluated(e.benchmark, scores, int(seen.get("generated_tokens", 0)), int(seen.get("scored_jobs", 0)),
@@ -281,10 +281,11 @@ def _check_references(args: argparse.Namespace, cfg: Config, benchmark: str, pro
     """`--check-references`: the benchmark's own reference answers scored in the sandbox as a model's would be;
     prints each that fails with its reason and a summary; exit 0 when every reference given passes, else 1."""
     sandbox = build("sandbox", cfg) if cfg.run.deployment == "embedded" else remote("sandbox", cfg)
+    printer = _printer(args)
     try:
         ready = materialise(Services(inference=None, sandbox=sandbox, league=None, trainer=None, evolver=None),
-                            problems, cfg.eval.timeout_s, expected_cache(cfg))
-        checks, jobs = check_references(sandbox, ready, cfg.eval.timeout_s)
+                            problems, expected_cache(cfg), Pace(printer, "expected"))
+        checks, jobs = check_references(sandbox, ready, cfg.eval.timeout_s, printer)
     except EvalError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -309,9 +310,19 @@ def _check_references(args: argparse.Namespace, cfg: Config, benchmark: str, pro
     return 0 if counts["failed"] == 0 else 1
 
 
+def _logged(event: str, info: dict, seen: dict) -> None:
+    """The in-training phase's progress: stage lines in the log, the totals kept for its record."""
+    if line := progress_text(event, info):
+        log.info("eval: %s", line)
+    else:
+        seen.update({f"{event}_{k}": v for k, v in info.items()})
+
+
 def _printer(args: argparse.Namespace):
     def progress(event: str, info: dict) -> None:
-        if event == "generated":
+        if line := progress_text(event, info):
+            print(line, file=sys.stderr, flush=True)
+        elif event == "generated":
             print(f"generated {info['rows']} answers ({info['tokens']} tokens) in {info['seconds']:.1f} s",
                   file=sys.stderr, flush=True)
         elif event == "scored":

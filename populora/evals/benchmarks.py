@@ -15,6 +15,7 @@ Three kinds of problem, one scorer each (populora.evals.scoring):
 from __future__ import annotations
 
 import importlib.util
+from dataclasses import replace
 from pathlib import Path
 
 from populora.evals.datafiles import (
@@ -26,6 +27,7 @@ from populora.evals.datafiles import (
     text_field,
     unique_ids,
 )
+from populora.evals.mbppplus import typed_inputs
 from populora.evals.problem import HELDOUT_SEED, Benchmark, BenchmarkError, Loader, LoadSpec, Problem
 from populora.tasks.literals import LiteralError, literal_value
 from populora.tasks.parsing import ParseError, rename_entry
@@ -63,12 +65,25 @@ def load_humaneval(spec: LoadSpec) -> list[Problem]:
 def load_evalplus(name: str) -> Loader:
     """HumanEval+ / MBPP+ in the EvalPlus release layout: task_id, prompt, entry_point, canonical_solution,
     base_input, plus_input, atol, contract (MBPP+ also assertion); a row with a `test` field instead of the inputs
-    is scored by its check(candidate)."""
+    is scored by its check(candidate). MBPP+'s arguments get the types EvalPlus gives them (tuples, sets, complex
+    numbers: populora.evals.mbppplus), and its problems are marked for the tasks EvalPlus judges apart."""
 
     def load(spec: LoadSpec) -> list[Problem]:
-        return program_rows(data_path(spec, name), "task_id", "canonical_solution")
+        problems = program_rows(data_path(spec, name), "task_id", "canonical_solution")
+        return [_mbpp_typed(p) for p in problems] if name == "mbpp-plus" else problems
 
     return load
+
+
+def _mbpp_typed(p: Problem) -> Problem:
+    if p.kind != "evalplus":
+        return replace(p, dataset="mbpp")
+    try:
+        return replace(p, dataset="mbpp", base_input=typed_inputs(p.id, p.base_input),
+                       plus_input=typed_inputs(p.id, p.plus_input))
+    except (TypeError, ValueError, IndexError, AttributeError) as e:
+        raise BenchmarkError(f"{p.where}: the inputs of {p.id} do not have the shape EvalPlus gives this MBPP+ task "
+                             f"({type(e).__name__}: {e})") from None
 
 
 def load_jsonl(spec: LoadSpec) -> list[Problem]:

@@ -94,8 +94,11 @@ def unique_ids(problems: list[Problem], path: Path, lines: list[int]) -> list[Pr
 
 
 def call_inputs(row: dict, key: str, where: str) -> tuple:
-    """An EvalPlus input field: a list of argument lists (one call each)."""
+    """An EvalPlus input field: a list of argument lists (one call each). An empty object stands for no inputs, as
+    the MBPP+ release writes it (Mbpp/793's `plus_input: {}`) and EvalPlus reads it."""
     value = row.get(key)
+    if value == {}:
+        return ()
     if not isinstance(value, list):
         raise BenchmarkError(f"{where}: field {key!r} must be a list of argument lists, got "
                              f"{type(value).__name__ if key in row else 'nothing'}")

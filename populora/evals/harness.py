@@ -26,6 +26,7 @@ from typing import Any
 from populora.evals.benchmarks import get_benchmark, load_problems
 from populora.evals.evalplus import with_expected
 from populora.evals.problem import HELDOUT_SEED, Benchmark, BenchmarkError, Problem
+from populora.evals.progress import Pace, Progress
 from populora.evals.prompts import PROTOCOLS, prompt_form, prompt_of
 from populora.evals.scoring import DEFAULT_TIMEOUT_S, SCORERS, Answer, ks_for, pass_at_k
 from populora.pb import common_pb2, inference_pb2, sandbox_pb2
@@ -34,8 +35,6 @@ from populora.tasks.triplet import Triplet
 
 log = logging.getLogger(__name__)
 DEFAULT_MAX_NEW_TOKENS = 256
-Progress = Callable[[str, dict], None]
-"""progress(event, info): "generated" {rows, tokens, seconds}, "scored" {jobs, seconds}, "done" {seconds}."""
 
 
 class EvalError(ValueError):
@@ -192,13 +191,13 @@ def check_targets(services: Any, targets: list[EvalTarget]) -> None:
 
 
 # ------------------------------------------------------------------------------------------------ preparing tasks
-def materialise(services: Any, problems: list[Problem], timeout_s: float = DEFAULT_TIMEOUT_S,
-                cache: Path | None = None) -> list[Problem]:
+def materialise(services: Any, problems: list[Problem], cache: Path | None = None,
+                progress: Callable[[int, int], None] | None = None) -> list[Problem]:
     """Problems ready to score. `heldout` problems come as teacher proposals: the sandbox validates them as it
     validates training proposals, and its verdicts (outputs computed by the verifier) become the tasks, in one
     ValidateProposals call. EvalPlus problems get the canonical solution's outputs (populora.evals.evalplus,
-    cached under `cache`)."""
-    problems = with_expected(services.sandbox, problems, timeout_s, cache)
+    cached under `cache`; `progress(jobs done, jobs known)` as their jobs come back)."""
+    problems = with_expected(services.sandbox, problems, cache, progress)
     pending = [p for p in problems if p.kind == "task" and p.task is None]
     if not pending:
         return problems
@@ -290,20 +289,25 @@ def _batches(requests: list[inference_pb2.GenerationRequest], max_rows: int, max
     return out
 
 
-def generate(services: Any, requests: list[inference_pb2.GenerationRequest], max_rows: int | None = None
-             ) -> tuple[dict[str, list[str]], int]:
+def generate(services: Any, requests: list[inference_pb2.GenerationRequest], max_rows: int | None = None,
+             progress: Callable[[int, int], None] | None = None) -> tuple[dict[str, list[str]], int]:
     """Every request's completion texts, by request id, and the tokens generated: all in one Generate call unless
-    the backend's limits split it."""
+    the backend's limits split it. The results stream back as each request finishes, so `progress(answers done,
+    answers)` follows the batch without cutting it into parts (parts would decode in narrower batches, where the
+    batch gains most: docs/eval.md)."""
     info = services.inference.ListAdapters(inference_pb2.ListAdaptersRequest())
     limit_rows = min([x for x in (max_rows, info.max_batch) if x] or [10**9])
     if any(max(1, r.sampling.n) > limit_rows for r in requests):
         raise EvalError(f"--samples is over the inference batch limit of {limit_rows} rows")
     texts: dict[str, list[str]] = {}
-    tokens = 0
+    tokens, done, total = 0, 0, sum(max(1, r.sampling.n) for r in requests)
     for batch in _batches(requests, limit_rows, info.max_resident or 10**9):
         for res in services.inference.Generate(inference_pb2.GenerateRequest(requests=batch)):
             texts[res.request_id] = [c.text for c in sorted(res.completions, key=lambda c: c.index)]
             tokens += sum(len(c.token_ids) for c in res.completions)
+            done += len(res.completions)
+            if progress is not None:
+                progress(done, total)
     missing = [r.request_id for r in requests if r.request_id not in texts]
     if missing:
         raise RuntimeError(f"inference returned no result for {len(missing)} request(s), e.g. {missing[:3]}")
@@ -340,8 +344,8 @@ def evaluate(services: Any, targets: list[EvalTarget], benchmark: str | Benchmar
     protocols = [target_protocol(t, protocol) for t in targets]
     check_targets(services, targets)
     set_apart = [{"id": p.id, "reason": p.set_apart} for p in problems if p.set_apart]
-    problems = materialise(services, [p for p in problems if not p.set_apart], timeout_s, cache)
     report = progress or (lambda event, info: None)
+    problems = materialise(services, [p for p in problems if not p.set_apart], cache, Pace(report, "expected"))
 
     # one multi-LoRA batch: problem-major, every target of a problem side by side
     requests, where = [], {}
@@ -352,7 +356,7 @@ def evaluate(services: Any, targets: list[EvalTarget], benchmark: str | Benchmar
             form = prompt_form(problem, protocols[t_idx], chat)
             requests.append(_request(problem, target, rid, form, samples, temperature, max_new_tokens, seed))
     t0 = time.perf_counter()
-    texts, tokens = generate(services, requests, max_rows) if requests else ({}, 0)
+    texts, tokens = generate(services, requests, max_rows, Pace(report, "generating")) if requests else ({}, 0)
     report("generated", {"rows": len(requests) * samples, "tokens": tokens, "seconds": time.perf_counter() - t0})
 
     answers = []
@@ -366,7 +370,7 @@ def evaluate(services: Any, targets: list[EvalTarget], benchmark: str | Benchmar
     jobs = 0
     for kind in sorted({a.problem.kind for a in answers}):
         group = [a for a in answers if a.problem.kind == kind]
-        got, n_jobs = SCORERS[kind](services.sandbox, group, timeout_s)
+        got, n_jobs = SCORERS[kind](services.sandbox, group, timeout_s, Pace(report, "scoring"))
         outcomes.update((a.key, o) for a, o in zip(group, got))
         jobs += n_jobs
     report("scored", {"jobs": jobs, "answers": len(answers), "seconds": time.perf_counter() - t0})

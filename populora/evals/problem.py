@@ -23,8 +23,10 @@ class Problem:
     describing it), `entry_point` the function's name, `test` code that defines `check(candidate)` and raises when
     the candidate is wrong, `canonical` a reference solution that continues `prompt` ("" when the file has none).
     evalplus: `prompt`, `entry_point` and `canonical` as above; `base_input` and `plus_input` the argument lists the
-    function is called with, `atol` the tolerance for float outputs; `expected` the canonical solution's outputs on
-    them, filled by populora.evals.evalplus.with_expected before scoring (never sent where model code runs).
+    function is called with (for MBPP+, with the types EvalPlus gives them: populora.evals.mbppplus), `atol` the
+    tolerance for float outputs; `expected` the canonical solution's outputs on them, with its time on each, filled
+    by populora.evals.evalplus.with_expected before scoring (never sent where model code runs); `dataset` "mbpp" for
+    MBPP+, whose tasks EvalPlus judges by rules of their own.
     task: `task` is the student task with its gold output(s); `heldout` problems carry instead the teacher proposal
     (`proposal`, `given_program`) whose validation in the sandbox makes the task, exactly as training makes tasks.
     `style` names the benchmark's own prompt protocol ("cruxeval"; "" = the training format), `where` the file and
@@ -50,6 +52,7 @@ class Problem:
     where: str = ""
     digest: str = ""
     set_apart: str = ""
+    dataset: str = ""
     meta: dict[str, Any] = field(default_factory=dict)
 
 

@@ -25,6 +25,7 @@ from typing import Any
 import populora.evals.evalplus as evalplus
 from populora.evals.evalplus import canonical_program  # noqa: F401 - the reference program, used by bench.eval
 from populora.evals.problem import Problem
+from populora.evals.progress import Pace
 from populora.evals.prompts import extract_program, read_task_answer
 from populora.pb import sandbox_pb2
 from populora.tasks.literals import LiteralError
@@ -53,8 +54,11 @@ class Outcome:
     base: bool | None = None  # evalplus: whether every base input passed (`passed` is base + plus)
 
 
-Scorer = Callable[[Any, list[Answer], float], tuple[list[Outcome], int]]
-"""(sandbox, answers, timeout_s) -> (one outcome per answer, sandbox jobs run)."""
+JobProgress = Callable[[int, int], None]
+Scorer = Callable[[Any, list[Answer], float, JobProgress | None], tuple[list[Outcome], int]]
+"""(sandbox, answers, timeout_s, progress) -> (one outcome per answer, sandbox jobs run); `progress(jobs done, jobs
+known)` as the sandbox's answers come back. EvalPlus problems take their time limits from the canonical solution's
+times (populora.evals.evalplus), not from timeout_s."""
 
 # Appended after a candidate program: the benchmark's test code runs in a copy of the program's namespace, so a test
 # that defines check(candidate) never replaces a candidate function named `check`.
@@ -80,7 +84,8 @@ def test_job(key: str, program: str, problem: Problem, timeout_s: float) -> sand
                                call=f"__populora_check({problem.entry_point}, {problem.test!r})", timeout_s=timeout_s)
 
 
-def execute(sandbox: Any, jobs: list[sandbox_pb2.ExecJob]) -> list[sandbox_pb2.ExecResult | None]:
+def execute(sandbox: Any, jobs: list[sandbox_pb2.ExecJob], progress: JobProgress | None = None
+            ) -> list[sandbox_pb2.ExecResult | None]:
     """Each job's result from the sandbox, in order (None: no result came back for it), in Execute calls of at most
     EXECUTE_CHUNK jobs; job ids need only be unique within a call of EXECUTE_CHUNK."""
     out: list[sandbox_pb2.ExecResult | None] = []
@@ -88,13 +93,17 @@ def execute(sandbox: Any, jobs: list[sandbox_pb2.ExecJob]) -> list[sandbox_pb2.E
         chunk = jobs[lo:lo + EXECUTE_CHUNK]
         results = {r.job_id: r for r in sandbox.Execute(sandbox_pb2.ExecuteRequest(jobs=chunk)).results}
         out.extend(results.get(job.job_id) for job in chunk)
+        if progress is not None:
+            progress(len(out), len(jobs))
     return out
 
 
-def run_programs(sandbox: Any, programs: list[tuple[str, Problem, str]], timeout_s: float) -> list[Outcome]:
+def run_programs(sandbox: Any, programs: list[tuple[str, Problem, str]], timeout_s: float,
+                 progress: JobProgress | None = None) -> list[Outcome]:
     """Run each (job id, problem, program) with the problem's tests in the sandbox: passed iff check() returns."""
     outcomes: list[Outcome] = []
-    for r in execute(sandbox, [test_job(key, program, problem, timeout_s) for key, problem, program in programs]):
+    jobs = [test_job(key, program, problem, timeout_s) for key, problem, program in programs]
+    for r in execute(sandbox, jobs, progress):
         if r is None:
             outcomes.append(Outcome(False, "sandbox_error: no result for this job"))
         elif r.status == "ok":
@@ -105,23 +114,28 @@ def run_programs(sandbox: Any, programs: list[tuple[str, Problem, str]], timeout
     return outcomes
 
 
-def score_programs(sandbox: Any, answers: list[Answer], timeout_s: float) -> tuple[list[Outcome], int]:
+def score_programs(sandbox: Any, answers: list[Answer], timeout_s: float, progress: JobProgress | None = None
+                   ) -> tuple[list[Outcome], int]:
     """Program problems: the program extracted from each answer (populora.evals.prompts) run against the tests."""
     programs = [(a.key, a.problem, extract_program(a.problem, a.text, a.form)) for a in answers]
-    return run_programs(sandbox, programs, timeout_s), len(programs)
+    return run_programs(sandbox, programs, timeout_s, progress), len(programs)
 
 
-def score_evalplus(sandbox: Any, answers: list[Answer], timeout_s: float) -> tuple[list[Outcome], int]:
+def score_evalplus(sandbox: Any, answers: list[Answer], timeout_s: float, progress: JobProgress | None = None
+                   ) -> tuple[list[Outcome], int]:
     """EvalPlus problems: the program extracted from each answer run on the base and plus inputs, its outputs
-    compared with the canonical solution's (the problems carry them: populora.evals.evalplus.with_expected)."""
+    compared with the canonical solution's (the problems carry them: populora.evals.evalplus.with_expected), each
+    input under EvalPlus's time limit from the canonical solution's time (timeout_s does not apply)."""
     items = [(a.key, a.problem, extract_program(a.problem, a.text, a.form)) for a in answers]
-    got, jobs = evalplus.score_programs(sandbox, items, timeout_s)
+    got, jobs = evalplus.score_programs(sandbox, items, progress)
     return [Outcome(o.plus, o.error[:ERROR_CHARS], o.base) for o in got], jobs
 
 
-def score_tasks(sandbox: Any, answers: list[Answer], timeout_s: float) -> tuple[list[Outcome], int]:
-    """Task problems: each answer checked by the sandbox's CheckAnswers, exactly as a student's attempt in training;
-    an answer in a benchmark's own format is read first and put to the verifier as that answer."""
+def score_tasks(sandbox: Any, answers: list[Answer], timeout_s: float, progress: JobProgress | None = None
+                ) -> tuple[list[Outcome], int]:
+    """Task problems: each answer checked by the sandbox's CheckAnswers, exactly as a student's attempt in training
+    (one call: no progress to report within it); an answer in a benchmark's own format is read first and put to the
+    verifier as that answer."""
     outcomes: dict[int, Outcome] = {}
     attempts = []
     for k, a in enumerate(answers):
@@ -174,11 +188,12 @@ def reference_answer(problem: Problem) -> Answer | None:
     return Answer(problem.id, problem, problem.canonical, "completion")
 
 
-def check_references(sandbox: Any, problems: list[Problem], timeout_s: float
-                     ) -> tuple[list[ReferenceCheck], int]:
+def check_references(sandbox: Any, problems: list[Problem], timeout_s: float,
+                     progress: Callable[[str, dict], None] | None = None) -> tuple[list[ReferenceCheck], int]:
     """Every problem's reference answer scored by the problem's own scorer (the problems ready to score:
     populora.evals.harness.materialise); for EvalPlus problems, an input on which the canonical solution raised or
-    returned something that is not plain data fails it too. Returns the checks, in order, and the sandbox jobs."""
+    returned something that is not plain data fails it too. Returns the checks, in order, and the sandbox jobs;
+    `progress` gets "scoring" events (populora.evals.progress) as the jobs come back."""
     checks: dict[str, ReferenceCheck] = {}
     answers: list[Answer] = []
     for p in problems:
@@ -201,7 +216,7 @@ def check_references(sandbox: Any, problems: list[Problem], timeout_s: float
         checks[p.id] = ReferenceCheck(p.id, "failed" if reason else "passed", reason, p.where)
     for kind in sorted({a.problem.kind for a in answers}):
         group = [a for a in answers if a.problem.kind == kind]
-        got, n = SCORERS[kind](sandbox, group, timeout_s)
+        got, n = SCORERS[kind](sandbox, group, timeout_s, None if progress is None else Pace(progress, "scoring"))
         jobs += n
         for a, o in zip(group, got):
             checks[a.problem.id] = ReferenceCheck(a.problem.id, "passed" if o.passed else "failed", o.error,

@@ -85,7 +85,7 @@ def _answers(problem: Problem, programs: dict[str, str]) -> list[Answer]:
 def test_evalplus_outputs_are_compared_with_the_canonical_solutions(sandbox, tmp_path):
     problems = load_problems("humaneval-plus", _write(tmp_path / "HumanEvalPlus.jsonl", HUMANEVAL_PLUS))
     assert [p.kind for p in problems] == ["evalplus"] * 3
-    ready = with_expected(sandbox, problems, 10.0, tmp_path / "cache")
+    ready = with_expected(sandbox, problems, tmp_path / "cache")
     mean, check, halves = ready
     answers = _answers(mean, {
         "exact": "    return sum(xs) / len(xs)\n",
@@ -113,7 +113,7 @@ def test_evalplus_outputs_are_compared_with_the_canonical_solutions(sandbox, tmp
 
 def test_expected_outputs_are_cached_by_the_files_digest(sandbox, tmp_path):
     problems = load_problems("humaneval-plus", _write(tmp_path / "p.jsonl", HUMANEVAL_PLUS))
-    first = with_expected(sandbox, problems, 10.0, tmp_path / "cache")
+    first = with_expected(sandbox, problems, tmp_path / "cache")
     [cached] = (tmp_path / "cache" / "evals" / "expected").glob("*.json")
     assert cached.stem == problems[0].digest
 
@@ -121,8 +121,7 @@ def test_expected_outputs_are_cached_by_the_files_digest(sandbox, tmp_path):
         def Execute(self, request):
             raise AssertionError("the expected outputs should have come from the cache")
 
-    again = with_expected(NoSandbox(), load_problems("humaneval-plus", str(tmp_path / "p.jsonl")), 10.0,
-                          tmp_path / "cache")
+    again = with_expected(NoSandbox(), load_problems("humaneval-plus", str(tmp_path / "p.jsonl")), tmp_path / "cache")
     assert [p.expected for p in again] == [p.expected for p in first]
     assert [o.text for o in first[0].expected["base"]] == ["1.5", "0.20000000000000004"]
 
@@ -231,7 +230,7 @@ def test_a_run_whose_values_are_over_the_output_limit_is_split(sandbox, tmp_path
     row = {"task_id": "T/0", "prompt": "def pad(c, n):\n", "entry_point": "pad", "canonical_solution": "    return c * n\n",
            "base_input": [["a", 990]], "plus_input": [[chr(0xE0 + k % 20), 990] for k in range(40)], "atol": 0,
            "contract": ""}
-    [p] = with_expected(sandbox, load_problems("humaneval-plus", _write(tmp_path / "pad.jsonl", [row])), 10.0, None)
+    [p] = with_expected(sandbox, load_problems("humaneval-plus", _write(tmp_path / "pad.jsonl", [row])), None)
     assert [o.status for o in p.expected["plus"]] == ["ok"] * 40
     answers = _answers(p, {"right": "    return c * n\n", "last_wrong": "    return c * n if c != '\\xf3' else c\n"})
     outcomes, jobs = SCORERS["evalplus"](sandbox, answers, 10.0)
