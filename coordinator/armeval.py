@@ -90,6 +90,7 @@ def evaluate_arm(exp: Experiment, arm: Arm, benchmark: str, targets: dict[str, i
     evaluation generated and their FLOPs (2N each; off the training budget, spec 14)."""
     from coordinator.evaluate import expected_cache, open_eval_services, record, scores_of
     from populora.evals import EvalTarget, evaluate
+    from populora.evals.progress import progress_text
     from populora.rpc import ServiceError
     from populora.store import ArtifactStore
 
@@ -97,6 +98,13 @@ def evaluate_arm(exp: Experiment, arm: Arm, benchmark: str, targets: dict[str, i
     store = ArtifactStore(cfg.store_root)
     services = open_eval_services(cfg, league=True)
     generated = []
+
+    def progress(event: str, info: dict) -> None:
+        if line := progress_text(event, info):
+            log.info("evaluating %s on %s: %s", arm.run_id, benchmark, line)
+        elif event == "generated":
+            generated.append(info.get("tokens", 0))
+
     try:
         chosen = []
         for name in targets:
@@ -111,9 +119,7 @@ def evaluate_arm(exp: Experiment, arm: Arm, benchmark: str, targets: dict[str, i
                            temperature=settings["temperature"], seed=settings["seed"], data=cfg.eval.data or None,
                            max_new_tokens=settings["max_new_tokens"], chat=cfg.model.chat_template,
                            code_f_inputs=cfg.tasks.code_f_inputs, timeout_s=cfg.eval.timeout_s, run_id=arm.run_id,
-                           cache=expected_cache(cfg),
-                           progress=lambda event, info: generated.append(info.get("tokens", 0))
-                           if event == "generated" else None)
+                           cache=expected_cache(cfg), progress=progress)
         members = [r for r in results if r.adapter_id != warm]
         try:
             record(services.league, arm.run_id, benchmark, scores_of(members),
