@@ -5,6 +5,8 @@ is never reused: vLLM caches prefixes and LoRA weights by name/id, so reusing ei
 one version's cache to another's requests. Versions are added and removed at run time (`add_lora` /
 `remove_lora`); the resident set (LRU, pinned while a batch runs) is the same as the `hf` backend's.
 A request with n completions is n engine requests with seeds seed + k, as in the `hf` backend.
+Log-probabilities are those of the distribution each token was drawn from, log_softmax(logits / T) without the top-p
+nucleus (spec 16), as the hf backend records them: `services.inference.vllm_behaviour` says how.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import itertools
 import os
 import threading
+import uuid
 from collections.abc import Iterator
 
 from populora.models import resolve_model_dir
@@ -58,16 +61,22 @@ class VllmBackend(InferenceBackend):
         self.max_batch = max_batch
         self.max_resident = min(max_resident, max_cpu_loras)
         self.chat_template = chat_template
+        from services.inference.vllm_behaviour import BehaviourRecorder  # imports vLLM: only once it is there
+
+        # raw logits of the drawn tokens, and the recorder for their temperature-T normaliser (spec 16)
         self.llm = LLM(model=str(model_dir), enable_lora=True, max_loras=max_loras, max_lora_rank=max_lora_rank,
                        max_cpu_loras=max_cpu_loras, dtype=dtype, gpu_memory_utilization=gpu_memory_utilization,
                        tensor_parallel_size=tensor_parallel_size, max_model_len=max_model_len, seed=seed,
-                       max_num_seqs=max_batch, **engine_kw)
+                       max_num_seqs=max_batch, logprobs_mode="raw_logits", logits_processors=[BehaviourRecorder],
+                       **engine_kw)
         self.engine = self.llm.llm_engine
         self.tokenizer = self.llm.get_tokenizer()
         self._lora_ids: dict[str, int] = {}  # ref.key -> int id, never reused
         self._next_id = itertools.count(1)
         self._engine_lock = threading.Lock()
         self._request_ids = itertools.count()
+        # engine request ids (and behaviour record keys, kept per process) unique to this backend
+        self._request_prefix = f"populora-{uuid.uuid4().hex[:8]}-"
         self.resident = ResidentAdapters(self.max_resident, store, self._load, self._unload)
 
     @classmethod
@@ -109,15 +118,17 @@ class VllmBackend(InferenceBackend):
         served = self.resident.resolve_batch([r.adapter for r in requests])
         return self._serve(requests, prompts, served)
 
-    def _params(self, req: Request, k: int):
+    def _params(self, req: Request, k: int, rid: str):
         from vllm import SamplingParams
+
+        from services.inference.vllm_behaviour import TAG, recorded
 
         s = req.sampling
         return SamplingParams(n=1, temperature=s.temperature, top_p=s.top_p, max_tokens=s.max_new_tokens,
                               stop=list(s.stop) or None, include_stop_str_in_output=True,
                               seed=int(s.seed) + k if s.temperature > 0 else None,
                               logprobs=0 if s.logprobs else None, skip_special_tokens=True,
-                              ignore_eos=s.ignore_eos)
+                              ignore_eos=s.ignore_eos, extra_args={TAG: rid} if recorded(s) else None)
 
     def _serve(self, requests: list[Request], prompts: list[list[int]],
                served: list[AdapterRef | None]) -> Iterator[Result]:
@@ -133,30 +144,46 @@ class VllmBackend(InferenceBackend):
         for i, (req, ids, ref) in enumerate(zip(requests, prompts, served)):
             lora = self.lora_request(ref) if ref is not None else None
             for k in range(req.sampling.n):
-                rid = f"populora-{next(self._request_ids)}"
+                rid = f"{self._request_prefix}{next(self._request_ids)}"
                 owner[rid] = (i, k)
-                self.engine.add_request(rid, {"prompt_token_ids": ids}, self._params(req, k), lora_request=lora)
+                self.engine.add_request(rid, {"prompt_token_ids": ids}, self._params(req, k, rid), lora_request=lora)
         pending = {i: req.sampling.n for i, req in enumerate(requests)}
         done: dict[int, list[Completion]] = {i: [] for i in pending}
         while self.engine.has_unfinished_requests():
-            for out in self.engine.step():
-                if not out.finished or out.request_id not in owner:
-                    continue
+            finished = [out for out in self.engine.step() if out.finished and out.request_id in owner]
+            records = self._records([out.request_id for out in finished])
+            for out in finished:
                 i, k = owner.pop(out.request_id)
-                done[i].append(self._completion(out.outputs[0], k, requests[i].sampling.logprobs))
+                done[i].append(self._completion(out.outputs[0], k, requests[i], records.get(out.request_id, {})))
                 pending[i] -= 1
                 if pending[i] == 0:
                     comps = sorted(done.pop(i), key=lambda c: c.index)
                     yield Result(requests[i].request_id, list(prompts[i]), comps, served[i])
 
+    def _records(self, request_ids: list[str]) -> dict[str, dict]:
+        """The behaviour records of finished engine requests, from the worker that sampled them (rank 0)."""
+        from services.inference.vllm_behaviour import pop_records
+
+        return self.llm.collective_rpc(pop_records, args=(request_ids,))[0] if request_ids else {}
+
     @staticmethod
-    def _completion(out, k: int, want_logprobs: bool) -> Completion:
+    def _completion(out, k: int, req: Request, records: dict) -> Completion:
+        from services.inference.vllm_behaviour import behaviour_logprobs, covered, recorded, truncated_share
+
+        s = req.sampling
         token_ids = [int(t) for t in out.token_ids]
+        tagged = recorded(s)
+        if tagged and not covered(records, len(token_ids)):
+            raise InferenceError(f"request {req.request_id!r}, completion {k}: vLLM's behaviour recorder saw "
+                                 f"{len(records)} of its {len(token_ids)} tokens, so its log-probabilities and "
+                                 "truncated share cannot be given (spec 16)")
         logprobs = []
-        if want_logprobs and out.logprobs:
-            logprobs = [float(step[tok].logprob) for step, tok in zip(out.logprobs, token_ids)]
+        if s.logprobs and out.logprobs:  # the engine returns the drawn token's raw logit (logprobs_mode raw_logits)
+            raw = [float(step[tok].logprob) for step, tok in zip(out.logprobs, token_ids, strict=True)]
+            logprobs = behaviour_logprobs(raw, records, s.temperature)
         reason = "length" if out.finish_reason == "length" else "stop"
-        return Completion(k, out.text, token_ids, reason, logprobs)
+        return Completion(k, out.text, token_ids, reason, logprobs,
+                          truncated_share(records, len(token_ids)) if tagged else 0.0)
 
     def close(self) -> None:
         del self.llm
