@@ -140,7 +140,8 @@ class EvalConfig(Section):
     max_new_tokens: int = Field(256, ge=1)
     """Tokens an answer may take."""
     timeout_s: float = Field(10.0, gt=0, le=60)
-    """Time limit of one program run with its tests in the sandbox."""
+    """Time limit of one program run with its tests in the sandbox (EvalPlus problems take EvalPlus's limits from
+    the canonical solution's time instead: docs/eval.md)."""
     base: bool = True
     """The in-training evaluation also scores the bare base model once (at its first evaluation), for comparison."""
     checkpoints: list[float] = Field(default_factory=lambda: [0.25, 0.5, 0.75, 1.0], min_length=1)
