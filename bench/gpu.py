@@ -31,12 +31,17 @@ model's do. Keys:
   gpu_generation_*              the workload: requests, rows per adapter, budgets, sampling, prompt and row lengths,
                                 gpu_generation_finished_by_eos (share of rows that ended on end-of-sequence), the bias
   gpu_workload_sandbox          the sandbox backend that computed the seed tasks' outputs (see --sandbox)
-  gpu_update_s_batched          trr_update of all adapters in shared passes on BatchedHost (trainer.batch_mode
-                                batched), store writes excluded as in bench.trainer
-  gpu_update_s_sequential       one trr_update per adapter on PeftHost (trainer.batch_mode sequential)
+  gpu_update_s_batched          AdapterPool.update of the 8 adapters on the rollouts the generation part sampled,
+                                every adapter's rows in shared passes on the batched layer, on a trainer built by
+                                TrainerService.from_config with the preset's trainer settings (trainer.batch_mode
+                                batched); the compute seconds it reports, store writes apart as in bench.trainer
+  gpu_update_s_sequential       the same update one adapter per pass on PEFT (trainer.batch_mode sequential)
   gpu_batched_update_gain       sequential / batched seconds (target >= 2)
   gpu_update_s_one_by_one_same_layer, gpu_batched_update_gain_same_layer
-                                one trr_update per adapter on BatchedHost: the gain of batching alone
+                                one adapter per pass on the batched layer: the gain of batching alone
+  gpu_update_extra_mb_batched, gpu_update_predicted_extra_mb_batched, gpu_update_memory_model_ratio
+                                what a batched update added to the device's memory at its peak, the memory model's
+                                prediction of it (services/trainer/memory.py), predicted / measured
   gpu_evolver_seconds           per operator: open the parents, breed() with evolution.device on the GPU, save the
                                 child to the artifact store (fsync included): EvolverService.Breed without the proto
   gpu_evolver_max_seconds       the slowest operator (target <= 1)
@@ -118,6 +123,13 @@ def missing_modules(parts: list[str] | tuple[str, ...] = PARTS) -> list[str]:
     return problems
 
 
+def with_generation(parts: list[str]) -> list[str]:
+    """The parts to run, in order: the trainer trains on the generation part's rollouts, so it brings that part."""
+    if "trainer" in parts and "generation" not in parts:
+        parts = ["generation", *parts]
+    return [p for p in PARTS if p in parts]
+
+
 def tokenizer_cached() -> bool:
     root = Path(os.environ.get("POPULORA_CACHE") or Path.home() / ".cache" / "populora")
     return (root / "tokenizers" / "qwen2" / "tokenizer.json").exists()
@@ -165,9 +177,9 @@ def run(args, report: Reporter) -> int:
     report("cpus", os.cpu_count())
     report("torch_threads", torch.get_num_threads())
     report("load_average_1min_start", load_average())
-    parts = args.parts.split(",")
+    parts = with_generation(args.parts.split(","))
     failed = []
-    base = None
+    base = generated = None
     if "generation" in parts or "trainer" in parts:
         try:
             base = random_base(args.shape, device, dtype)
@@ -185,11 +197,13 @@ def run(args, report: Reporter) -> int:
             torch.cuda.reset_peak_memory_stats(device)
         try:
             if part == "evolver":
-                base = None  # the model is no longer needed: its memory goes back before the evolver runs
+                base = generated = None  # the model is no longer needed: its memory goes back before the evolver
                 free(device)
                 fn(shape, args, report, device)
+            elif part == "trainer":
+                fn(base, shape, args, report, device, generated)
             else:
-                fn(base, shape, args, report, device)
+                generated = fn(base, shape, args, report, device)
         except Exception as e:  # one part failing leaves the others' figures
             failed.append(part)
             report(f"{part}_error", f"{type(e).__name__}: {e}"[:2000])
@@ -240,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--proposals, --new-tokens and --mean-new-tokens must be >= 0")
     if args.mean_new_tokens == 1:
         p.error("--mean-new-tokens 1 would end every row at its first token: give 2 or more")
-    problems = missing_modules(args.parts.split(","))
+    problems = missing_modules(with_generation(args.parts.split(",")))
     if problems:
         return cannot_start(["missing Python packages:", *problems, WHEELS_HINT])
     return run(args, Reporter(args.jsonl))

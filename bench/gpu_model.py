@@ -23,10 +23,6 @@ class Shape:
     new_tokens: int  # cap on both token budgets of the preset (generation.max_new_tokens, teacher_max_new_tokens)
     mean_new_tokens: int  # the end-of-sequence bias makes rows end after about this many tokens (bench.gpu_workload)
     seed_programs: int  # warm-start programs per task type whose tasks fill the buffers (0 = the preset's, 36)
-    rollouts: int  # trainer: rollouts per adapter
-    prompt_tokens: int
-    response_tokens: int
-    micro_batch_tokens: int
     evolver_layers: int
 
 
@@ -35,14 +31,12 @@ SHAPES = {
     "qwen2.5-7b": Shape(dict(hidden_size=3584, intermediate_size=18944, num_hidden_layers=28, num_attention_heads=28,
                              num_key_value_heads=4, vocab_size=152064, max_position_embeddings=32768,
                              rope_theta=1000000.0, rms_norm_eps=1e-6, tie_word_embeddings=False),
-                        proposals=2, new_tokens=128, mean_new_tokens=64, seed_programs=0, rollouts=4, prompt_tokens=64,
-                        response_tokens=192, micro_batch_tokens=32768, evolver_layers=28),
+                        proposals=2, new_tokens=128, mean_new_tokens=64, seed_programs=0, evolver_layers=28),
     # populora.models.TINY_CONFIG's shapes: every code path of the 7B run, on a CPU in seconds.
     "tiny": Shape(dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                        num_key_value_heads=2, vocab_size=151936, max_position_embeddings=4096, rope_theta=10000.0,
                        rms_norm_eps=1e-6, tie_word_embeddings=True),
-                  proposals=1, new_tokens=8, mean_new_tokens=4, seed_programs=12, rollouts=2, prompt_tokens=16, response_tokens=16,
-                  micro_batch_tokens=4096, evolver_layers=2),
+                  proposals=1, new_tokens=8, mean_new_tokens=4, seed_programs=12, evolver_layers=2),
 }
 
 

@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
+import math
 import shutil
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from bench.gpu_model import N_ADAPTERS, RANK, TARGETS, Shape, free, lora_layer, sync
@@ -19,13 +21,23 @@ from bench.gpu_workload import (
     rows_per_adapter,
     sandbox_backend,
 )
-from bench.harness import Reporter, best_of, random_adapters
+from bench.harness import Reporter, best_of, peak_mb, random_adapters, reset_peak, rss_mb
 
 # ---------------------------------------------------------------- generation
 
-def bench_generation(base, shape: Shape, args, report: Reporter, device) -> None:
+@dataclass
+class Generated:
+    """What the generation part sampled, for the trainer part: the preset's config, and each (batch index, request,
+    result) of the 8-adapter run (batch 0 is the propose batch, 1 the solve batch)."""
+
+    cfg: object
+    results: list[tuple[int, object, object]]
+
+
+def bench_generation(base, shape: Shape, args, report: Reporter, device) -> Generated:
     """One step's propose and solve batches (bench.gpu_workload) through HfBackend.generate with 8 adapters, sampled
-    with end-of-sequence honoured; the bare base on the same rows at the same lengths; one adapter's rows alone."""
+    with end-of-sequence honoured; the bare base on the same rows at the same lengths; one adapter's rows alone.
+    Returns the adapters' rollouts, which the trainer part trains on."""
     from populora.store import ArtifactStore
     from services.inference.hf import HfBackend
 
@@ -58,17 +70,21 @@ def bench_generation(base, shape: Shape, args, report: Reporter, device) -> None
         # see it (a GPU never packs; this keeps the CPU shape the same path)
         backend = HfBackend(base, store, TARGETS, max_rank=RANK, max_resident=N_ADAPTERS,
                             max_batch=max(sum(r.sampling.n for r in b) for b in batches), prepack=False)
+        results: list[tuple[int, object, object]] = []
         try:
             with eos_biased(base, bias):
-                _generate_sides(backend, refs, batches, args, report, device)
+                _generate_sides(backend, refs, batches, args, report, device, results)
         finally:
             backend.host.multi.restore()  # the plain model again, for the trainer
+    return Generated(cfg, results)
 
 
-def _generate_sides(backend, refs: list, batches: list[list], args, report: Reporter, device) -> None:
+def _generate_sides(backend, refs: list, batches: list[list], args, report: Reporter, device,
+                    results: list[tuple[int, object, object]]) -> None:
     """Best wall time of each side over the same requests: `8_adapters` (HfBackend.generate, the phases' batches),
     `base` (every row of the adapter run just before it, with no adapter, to the length it had there:
-    bench.gpu_workload.decode_forced) and `1_adapter` (the rows of the adapter with the most, alone, sampled)."""
+    bench.gpu_workload.decode_forced) and `1_adapter` (the rows of the adapter with the most, alone, sampled).
+    `results` gets the last 8-adapter run's (batch index, request, result)s."""
     for ref in refs:
         backend.load_adapter(ref)
     most = max(refs, key=lambda r: sum(q.sampling.n for b in batches for q in b if q.adapter.key == r.key))
@@ -83,8 +99,11 @@ def _generate_sides(backend, refs: list, batches: list[list], args, report: Repo
         lengths.clear()
         ended["eos"] = 0
         prompts.clear()
-        for batch in batches:
+        results.clear()
+        for i, batch in enumerate(batches):
+            by_id = {r.request_id: r for r in batch}
             for result in backend.generate(batch):
+                results.append((i, by_id[result.request_id], result))
                 prompts.append(len(result.prompt_token_ids))
                 for c in result.completions:
                     lengths[(result.request_id, c.index)] = len(c.token_ids)
@@ -119,76 +138,168 @@ def _generate_sides(backend, refs: list, batches: list[list], args, report: Repo
 
 # ---------------------------------------------------------------- trainer
 
-def rollouts(shape: Shape, vocab: int, seed: int) -> list:
-    """Rollouts of prompt + response random tokens with rewards 0, 1, 0, 1, ... (every advantage nonzero)."""
-    import torch
+def trainer_rollouts(generated: Generated) -> dict[str, list]:
+    """The generation part's completions as the trainer's rollouts, by adapter id: the prompt and response token ids
+    and the log-probabilities they were sampled with; proposals (batch 0) are the teachers', attempts the students'.
 
+    A random model's programs are all malformed, which would make every reward equal and every advantage 0 (no pass
+    at all), so the rewards are 0, 1, 0, ... within each (adapter, task type, role) group: every group of two or
+    more rollouts trains, a group of one does not, as in a run."""
+    from populora.config import TASK_TYPES
     from services.trainer.trr import Rollout
 
-    gen = torch.Generator().manual_seed(seed)
-    out = []
-    for j in range(shape.rollouts):
-        ids = torch.randint(100, min(vocab, 30000), (shape.prompt_tokens + shape.response_tokens,),
-                            generator=gen).tolist()
-        out.append(Rollout(prompt=ids[:shape.prompt_tokens], response=ids[shape.prompt_tokens:],
-                           reward=float(j % 2), task_type="code_o", role="student"))
+    out: dict[str, list] = {}
+    seen: dict[tuple[str, str, str], int] = {}
+    for batch, request, result in generated.results:
+        role = "teacher" if batch == 0 else "student"
+        task_type = next(t for t in TASK_TYPES if f"/{t}/" in request.request_id)  # the phases' ids carry it
+        adapter = request.adapter.adapter_id
+        for c in result.completions:
+            k = seen[(adapter, task_type, role)] = seen.get((adapter, task_type, role), -1) + 1
+            old = list(c.logprobs) if len(c.logprobs) == len(c.token_ids) else None
+            out.setdefault(adapter, []).append(Rollout(list(result.prompt_token_ids), list(c.token_ids), float(k % 2),
+                                                       task_type, role, old))
     return out
 
 
-def make_jobs(policy, causal_lm, shape: Shape) -> list:
-    """N_ADAPTERS adapters on `policy`, each with its AdapterAdamW and rollouts, as AdapterPool attaches them."""
-    from populora.lora import random_lora_weights
-    from populora.store import lora_config_dict
-    from services.trainer.optim import AdapterAdamW
-    from services.trainer.trr import UpdateJob
+def _update(pool, rollouts: dict[str, list], batched: bool) -> float:
+    """One UpdateBatch through AdapterPool.update, every adapter at its held version; the compute seconds it reports
+    (a batched update's shared passes once, one by one the sum), store writes apart. Older versions are deleted."""
+    from services.trainer.pool import UpdateItem
 
-    config = lora_config_dict(RANK, 2.0 * RANK, TARGETS)
-    # every adapter's weights before the first is added: PEFT's layers hide the model's nn.Linear once it is in
-    all_weights = [random_lora_weights(causal_lm, TARGETS, RANK, seed=100 + i, std=0.01) for i in range(N_ADAPTERS)]
-    jobs = []
-    for i, weights in enumerate(all_weights):
-        params = policy.add(f"a{i}", weights, config, trainable=True)
-        optimizer = AdapterAdamW(params, masters=weights, lr=1e-5)
-        jobs.append(UpdateJob(f"a{i}", rollouts(shape, policy.vocab_size, seed=i), list(params.values()), optimizer))
-    return jobs
+    done = pool.update([UpdateItem(a, pool.held[a].version, rs) for a, rs in rollouts.items()], batched)
+    for ref, _ in done:
+        shutil.rmtree(pool.store.version_dir(ref.adapter_id, ref.version - 1), ignore_errors=True)
+    seconds = [stats.seconds for _, stats in done]
+    return max(seconds) if batched else sum(seconds)
 
 
-def bench_trainer(base, shape: Shape, args, report: Reporter, device) -> None:
-    from populora.adapters import BatchedHost, PeftHost
-    from services.trainer.trr import TrrSettings, trr_update
+def _rounds(repeats: int, sides: dict[str, Callable[[], float]], device, measured: str = ""
+            ) -> tuple[dict[str, float], float]:
+    """Each side once untimed, then `repeats` rounds in turn: the least compute seconds of each side, and what the
+    first timed call of side `measured` added to the device's memory at its peak (MiB; NaN without one)."""
+    for run in sides.values():
+        run()
+    best, extra = {name: math.inf for name in sides}, math.nan
+    for k in range(repeats):
+        for name, run in sides.items():
+            if k == 0 and name == measured:
+                extra, seconds = peak_extra_mb(run, device)
+            else:
+                seconds = run()
+            best[name] = min(best[name], seconds)
+    return best, extra
 
-    settings = TrrSettings(micro_batch_tokens=shape.micro_batch_tokens)
-    model = base.model
 
-    def one_by_one(policy, jobs) -> Callable[[], None]:
-        return lambda: [trr_update(policy, [job], settings, device) for job in jobs]
+def peak_extra_mb(fn: Callable[[], float], device) -> tuple[float, float]:
+    """(MiB `fn` added at its peak, its result): CUDA's allocated memory, or this process's resident set (VmHWM,
+    reset just before, over the resident set then)."""
+    import torch
 
-    def all_at_once(policy, jobs) -> Callable[[], None]:
-        return lambda: trr_update(policy, jobs, settings, device)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        before = torch.cuda.memory_allocated(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        result = fn()
+        torch.cuda.synchronize(device)
+        return (torch.cuda.max_memory_allocated(device) - before) / 2**20, result
+    before = rss_mb(trim=True)
+    reset_peak()
+    result = fn()
+    return peak_mb() - before, result
 
-    batched = BatchedHost(model, TARGETS, RANK)
-    try:
-        jobs = make_jobs(batched, model, shape)
-        wall = best_of(args.repeats, {"batched": all_at_once(batched, jobs),
-                                      "one_by_one_same_layer": one_by_one(batched, jobs)}, lambda: sync(device))
-    finally:
-        batched.multi.restore()  # PEFT wraps plain nn.Linear layers
-    del batched, jobs
-    free(device)
-    sequential = PeftHost(model, TARGETS, RANK)  # last: PEFT's layers stay in the model, which is not used after this
-    jobs = make_jobs(sequential, model, shape)
-    wall.update(best_of(args.repeats, {"sequential": one_by_one(sequential, jobs)}, lambda: sync(device)))
-    del sequential, jobs
-    free(device)
-    tokens = N_ADAPTERS * shape.rollouts * shape.response_tokens
-    report("gpu_update_adapters", N_ADAPTERS)
-    report("gpu_update_rollouts_per_adapter", shape.rollouts)
-    report("gpu_update_tokens_per_rollout", shape.prompt_tokens + shape.response_tokens)
+
+def predicted_extra_mb(pool, rollouts: dict[str, list]) -> tuple[float, int]:
+    """The memory model's peak for a batched update of `rollouts` on `pool` (services/trainer/memory.py), its
+    micro-batches packed as trr_update packs them; and how many micro-batches that is."""
+    from services.trainer import memory
+    from services.trainer.trr import UpdateJob, make_rows, pack
+
+    s = pool.trr
+    rows, _ = make_rows([UpdateJob(a, rs, [], None) for a, rs in rollouts.items()], s.adv_eps)
+    batches = pack([r for r in rows if r.advantage != 0 or s.entropy_coef > 0], s.micro_batch_tokens)
+    model = memory.ModelShape.of(pool.host.causal_lm)
+    adapters = [memory.AdapterShape.of(list(pool.held[a].params.values()), model.layers, True) for a in rollouts]
+    shapes = [(len(b), max(len(r.ids) for r in b), sum(r.n_response for r in b)) for b in batches]
+    peak = memory.update_bytes(model, adapters, shapes, s.logprob_chunk_tokens, s.activation_checkpointing,
+                               s.entropy_coef > 0, pool.host.device.type == "cpu")
+    return peak / memory.MB, len(batches)
+
+
+def version_dir(model) -> str | None:
+    """Where the trainer part's stores go: /dev/shm when it has room for three rounds of versions (every update
+    writes each adapter's float32 weights and two moments, 7.4 GB for the 7B shape, and the one before is deleted
+    after), else the default temporary directory (a container's /dev/shm is often 64 MB)."""
+    from services.trainer import memory
+
+    adapter = memory.AdapterShape.fresh(memory.ModelShape.of(model), RANK, TARGETS)
+    need = 3 * N_ADAPTERS * adapter.params * 3 * memory.F32
+    shm = Path("/dev/shm")
+    return str(shm) if shm.is_dir() and shutil.disk_usage(shm).free > need else None
+
+
+def _mode(cfg, mode: str):
+    return cfg.model_copy(update={"trainer": cfg.trainer.model_copy(update={"batch_mode": mode})})
+
+
+def bench_trainer(base, shape: Shape, args, report: Reporter, device, generated: Generated | None) -> None:
+    """The 8 adapters' updates on the generation part's rollouts through AdapterPool.update, on trainers built by
+    TrainerService.from_config from the preset's config (its trainer settings: micro-batch budget, chunked
+    log-probabilities, checkpointing, attention, memory limit): `batched` (every adapter's rows in shared passes on
+    the batched layer), `one_by_one_same_layer` (one adapter per pass on that layer) and `sequential` (one adapter
+    per pass on PEFT, trainer.batch_mode sequential). The adapters are the generation part's (same seeds)."""
+    if generated is None:
+        raise RuntimeError("the trainer part trains on the generation part's rollouts, and that part failed")
+    from populora.store import ArtifactStore
+    from services.trainer.service import TrainerService
+
+    rollouts = trainer_rollouts(generated)
+    cfg = generated.cfg
+    with tempfile.TemporaryDirectory(prefix="bench-gpu-trainer-", dir=version_dir(base.model)) as tmp:
+        stores = {mode: ArtifactStore(Path(tmp) / mode) for mode in ("batched", "sequential")}
+        # made before any trainer: PEFT's layers hide the model's nn.Linear once they are in
+        refs = {mode: random_adapters(store, base.model, TARGETS, RANK, N_ADAPTERS, "gpu-", dtype=base.model.dtype)
+                for mode, store in stores.items()}
+        svc = TrainerService.from_config(_mode(cfg, "batched"), base=base, store=stores["batched"])
+        try:
+            for ref in refs["batched"]:
+                svc.pool.adopt(ref, "both")
+            predicted, micro_batches = predicted_extra_mb(svc.pool, rollouts)
+            pool = svc.pool
+            seconds, extra = _rounds(args.repeats, {"batched": lambda: _update(pool, rollouts, True),
+                                                    "one_by_one_same_layer": lambda: _update(pool, rollouts, False)},
+                                     device, measured="batched")
+        finally:
+            svc.pool.host.multi.restore()  # PEFT wraps plain nn.Linear layers
+        svc = pool = None
+        free(device)
+        # last: PEFT's layers stay in the model, which is not used after this
+        svc = TrainerService.from_config(_mode(cfg, "sequential"), base=base, store=stores["sequential"])
+        for ref in refs["sequential"]:
+            svc.pool.adopt(ref, "both")
+        seconds.update(_rounds(args.repeats, {"sequential": lambda: _update(svc.pool, rollouts, False)}, device)[0])
+        svc = None
+        free(device)
+    lengths = [len(r.prompt) + len(r.response) for rs in rollouts.values() for r in rs]
+    tokens = sum(len(r.response) for rs in rollouts.values() for r in rs)
+    t = cfg.trainer
+    report("gpu_update_adapters", len(rollouts))
+    report("gpu_update_rollouts_per_adapter", [len(rollouts[r.adapter_id]) for r in refs["batched"]])
+    report("gpu_update_tokens_per_rollout", {"min": min(lengths), "mean": round(sum(lengths) / len(lengths), 2),
+                                             "max": max(lengths)})
+    report("gpu_update_response_tokens", tokens)
+    report("gpu_update_micro_batches", micro_batches)
+    report("gpu_update_settings", {"micro_batch_tokens": t.micro_batch_tokens, "logprob_chunk_tokens":
+                                   t.logprob_chunk_tokens, "activation_checkpointing": t.activation_checkpointing,
+                                   "attention": t.attention, "memory_limit_mb": t.memory_limit_mb})
     for name in ("batched", "sequential", "one_by_one_same_layer"):
-        report(f"gpu_update_s_{name}", wall[name])
-        report(f"gpu_update_response_tokens_per_s_{name}", tokens / wall[name])
-    report("gpu_batched_update_gain", wall["sequential"] / wall["batched"])
-    report("gpu_batched_update_gain_same_layer", wall["one_by_one_same_layer"] / wall["batched"])
+        report(f"gpu_update_s_{name}", seconds[name])
+        report(f"gpu_update_response_tokens_per_s_{name}", tokens / seconds[name])
+    report("gpu_batched_update_gain", seconds["sequential"] / seconds["batched"])
+    report("gpu_batched_update_gain_same_layer", seconds["one_by_one_same_layer"] / seconds["batched"])
+    report("gpu_update_extra_mb_batched", extra)
+    report("gpu_update_predicted_extra_mb_batched", predicted)
+    report("gpu_update_memory_model_ratio", predicted / extra)
 
 
 # ---------------------------------------------------------------- evolver

@@ -1,5 +1,6 @@
 """bench.gpu end to end on the tiny shape (the CPU runs the same code the GPU check runs): generation on the batches
-the phases build (uneven rows per adapter, end-of-sequence honoured, the base at the adapters' lengths), every key
+the phases build (uneven rows per adapter, end-of-sequence honoured, the base at the adapters' lengths), the trainer
+on those rollouts with the preset's settings, every key
 there and numeric, every derived figure (ratios, throughputs, targets_met) following from the run's own
 measurements, each measurement written as it was taken, and a missing package named with the way to bring it."""
 
@@ -22,7 +23,9 @@ NUMERIC = [
     "gpu_eight_vs_one_wall_ratio", "gpu_lora_overhead", "gpu_generation_rows", "gpu_generation_1_adapter_rows",
     "gpu_generation_finished_by_eos", "gpu_generation_eos_bias", "gpu_workload_build_s",
     "gpu_update_s_batched", "gpu_update_s_sequential", "gpu_update_s_one_by_one_same_layer",
-    "gpu_batched_update_gain", "gpu_batched_update_gain_same_layer",
+    "gpu_batched_update_gain", "gpu_batched_update_gain_same_layer", "gpu_update_response_tokens",
+    "gpu_update_micro_batches", "gpu_update_extra_mb_batched", "gpu_update_predicted_extra_mb_batched",
+    "gpu_update_memory_model_ratio",
     "gpu_evolver_max_seconds", "cpu_evolver_max_seconds",
 ]
 
@@ -76,18 +79,38 @@ def assert_generation(out: dict) -> None:
     assert _quotient_of(out["gpu_lora_overhead"], out["gpu_tokens_per_s_base"], out["gpu_tokens_per_s_8_adapters"])
 
 
+def assert_trainer_rollouts(out: dict) -> None:
+    """The trainer part trained on what the generation part sampled (every adapter's rows, their tokens) with the
+    preset's trainer settings."""
+    from populora.config import load_config
+
+    assert out["gpu_update_adapters"] == 8
+    assert out["gpu_update_rollouts_per_adapter"] == out["gpu_generation_rows_per_adapter"]
+    assert out["gpu_update_response_tokens"] == out["gpu_tokens_8_adapters"]
+    lengths = out["gpu_update_tokens_per_rollout"]
+    low, high = out["gpu_generation_prompt_tokens"]
+    assert low < lengths["min"] < lengths["max"] <= high + gpu.SHAPES["tiny"].new_tokens, lengths
+    t = load_config(preset=gpu_workload.PRESET, env=False).trainer
+    assert out["gpu_update_settings"] == {
+        "micro_batch_tokens": t.micro_batch_tokens, "logprob_chunk_tokens": t.logprob_chunk_tokens,
+        "activation_checkpointing": t.activation_checkpointing, "attention": t.attention,
+        "memory_limit_mb": t.memory_limit_mb}
+    assert out["gpu_update_settings"]["activation_checkpointing"] is True
+
+
 def assert_consistent(out: dict) -> None:
     """The derived figures follow from the measured ones, and targets_met says what the figures say."""
-    shape = gpu.SHAPES["tiny"]
     assert_generation(out)
     updates = {n: out[f"gpu_update_s_{n}"] for n in ("batched", "sequential", "one_by_one_same_layer")}
     assert _quotient_of(out["gpu_batched_update_gain"], updates["sequential"], updates["batched"])
     assert _quotient_of(out["gpu_batched_update_gain_same_layer"], updates["one_by_one_same_layer"],
                         updates["batched"])
-    tokens = out["gpu_update_adapters"] * out["gpu_update_rollouts_per_adapter"] * shape.response_tokens
-    assert (out["gpu_update_adapters"], out["gpu_update_rollouts_per_adapter"]) == (8, shape.rollouts)
+    assert_trainer_rollouts(out)
+    tokens = out["gpu_update_response_tokens"]
     for name, seconds in updates.items():
         assert _product_is(tokens, out[f"gpu_update_response_tokens_per_s_{name}"], seconds), name
+    assert _quotient_of(out["gpu_update_memory_model_ratio"], out["gpu_update_predicted_extra_mb_batched"],
+                        out["gpu_update_extra_mb_batched"])
     assert abs(out["cpu_evolver_max_seconds"] - max(out["cpu_evolver_seconds"].values())) <= 0.5e-3 + HALF
     # no GPU here: the gpu_ evolver figures are the CPU's, as the module's docstring says
     assert out["gpu_evolver_seconds"] == out["cpu_evolver_seconds"]
