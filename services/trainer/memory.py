@@ -19,6 +19,7 @@ from torch import nn
 
 MB = 2**20
 F32 = 4  # log-probabilities, AdamW's master weights and moments are float32 whatever the model computes in
+ENTROPY_COPIES = 2  # float32 (tokens x vocabulary) tensors the entropy term adds to a chunk's backward (measured)
 
 
 class MemoryLimitError(ValueError):
@@ -114,9 +115,6 @@ def head_bytes(model: ModelShape, tokens: int, entropy: bool) -> int:
     b = model.dtype_bytes
     per = 3 * F32 + (b if b != F32 else 0) + (ENTROPY_COPIES * F32 if entropy else 0)
     return tokens * model.vocab * per
-
-
-ENTROPY_COPIES = 2  # float32 (tokens x vocabulary) tensors the entropy term adds to a chunk's backward
 
 
 def pass_bytes(model: ModelShape, rows: int, width: int, response: int, rank_per_layer: int, chunk: int,

@@ -184,7 +184,7 @@ def fit_memory(batches: list[list[Row]], policy: AdapterHost, jobs: Sequence[Upd
                 f"a rollout of {len(rows[0].ids)} tokens ({rows[0].n_response} of them response) needs "
                 f"{need / MB:.0f} MiB for its update by the memory model, over trainer.memory_limit_mb="
                 f"{settings.memory_limit_mb} (of it, {(reserved + training_bytes(adapters, 0, False)) / MB:.0f} "
-                f"MiB are the adapters' snapshot and gradients); raise the limit, turn "
+                f"MiB are the adapters' snapshot, gradients and AdamW step); raise the limit, turn "
                 f"trainer.activation_checkpointing on, lower trainer.logprob_chunk_tokens "
                 f"({settings.logprob_chunk_tokens}), or send shorter rollouts")
         width = max(len(r.ids) for r in rows)
