@@ -301,6 +301,8 @@ def generate(services: Any, requests: list[inference_pb2.GenerationRequest], max
         raise EvalError(f"--samples is over the inference batch limit of {limit_rows} rows")
     texts: dict[str, list[str]] = {}
     tokens, done, total = 0, 0, sum(max(1, r.sampling.n) for r in requests)
+    if progress is not None:  # the prompt pass comes first, and no answer is done before it
+        progress(0, total)
     for batch in _batches(requests, limit_rows, info.max_resident or 10**9):
         for res in services.inference.Generate(inference_pb2.GenerateRequest(requests=batch)):
             texts[res.request_id] = [c.text for c in sorted(res.completions, key=lambda c: c.index)]

@@ -112,7 +112,7 @@ def __populora_outputs(__fn, __inputs, __limits=None, __defer_after=None):
                     text(v, put, depth + 1)
                     put(",")
             put("]")
-        elif t is set or t is frozenset or t is dict:  # members in the order of their texts: equal ones may iterate apart
+        elif t is set or t is frozenset or t is dict:  # members in their texts' order: equal ones may iterate apart
             parts = []
             for member in (x.items() if t is dict else x):
                 piece = []

@@ -60,8 +60,8 @@ def test_typed_inputs_survive_the_trip_into_a_job():
 
 
 def test_an_empty_plus_input_object_means_no_plus_inputs(tmp_path):
-    [p] = _load(tmp_path, [_row("Mbpp/793", "last", "\ndef last(arr, x):\n    return len(arr) - arr[::-1].index(x) - 1\n",
-                                [[[1, 2, 3], 1]], {})])
+    last = "\ndef last(arr, x):\n    return len(arr) - arr[::-1].index(x) - 1\n"
+    [p] = _load(tmp_path, [_row("Mbpp/793", "last", last, [[[1, 2, 3], 1]], {})])
     assert p.plus_input == () and p.base_input == ([[1, 2, 3], 1],) and p.dataset == "mbpp"
     with pytest.raises(BenchmarkError, match=r"MbppPlus.jsonl:1: field 'plus_input' must be a list"):
         _load(tmp_path, [_row("Mbpp/793", "last", "def last(a, x):\n    return 0\n", [[[1], 1]], {"a": 1})])
@@ -109,7 +109,8 @@ def test_a_counter_is_compared_as_the_dict_of_its_counts(sandbox, tmp_path):
 
 def test_a_match_output_passes_when_it_is_none_exactly_when_the_references_is(sandbox, tmp_path):
     [p] = with_expected(sandbox, _load(tmp_path, [_row(
-        "Mbpp/737", "check_str", "\nimport re\ndef check_str(s):\n    return re.search('^[aeiouAEIOU][A-Za-z0-9_]*', s)\n",
+        "Mbpp/737", "check_str",
+        "\nimport re\ndef check_str(s):\n    return re.search('^[aeiouAEIOU][A-Za-z0-9_]*', s)\n",
         [["annie"], ["dawood"]], [["Else"], [""]])]), None)
     assert [o.status for o in p.expected["base"]] == ["unplain", "ok"]  # a Match, then None
     checks, _ = check_references(sandbox, [p], 10.0)
@@ -125,7 +126,8 @@ def test_a_slow_reference_sets_its_own_limit(sandbox, tmp_path):
     """The reference computes for 0.6 CPU s on one input: that input's limit is 4 x its time (about 2.4 s), so an
     answer that computes 1.5 s there passes (over the 1 s floor) and one that never returns fails there, with the
     limit named."""
-    busy = "import time\ndef busy(s):\n    t = time.process_time()\n    while time.process_time() - t < s:\n        pass\n"
+    busy = ("import time\ndef busy(s):\n    t = time.process_time()\n"
+            "    while time.process_time() - t < s:\n        pass\n")
     body = f"\n{busy}def slow(n):\n    if n == 2:\n        busy(0.6)\n    return n * 2\n"
     [p] = with_expected(sandbox, _load(tmp_path, [_row("Mbpp/1", "slow", body, [[1], [2]], [[3]])]), None)
     limit = limits_of(p, "base")[1]
@@ -142,8 +144,8 @@ def test_large_outputs_compare_by_digest_however_they_were_built(sandbox, tmp_pa
     objects make them up, and differ when one item does; a namedtuple is read as the tuple it is."""
     body = ("\nfrom itertools import combinations_with_replacement as cwr\n"
             "def combos(l, n):\n    return list(cwr(l, n))\n")
-    [p] = with_expected(sandbox, _load(tmp_path, [_row("Mbpp/255", "combos", body, [[["Red", "Green"], 2]],
-                                                       [[["a", "b", "c", "d", "e"], 8], [[str(i) for i in range(40)], 3]])]),
+    plus = [[["a", "b", "c", "d", "e"], 8], [[str(i) for i in range(40)], 3]]
+    [p] = with_expected(sandbox, _load(tmp_path, [_row("Mbpp/255", "combos", body, [[["Red", "Green"], 2]], plus)]),
                         None)
     assert [o.status for o in p.expected["plus"]] == ["digest", "digest"]
     got = _score(sandbox, p, {
@@ -153,7 +155,8 @@ def test_large_outputs_compare_by_digest_however_they_were_built(sandbox, tmp_pa
         "named": "import collections, itertools\nT = collections.namedtuple('T', 'a b c')\n"
                  "def combos(l, n):\n    out = list(itertools.combinations_with_replacement(l, n))\n"
                  "    return [T(*t) for t in out] if n == 3 else out\n",
-        "one_off": "import itertools\ndef combos(l, n):\n    out = list(itertools.combinations_with_replacement(l, n))\n"
+        "one_off": "import itertools\ndef combos(l, n):\n"
+                   "    out = list(itertools.combinations_with_replacement(l, n))\n"
                    "    return out[:-1] + [out[0]] if len(out) > 100 else out\n"})
     assert got["rebuilt"].passed and got["named"].passed, (got["rebuilt"].error, got["named"].error)
     assert got["one_off"].error.startswith("plus input 0: returned a large value that differs")
