@@ -8,13 +8,10 @@ reads the same records from the same rows.
 
 from __future__ import annotations
 
-import dataclasses
-import functools
-import types
-import typing
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, Union
+from typing import Any
 
+from populora.codec import CodecError, from_json, to_json  # noqa: F401  (the records' codec, imported from here)
 from populora.tasks.buffers import BufferSet
 from populora.tasks.triplet import Triplet
 
@@ -139,8 +136,8 @@ class Rating:
 
 @dataclass(frozen=True)
 class Rated:
-    applied: int
-    duplicates: int
+    applied: int  # the step's matches the league has applied (by this delivery of the phase or an earlier one)
+    duplicates: int  # of those, how many an earlier delivery had applied (a killed worker's, taken over)
     reported: list[str]  # match ids reported this step
     ratings: dict[str, Rating]  # adapter id -> rating after the step's matches
 
@@ -179,12 +176,21 @@ class UpdateStats:
 
 
 @dataclass(frozen=True)
+class AdapterDigest:
+    """A stored version's weights and optimizer state ("" for none), exactly (populora.store.tensors_digest)."""
+
+    weights_digest: str
+    optimizer_digest: str = ""
+
+
+@dataclass(frozen=True)
 class Updated:
     population: Population
     stats: dict[str, UpdateStats]
     mode: str = ""
     reused: list[str] = field(default_factory=list)  # adapters whose version a crashed earlier try had written
     served_ms: float = overlap_field(default=0.0)  # overlapped steps: the trainer's answer to every new version served
+    digests: dict[str, AdapterDigest] = field(default_factory=dict)  # every member's version after the update
 
 
 @dataclass(frozen=True)
@@ -203,6 +209,7 @@ class EvolutionEvent:
 class Evolved:
     population: Population
     events: list[EvolutionEvent]
+    digests: dict[str, AdapterDigest] = field(default_factory=dict)  # every member's version after evolution
 
 
 # ------------------------------------------------------------------------------------------------ evaluation
@@ -311,81 +318,6 @@ class Accounted:
     # per phase of spec 14 ("propose", "solve", "update"; step 0: "warm_start", "seeding"); sandbox jobs in total only
     phases: dict[str, Usage] = field(default_factory=dict)
     sandbox_cpu_seconds: float = 0.0  # CPU time of the step's sandbox jobs, reported beside FLOPs (spec 14)
-
-
-# ------------------------------------------------------------------------------------------------ codec
-R = TypeVar("R")
-
-
-class CodecError(ValueError):
-    """A stored record does not match its type; the message names the path inside the record."""
-
-
-def to_json(value: Any) -> Any:
-    """A record (or anything it holds) as JSON-able data: dataclasses as objects of their fields, BufferSet as its
-    own JSON form, lists and dicts element-wise."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: to_json(getattr(value, f.name)) for f in dataclasses.fields(value)
-                if not (f.metadata.get("omit_default") and getattr(value, f.name) == _default(f))}
-    if isinstance(value, BufferSet):
-        return value.to_json()
-    if isinstance(value, (list, tuple)):
-        return [to_json(v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): to_json(v) for k, v in value.items()}
-    return value
-
-
-def _default(f: dataclasses.Field) -> Any:
-    return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
-
-
-@functools.cache
-def _hints(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
-
-
-def from_json(kind: Any, data: Any, path: str = "$") -> Any:
-    """Rebuild a value of type `kind` from `to_json` output; missing fields take their defaults."""
-    origin = typing.get_origin(kind)
-    if kind is Any:
-        return data
-    if origin in (Union, types.UnionType):
-        options = typing.get_args(kind)
-        if data is None and type(None) in options:
-            return None
-        inner = [o for o in options if o is not type(None)]
-        return from_json(inner[0], data, path)
-    if kind is BufferSet:
-        return BufferSet.from_json(data)
-    if dataclasses.is_dataclass(kind):
-        if not isinstance(data, dict):
-            raise CodecError(f"{path}: expected an object for {kind.__name__}, got {type(data).__name__}")
-        hints = _hints(kind)
-        args = {}
-        for f in dataclasses.fields(kind):
-            if f.name in data:
-                args[f.name] = from_json(hints[f.name], data[f.name], f"{path}.{f.name}")
-            elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-                raise CodecError(f"{path}: {kind.__name__} needs the field '{f.name}'")
-        return kind(**args)
-    if origin is list:
-        (item,) = typing.get_args(kind)
-        return [from_json(item, v, f"{path}[{i}]") for i, v in enumerate(_expect(data, list, path))]
-    if origin is dict:
-        _, item = typing.get_args(kind)
-        return {k: from_json(item, v, f"{path}.{k}") for k, v in _expect(data, dict, path).items()}
-    if kind is float:
-        return float(_expect(data, (int, float), path))
-    if kind in (int, str, bool):
-        return _expect(data, kind, path)
-    raise CodecError(f"{path}: no codec for {kind!r}")
-
-
-def _expect(data: Any, kind, path: str) -> Any:
-    if not isinstance(data, kind):
-        raise CodecError(f"{path}: expected {getattr(kind, '__name__', kind)}, got {type(data).__name__}")
-    return data
 
 
 # What each phase of the journal stores (coordinator.step runs them; spec sections in its comments).

@@ -7,6 +7,7 @@ directory, so readers never see half a version. Everything in a version loads un
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -29,6 +30,19 @@ ADAPTER_WEIGHTS = "adapter_model.safetensors"
 OPTIMIZER_STATE = "optimizer.safetensors"
 META = "meta.json"
 # PEFT stores the default adapter's weights without the adapter name in the key.
+
+
+def tensors_digest(tensors: dict[str, torch.Tensor]) -> str:
+    """SHA-256 of named tensors (names, dtypes, shapes and values, in name order), "" for none. Exact: two versions
+    share a digest only if every value is bit for bit the same, whatever file layout wrote them."""
+    if not tensors:
+        return ""
+    h = hashlib.sha256()
+    for name in sorted(tensors):
+        t = tensors[name].detach().to("cpu").contiguous()
+        h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
+        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()
 
 
 class StoreError(RuntimeError):
@@ -238,6 +252,12 @@ class ArtifactStore:
 
     def read(self, ref: AdapterRef) -> AdapterVersion:
         return self.load(ref)[0]
+
+    def digests(self, ref: AdapterRef) -> tuple[str, str]:
+        """(weights digest, optimizer-state digest) of a stored version: what two runs that must agree compare
+        (tensors_digest; the optimizer's is "" where the version has none, as an evolver child)."""
+        version, opt = self.load(ref, with_optimizer=True)
+        return tensors_digest(version.weights), tensors_digest(opt)
 
     @staticmethod
     def _read_json(path: Path) -> dict[str, Any]:

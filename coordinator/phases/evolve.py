@@ -6,7 +6,7 @@ import json
 import math
 
 from coordinator.phases.run import Run
-from coordinator.phases.update import refresh_inference
+from coordinator.phases.update import member_digests, refresh_inference
 from populora.pb import evolver_pb2, league_pb2, trainer_pb2
 from populora.records import EvolutionEvent, Evolved, Member, Population
 from populora.rpc import ref_from_pb, ref_to_pb
@@ -34,10 +34,11 @@ def evolve(run: Run, step: int, population: Population) -> Evolved:
             parents = parents[:1]
         child_id = f"{run.run_id}.{rep.role[0].upper()}{step}c{i}"
         seed_ = run.seed("breed", step, i)
-        if run.store.versions(child_id):  # a retried evolve: the child was written already
+        if run.store.versions(child_id):  # a retried evolve: the child was written already, its record with it
             child = run.store.ref(child_id, 1)
-            params_json = json.dumps(run.store.read(child).meta.get("params", {}), sort_keys=True)
-            change, eff_rank = math.nan, math.nan
+            meta = run.store.read(child).meta
+            params_json = json.dumps(meta.get("params", {}), sort_keys=True)
+            change, eff_rank = meta.get("relative_change", math.nan), meta.get("effective_rank", math.nan)
         else:
             bred = s.evolver.Breed(evolver_pb2.BreedRequest(
                 parents=[run.ref(p, after[p].version) for p in parents], operator=op, seed=seed_, child_id=child_id))
@@ -52,4 +53,4 @@ def evolve(run: Run, step: int, population: Population) -> Evolved:
         after[child_id] = Member(rep.role, child.version)
         events.append(EvolutionEvent(step, rep.role, rep.retire_id, child_id, parents, op, change, eff_rank))
     refresh_inference(run, population, after)
-    return Evolved(after, events)
+    return Evolved(after, events, member_digests(run.store, after))

@@ -12,6 +12,7 @@ from coordinator.phases.run import Run
 from coordinator.phases.staleness import Staleness, behaviour_logprobs, bound
 from populora.pb import common_pb2, inference_pb2, trainer_pb2
 from populora.records import (
+    AdapterDigest,
     Checked,
     Member,
     Population,
@@ -60,10 +61,10 @@ def update(run: Run, step: int, population: Population, batch: dict[str, list[Ro
     """One TRR++ step per adapter with rollouts, all in one UpdateBatch (batched across adapters where it pays,
     spec 5); the new versions are loaded into inference."""
     after = dict(population)
-    requests, stats, reused = [], {}, []
+    requests, stats, reused, mode = [], {}, [], ""
     k = run.cfg.loop.max_staleness
-    stale: dict[str, Staleness] = {}
     temperature = run.cfg.generation.temperature  # every proposal and attempt was sampled at it (sampling_params)
+    stale: dict[str, Staleness] = {}
     for adapter_id, rows in sorted(batch.items()):
         if not rows or adapter_id not in after:
             continue
@@ -75,8 +76,10 @@ def update(run: Run, step: int, population: Population, batch: dict[str, list[Ro
                 continue
         done = _already_updated(run.store, adapter_id, version, step)
         if done is not None:
+            meta = run.store.read(done).meta
             after[adapter_id] = Member(after[adapter_id].role, done.version)
-            stats[adapter_id] = UpdateStats(**run.store.read(done).meta.get("stats", {}))
+            stats[adapter_id] = UpdateStats(**meta.get("stats", {}))
+            mode = meta.get("mode", "")  # how the trainer made it, as the record of an uninterrupted update says
             reused.append(adapter_id)
             continue
         requests.append(trainer_pb2.UpdateRequest(
@@ -85,7 +88,6 @@ def update(run: Run, step: int, population: Population, batch: dict[str, list[Ro
                                           reward=r.reward, task_type=r.task_type, role=r.role,
                                           old_logprobs=behaviour_logprobs(r, k), temperature=temperature,
                                           truncated_fraction=r.truncated_fraction) for r in rows]))
-    mode = ""
     trained = time.perf_counter()
     if requests:
         resp = run.services.trainer.UpdateBatch(trainer_pb2.UpdateBatchRequest(updates=requests))
@@ -103,7 +105,12 @@ def update(run: Run, step: int, population: Population, batch: dict[str, list[Ro
             stats[adapter_id] = replace(stats[adapter_id], staleness=st.histogram, dropped=st.dropped)
     refresh_inference(run, population, after)
     served_ms = (time.perf_counter() - trained) * 1000 if k else 0.0  # update_to_served_ms (a clock: overlap only)
-    return Updated(after, stats, mode, reused, served_ms)
+    return Updated(after, stats, mode, reused, served_ms, member_digests(run.store, after))
+
+
+def member_digests(store: ArtifactStore, population: Population) -> dict[str, AdapterDigest]:
+    """Every member's stored version, exactly: its weights' and optimizer state's digests (populora.store)."""
+    return {a: AdapterDigest(*store.digests(store.ref(a, m.version))) for a, m in sorted(population.items())}
 
 
 def refresh_inference(run: Run, before: Population, after: Population) -> None:

@@ -49,7 +49,7 @@ def test_overlap_fields_stay_out_of_lockstep_records():
     a = Attempt("a", "m/p0", "S0", "m", "y", [1], [2])
     assert "logprobs" not in to_json(p) and {"version", "logprobs"}.isdisjoint(to_json(a))
     u = Updated({}, {"T0": UpdateStats(loss=1.0)})
-    assert set(to_json(u)) == {"population", "stats", "mode", "reused"}
+    assert set(to_json(u)) == {"population", "stats", "mode", "reused", "digests"}
     assert set(to_json(u)["stats"]["T0"]) == {"loss", "grad_norm", "mean_abs_advantage", "tokens", "seconds",
                                                "rollouts"}
     stale = Attempt("a", "m/p0", "S0", "m", "y", [1], [2], version=3, logprobs=[-0.5])
