@@ -130,7 +130,9 @@ def rate(run: Run, step: int, matched: Matched, proposed: Proposed, checked: Che
     applied = duplicates = 0
     if results:
         resp = league.ReportMatches(league_pb2.ReportMatchesRequest(run_id=run.run_id, matches=results))
-        applied, duplicates = resp.applied, resp.duplicates
+        # a match id names one match of this step: one the league already held was applied by an earlier delivery
+        # of this phase (a killed worker's), so the step's matches are applied either way
+        applied, duplicates = resp.applied + resp.duplicates, resp.duplicates
     ratings = league.GetRatings(league_pb2.GetRatingsRequest(run_id=run.run_id)).ratings
     return Rated(applied, duplicates, [r.match_id for r in results],
                  {r.adapter_id: Rating(r.role, r.mu, r.sigma, r.conservative_skill) for r in ratings})

@@ -243,9 +243,14 @@ class LeagueService:
     def SelectForReplacement(self, request: league_pb2.SelectForReplacementRequest
                              ) -> league_pb2.SelectForReplacementResponse:
         """For each sub-population (teachers, students; a `both` adapter is its own), the worst ceil(gamma*N) by
-        mu - k*sigma and two parents each from the survivors' top half (spec 8). Writes nothing."""
+        mu - k*sigma and two parents each from the survivors' top half (spec 8). Writes nothing.
+
+        Chosen among the members as they stood before this step's evolution (those it retired included, the children
+        it made left out), so a step whose evolution is asked again after it was recorded (a killed worker's job,
+        taken over) gets the same answer."""
         k = self.rules.params.k
-        active = self.db.adapters(request.run_id)
+        active = [a for a in self.db.adapters(request.run_id, include_retired=True)
+                  if a.created_step < request.step and (a.status == "active" or a.retired_step == request.step)]
         rng = random.Random(derive_seed(request.run_id, request.step, request.seed, "select"))
         plans = []
         for role in ROLES:

@@ -288,7 +288,8 @@ class AdapterPool:
                 h.version += 1
                 h.updates += 1
                 refs.append(self._save(h, meta={"request_digest": request_digest(it), "step": int(it.step),
-                                                "seed": int(it.seed), "stats": dict(s.__dict__)}))
+                                                "seed": int(it.seed), "stats": dict(s.__dict__),
+                                                "mode": "batched" if batched else "sequential"}))
         except Exception as e:
             for h, snap in zip(helds, snapshots, strict=True):
                 restore(h, snap)
