@@ -98,7 +98,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_experiment(args: argparse.Namespace) -> int:
-    from coordinator.experiment import main as experiment_main
+    from coordinator.experiment.runner import main as experiment_main
 
     return int(experiment_main(args, load_cli_config(args)) or 0)
 
@@ -121,7 +121,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from coordinator.evaluate import main as eval_main
+    from coordinator.experiment.evaluate import main as eval_main
 
     check_run_flag(args.run, "--run")
     return int(eval_main(args, load_cli_config(args)) or 0)
@@ -216,7 +216,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--output-dir", default="runs", help="where runs live (default: runs)")
     r.set_defaults(func=cmd_report)
 
-    from coordinator.evaluate import add_parser as add_eval_parser
+    from coordinator.experiment.evaluate import add_parser as add_eval_parser
 
     add_eval_parser(sub)
     ev = sub.choices["eval"]

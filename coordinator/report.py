@@ -8,7 +8,7 @@ import json
 import sys
 from pathlib import Path
 
-from coordinator.births import evolution_table
+from coordinator.experiment.births import evolution_table
 from coordinator.figures import plt, save_figure
 from coordinator.stepmetrics import read_metrics
 from populora import names

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from coordinator.evaluate import eval_phase
+from coordinator.experiment.evaluate import eval_phase
 from coordinator.journal import Journal
 from coordinator.phases import (
     Run,

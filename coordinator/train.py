@@ -11,7 +11,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from coordinator.armdynamics import members_diversity
+from coordinator.experiment.armdynamics import members_diversity
 from coordinator.journal import Journal, JournalDB, RunFailed
 from coordinator.phases import Run
 from coordinator.phases.accounting import budget_flops

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from coordinator.armdynamics import arm_dynamics, complexity_values, step_dynamics
+from coordinator.experiment.armdynamics import arm_dynamics, complexity_values, step_dynamics
 from populora.store import ArtifactStore, lora_config_dict
 
 KEY = "base_model.model.model.layers.0.self_attn.q_proj.lora_{}.weight"

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from coordinator.checkpointeval import (
+from coordinator.experiment.checkpointeval import (
     VALIDATION_EVERY,
     WARM,
     choose,

@@ -9,8 +9,8 @@ from statistics import mean, pstdev
 
 import pytest
 
-from coordinator.comparison import arm_numbers, eval_numbers, pooled
-from coordinator.experiment import check_manifest, default_id, parse_seeds, plan
+from coordinator.experiment.comparison import arm_numbers, eval_numbers, pooled
+from coordinator.experiment.plan import check_manifest, default_id, parse_seeds, plan
 from coordinator.stepmetrics import complexity_spread
 from populora.config import ConfigError, load_config
 
@@ -152,7 +152,7 @@ def test_cpu_experiment_preset_is_cpu_smol_with_a_step_cap():
 
 
 def test_an_arm_is_finished_when_its_metrics_reach_its_limits(tmp_path):
-    from coordinator.experiment import arm_finished
+    from coordinator.experiment.runner import arm_finished
     from coordinator.journal import JournalDB
 
     exp = plan(_cfg(tmp_path, f"league.db_url=sqlite:///{tmp_path / 'j.sqlite'}"), "e1", [1], [])
@@ -177,9 +177,8 @@ def test_an_arm_is_finished_when_its_metrics_reach_its_limits(tmp_path):
 
 
 def test_a_done_evaluation_is_read_back_not_redone(tmp_path):
-    from coordinator.armeval import experiment_budget
-    from coordinator.evalfiles import eval_path
-    from coordinator.experiment import arm_state, eval_settings, evaluate_arms
+    from coordinator.experiment.armeval import arm_state, eval_settings, evaluate_arms, experiment_budget
+    from coordinator.experiment.evalfiles import eval_path
 
     exp = plan(_cfg(tmp_path), "e1", [1], ["humaneval"], limit=2)
     for arm in exp.arms:

@@ -9,7 +9,8 @@ import json
 import pytest
 
 from coordinator.cli import main as cli_main
-from coordinator.experiment import plan, run_experiment
+from coordinator.experiment.plan import plan
+from coordinator.experiment.runner import run_experiment
 from coordinator.journal import JournalDB
 from coordinator.train import parse_budget, run_training
 from populora.config import load_config

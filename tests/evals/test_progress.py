@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from coordinator.evaluate import _printer
+from coordinator.experiment.evaluate import _printer
 from populora.evals import progress as progress_module
 from populora.evals.harness import generate
 from populora.evals.progress import Pace, progress_text

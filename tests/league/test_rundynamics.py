@@ -1,5 +1,5 @@
 """The dashboard's dynamics of a run (GET /v1/runs/{run}/dynamics, services/league/runview.py): from the step
-summaries and problems the coordinator records, the same numbers as the comparison's (coordinator/armdynamics.py,
+summaries and problems the coordinator records, the same numbers as the comparison's (coordinator/experiment/armdynamics.py,
 from metrics.jsonl and the store), and a step recorded later read on the next call."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from tests.league.test_runview import _step, run  # noqa: F401  (the fixture: a 
 @pytest.mark.slow
 def test_dynamics_equal_the_coordinators_own(short_run):
     """On the real cpu-tiny run: the dashboard's dynamics (from the step summaries and problems the league was
-    sent) are the comparison's (coordinator.armdynamics, from metrics.jsonl and the store)."""
-    from coordinator.armdynamics import arm_dynamics
+    sent) are the comparison's (coordinator.experiment.armdynamics, from metrics.jsonl and the store)."""
+    from coordinator.experiment.armdynamics import arm_dynamics
     from coordinator.stepmetrics import read_metrics
     from services.league.db import LeagueDB
 

@@ -77,20 +77,23 @@ def child_epsilon(store_root: str | None, child: str) -> float | None:
 
 def evolution_table(rows: list[dict], cfg) -> str:
     """Each child with its operator, ε, relative change of its weight update from its nearest parent, and its rate on
-    its first step against its parent's on the birth step (coordinator/births.py; spec 9: a child should start close
-    to what its parents know)."""
+    its first step against its parent's on the birth step (birth_rates; spec 9: a child should start close to what its
+    parents know)."""
     store_root = cfg.store_root if cfg is not None else None
     events = [(r["step"], e) for r in rows for e in r.get("evolution", [])]
     if not events:
         return "<p>No evolution events.</p>"
-    head = ("<tr><th>step</th><th>child</th><th>replaces</th><th>parents</th><th>operator</th><th>epsilon</th>"
+    ranked = any(e.get("rank") for _, e in events)  # a run of several ranks records them (spec 9, "Mixed ranks")
+    head = ("<tr><th>step</th><th>child</th><th>replaces</th><th>parents</th><th>operator</th>"
+            + ("<th>LoRA rank (parents → child)</th>" if ranked else "") + "<th>epsilon</th>"
             "<th>relative change from parent</th><th>effective rank</th><th>parent's rate (birth step)</th>"
             "<th>child's rate (next step)</th></tr>")
     body = []
     for (step, e), born in zip(events, birth_rates(rows)):
         eps = child_epsilon(store_root, e["child"])
         rates = ["-" if born[k] is None else f"{born[k]:.2f}" for k in ("parent_rate", "child_rate")]
-        cells = [str(step), e["child"], e["retired"], ", ".join(e["parents"]), e["operator"],
+        ranks = [f"{', '.join(map(str, e.get('parent_ranks', [])))} → {e.get('rank', '-')}"] if ranked else []
+        cells = [str(step), e["child"], e["retired"], ", ".join(e["parents"]), e["operator"], *ranks,
                  "-" if eps is None else f"{eps:.3g}", f"{e['relative_change']:.3f}", f"{e['effective_rank']:.1f}",
                  *rates]
         body.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
@@ -98,8 +101,9 @@ def evolution_table(rows: list[dict], cfg) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m coordinator.births RUN_DIR [RUN_DIR ...]`: every child of the runs with its two rates, and their
-    summary per operator and role, as JSON (how docs/evolver.md's measurement of children's start was made)."""
+    """`python -m coordinator.experiment.births RUN_DIR [RUN_DIR ...]`: every child of the runs with its two rates,
+    and their summary per operator and role, as JSON (how docs/evolver.md's measurement of children's start was
+    made)."""
     import argparse
     import json
     import sys
@@ -107,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from coordinator.stepmetrics import read_metrics
 
-    p = argparse.ArgumentParser(prog="python -m coordinator.births", description=main.__doc__)
+    p = argparse.ArgumentParser(prog="python -m coordinator.experiment.births", description=main.__doc__)
     p.add_argument("runs", nargs="+", type=Path, help="run directories (holding metrics.jsonl)")
     args = p.parse_args(argv)
     births = []

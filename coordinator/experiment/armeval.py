@@ -8,24 +8,28 @@ import json
 import logging
 import time
 from pathlib import Path
-from typing import Any
 
-from coordinator.checkpointeval import HELDOUT_PROBLEMS, WARM, budget_of, checkpoints_of, label, population_at
-from coordinator.evalfiles import eval_path, write_json
+from coordinator.experiment.checkpointeval import (
+    HELDOUT,
+    HELDOUT_PROBLEMS,
+    WARM,
+    budget_of,
+    checkpoints_of,
+    label,
+    population_at,
+)
+from coordinator.experiment.evalfiles import eval_path, write_json
+from coordinator.experiment.plan import Arm, Experiment
 from coordinator.modelsize import model_size
 from coordinator.stepmetrics import read_metrics
 from populora.analysis.flops import FORWARD_FLOPS_PER_PARAM
 
-# coordinator.experiment's Experiment and Arm: that module imports this one, so they are not imported here.
-Experiment = Arm = Any
-
 log = logging.getLogger(__name__)
-HELDOUT = "heldout"
 
 
 def eval_limit(exp: Experiment, benchmark: str) -> int | None:
     """Problems to score: --limit when given; the held-out benchmark otherwise generates HELDOUT_PROBLEMS, so at
-    least 300 are left for scoring after the validation part (coordinator/checkpointeval.py)."""
+    least 300 are left for scoring after the validation part (coordinator/experiment/checkpointeval.py)."""
     if exp.limit is not None:
         return exp.limit
     return HELDOUT_PROBLEMS if benchmark == HELDOUT else None
@@ -53,9 +57,9 @@ def arm_state(arm: Arm) -> dict:
 
 
 def experiment_budget(exp: Experiment, seeds: list[int] | None = None) -> float | None:
-    """The compute the checkpoints divide (coordinator/checkpointeval.budget_of), over the arms of `seeds` (all when
-    None; a FLOP budget is the same for any); None when the arms recorded no FLOPs (runs from before FLOPs were
-    counted: only their final populations are scored)."""
+    """The compute the checkpoints divide (checkpointeval.budget_of), over the arms of `seeds` (all when None; a FLOP
+    budget is the same for any); None when the arms recorded no FLOPs (runs from before FLOPs were counted: only
+    their final populations are scored)."""
     axes = {a.run_id: [(r["step"], r.get("compute_cumulative", {}).get("budget_flops", 0)) for r in arm_rows(a)]
             for a in exp.arms if seeds is None or a.seed in seeds}
     try:
@@ -88,7 +92,7 @@ def evaluate_arm(exp: Experiment, arm: Arm, benchmark: str, targets: dict[str, i
     identical in all arms, so it is scored once). The members' scores are also recorded in the arm's league, as
     `populora eval --run` records them. Returns the layout `populora eval --out` writes, with the tokens the
     evaluation generated and their FLOPs (2N each; off the training budget, spec 14)."""
-    from coordinator.evaluate import expected_cache, open_eval_services, record, scores_of
+    from coordinator.experiment.evaluate import expected_cache, open_eval_services, record, scores_of
     from populora.evals import EvalTarget, evaluate
     from populora.evals.progress import progress_text
     from populora.rpc import ServiceError

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from statistics import mean
 
-from coordinator.checkpointeval import VALIDATION_EVERY
-from coordinator.equalcompute import (
+from coordinator.experiment.checkpointeval import VALIDATION_EVERY
+from coordinator.experiment.equalcompute import (
     checkpoint_section,
     checkpoint_table,
     dynamics_section,
@@ -18,7 +18,7 @@ from coordinator.equalcompute import (
     plot_dynamics,
     trend_table,
 )
-from coordinator.evalfiles import load_evals, write_json
+from coordinator.experiment.evalfiles import load_evals, write_json
 from coordinator.figures import plt, save_figure
 from coordinator.stepmetrics import COMPLEXITY_KEYS, read_metrics
 from populora.config import Config

@@ -8,9 +8,9 @@ import html
 import json
 from pathlib import Path
 
-from coordinator.armdynamics import arm_dynamics, complexity_values
-from coordinator.checkpointeval import compare_at_checkpoints
-from coordinator.evalfiles import write_json
+from coordinator.experiment.armdynamics import arm_dynamics, complexity_values
+from coordinator.experiment.checkpointeval import compare_at_checkpoints
+from coordinator.experiment.evalfiles import write_json
 from coordinator.figures import plt, save_figure
 from populora.analysis.dynamics import COMPLEXITY_METRICS
 from populora.analysis.intervals import trend
@@ -20,8 +20,8 @@ TREND_KEYS = COMPLEXITY_METRICS
 
 
 def checkpoint_section(exp, metrics: dict[str, list[dict]], evals: dict[str, dict[str, dict]]) -> dict:
-    """{benchmark: [per checkpoint numbers]} (coordinator/checkpointeval.compare_at_checkpoints) over the seeds
-    whose two arms both have metrics and, for that benchmark, an evaluation made at a compute budget."""
+    """{benchmark: [per checkpoint numbers]} (checkpointeval.compare_at_checkpoints) over the seeds whose two arms
+    both have metrics and, for that benchmark, an evaluation made at a compute budget."""
     rows = {(a.name, a.seed): metrics.get(a.run_id, []) for a in exp.arms}
     seeds = [s for s in exp.seeds if rows.get(("population", s)) and rows.get(("baseline", s))]
     out = {}

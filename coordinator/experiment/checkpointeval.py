@@ -3,7 +3,7 @@ versions were its population then, the split of the held-out problems into a val
 members are chosen there) and a scoring part (everything reported is scored there), and the paired comparison of
 the population mean with the baseline at every checkpoint, with its bootstrap interval over problems and seeds.
 
-Pure functions over the arms' metrics rows and evaluation files; coordinator/experiment.py runs the evaluations.
+Pure functions over the arms' metrics rows and evaluation files; coordinator/experiment/armeval.py runs the evaluations.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from statistics import mean
 
-from coordinator.armdynamics import compute_axis
+from coordinator.experiment.armdynamics import compute_axis
 from populora.analysis.checkpoints import DEFAULT_FRACTIONS, equal_compute_checkpoints
 from populora.analysis.intervals import paired_bootstrap
 
@@ -22,6 +22,7 @@ VALIDATION_EVERY = 5
 # Held-out problems an experiment generates when --limit does not say: 380, so 304 are scored after the validation
 # fifth is set apart (at least 300, spec 14).
 HELDOUT_PROBLEMS = 380
+HELDOUT = "heldout"  # the project's generated benchmark (populora.evals), always scored by an experiment
 WARM = "warm start"  # the label of the warm-start adapter, every arm's state before its first step
 
 
