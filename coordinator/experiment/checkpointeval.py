@@ -34,13 +34,15 @@ def split(problem_ids: Sequence[str]) -> tuple[list[str], list[str]]:
 
 
 def choose(members: Mapping[str, Mapping[str, float]], validation: Sequence[str]) -> tuple[str, str]:
-    """(best, worst) member by mean pass value on the validation problems alone (ties: the first name in order), so
-    the scores they are reported with were never used to choose them."""
+    """(best, worst) member by mean pass value on the validation problems alone, so the scores they are reported
+    with were never used to choose them. The members are ranked by score, ties by name, and the best is the first
+    and the worst the last of that one order: with two or more members they are never the same member, even when
+    every score ties (then the first and the last name)."""
     if not validation:
         raise ValueError("choosing a member needs validation problems; the benchmark has too few problems to split")
     score = {m: mean(v[p] for p in validation) for m, v in members.items()}
-    names = sorted(score)
-    return max(names, key=lambda m: score[m]), min(names, key=lambda m: score[m])
+    ranked = sorted(score, key=lambda m: (-score[m], m))
+    return ranked[0], ranked[-1]
 
 
 def budget_of(budget_flops: int, axes: Mapping[str, Sequence[tuple[int, float]]]) -> float:

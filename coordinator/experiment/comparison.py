@@ -112,17 +112,18 @@ def arm_numbers(rows: list[dict]) -> dict:
     return out
 
 
-def eval_numbers(scores: dict, run_id: str, population: dict) -> dict:
+def eval_numbers(scores: dict, run_id: str, population: dict, rows: list[dict] | None = None) -> dict:
     """One arm on one benchmark (its population at the last compute checkpoint): pass@1 of each member, the
     members' mean (spec 15: report the population mean and each member), the students' mean, and the warm-start
-    adapter every arm began from. No best member here: it would be chosen on the problems it is scored on (the
-    checkpoint table chooses it on a validation split instead)."""
+    adapter every arm began from. A member's role is the one it had in the population at that checkpoint (its metrics
+    row in `rows`), not in the final one, where a member retired since is missing. No best member here: it would be
+    chosen on the problems it is scored on (the checkpoint table chooses it on a validation split instead)."""
     members, start = {}, None
     last = max(scores.get("targets", {}).values(), default=None)  # the last checkpoint's step, when checkpointed
     if last is not None:  # the population at that step, every member at the version it had then
-        population = {n.rpartition("@v")[0]: {"role": population.get(n.rpartition("@v")[0], {}).get("role", ""),
-                                              "version": int(n.rpartition("@v")[2])}
-                      for n, step in scores["targets"].items() if step == last}
+        then = next((r.get("population", {}) for r in rows or [] if r["step"] == last), {})
+        population = {a: {"role": (then.get(a) or population.get(a) or {}).get("role", ""), "version": int(v)}
+                      for a, _, v in (n.rpartition("@v") for n, step in scores["targets"].items() if step == last)}
     for r in scores.get("results", []):
         if r["adapter_id"] in population and r["version"] == population[r["adapter_id"]].get("version", r["version"]):
             members[r["adapter_id"]] = {"pass_at_1": r["pass_at_1"], "version": r["version"],
@@ -145,7 +146,7 @@ def comparison(exp: ComparisonInput, metrics: dict[str, list[dict]], evals: dict
             continue
         numbers = arm_numbers(rows)
         numbers.update({"arm": arm.name, "seed": arm.seed})
-        numbers["evals"] = {b: eval_numbers(s, arm.run_id, numbers["population"])
+        numbers["evals"] = {b: eval_numbers(s, arm.run_id, numbers["population"], rows)
                             for b, s in evals.get(arm.run_id, {}).items()}
         arms[arm.run_id] = numbers
     # the warm start every arm began from, scored once (with the first arm)

@@ -44,7 +44,7 @@ def _cached_dynamics(exp, arm, rows: list[dict]) -> dict:
         done = json.loads(path.read_text())
         if done.get("last_step") == last:
             return done
-    dyn = arm_dynamics(rows, exp.cfg.store_root, weights=arm.name == "population")
+    dyn = arm_dynamics(rows, exp.cfg.store_root, weights=arm.name == "population", run_id=arm.run_id)
     dyn["last_step"] = last
     write_json(path, dyn)
     return dyn
@@ -56,7 +56,8 @@ def _trend(series: dict) -> dict | None:
     except ValueError:  # fewer than two steps with valid programs
         return None
     return {"slope": t.slope, "low": t.low, "high": t.high, "n_steps": t.n_steps, "n_seeds": t.n_seeds,
-            "resampled": t.resampled, "per": "FLOP"}
+            "resampled": t.resampled, "per": "FLOP", "per_seed": {str(s): v for s, v in t.per_seed.items()},
+            "seed_mean": t.seed_mean}
 
 
 def dynamics_section(exp, metrics: dict[str, list[dict]]) -> dict:
@@ -164,16 +165,25 @@ def _e(v) -> str:
     return "-" if v is None else f"{v:.3g}"
 
 
+def _trend_cell(t: dict | None) -> str:
+    """The slope, its interval and the method behind it (a t interval over seeds below five seeds, with each
+    seed's slope beside it: populora.analysis.intervals.trend)."""
+    if t is None:
+        return "-"
+    cell = f"{t['slope'] * 1e15:.3g} [{t['low'] * 1e15:.3g}, {t['high'] * 1e15:.3g}] ({t['resampled']})"
+    if t.get("per_seed") and t["n_seeds"] > 1:
+        cell += "; " + ", ".join(f"s{s}: {v * 1e15:.3g}" for s, v in t["per_seed"].items())
+    return cell
+
+
 def trend_table(dyn: dict) -> str:
-    head = ["arm"] + [f"{k} slope per 1e15 FLOPs [95%]" for k in TREND_KEYS] + ["mean oscillation",
-                                                                                  "distinct shapes (per seed)"]
+    head = ["arm"] + [f"{k} slope per 1e15 FLOPs [95%] (per seed)" for k in TREND_KEYS] + [
+        "mean oscillation", "distinct shapes (per seed)"]
     rows = []
     for name, a in dyn["arms"].items():
         cells = [name]
         for k in TREND_KEYS:
-            t = a["trend"][k]
-            cells.append("-" if t is None else f"{t['slope'] * 1e15:.3g} [{t['low'] * 1e15:.3g}, "
-                                               f"{t['high'] * 1e15:.3g}]")
+            cells.append(_trend_cell(a["trend"][k]))
         cells += [_f(a["oscillation_mean"], 2), ", ".join(map(str, a["distinct_shapes"]))]
         rows.append("<tr>" + "".join(f"<td>{html.escape(x)}</td>" for x in cells) + "</tr>")
     return ("<table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in head) + "</tr>" + "".join(rows)

@@ -138,3 +138,24 @@ def population_diversity(adapters: Mapping[str, Factors],
     mean_distance, _ = _nanmean([float(v) for v in distance[upper]])
     return PopulationDiversity(names=names, cosine=cosine, distance=distance, mean_cosine=mean_cosine,
                                mean_distance=mean_distance)
+
+
+def change(x: Factors, base: Factors, scaling_x: float = 1.0, scaling_base: float = 1.0) -> Factors:
+    """The factors of one adapter's change from another, dW_x - dW_base = s_x B_x A_x - s_base B_base A_base, at
+    scaling 1: A' = [A_x; A_base] (r_x + r_base, d_in) and B' = [s_x B_x, -s_base B_base] (d_out, r_x + r_base).
+
+    Exact, and still factored, so `pair_diversity` and `population_diversity` take it as any adapter. Members that
+    all start from one warm start share most of their weights: the cosine of their whole updates is that shared part
+    (near 1 however they train), while the cosine of their changes from the warm start (or from their birth) measures
+    how they have moved apart.
+    """
+    if set(x) != set(base):
+        diff = sorted(set(x) ^ set(base))[:5]
+        raise ValueError(f"the adapters target different modules (e.g. {diff}); compare adapters of one layout")
+    out = {}
+    for m, (a_x, b_x) in x.items():
+        a_b, b_b = base[m]
+        a = torch.cat([a_x.to(torch.float64), a_b.to(torch.float64)], dim=0)  # (r_x + r_base, d_in)
+        b = torch.cat([scaling_x * b_x.to(torch.float64), -scaling_base * b_b.to(torch.float64)], dim=1)  # (d_out, r)
+        out[m] = (a, b)
+    return out

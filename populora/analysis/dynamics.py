@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import itertools
+import random
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 
@@ -172,30 +173,55 @@ def jaccard(a: Iterable[Hashable], b: Iterable[Hashable]) -> float | None:
 class BehaviouralDiversity:
     """Teachers' shape-set overlap over the last k steps (spec 11) and 1 minus it."""
 
-    overlap: float | None  # mean Jaccard over teacher pairs; None when no pair is defined
+    overlap: float | None  # mean Jaccard over pairs of active teachers; None when fewer than two are active
     diversity: float | None  # 1 - overlap
-    pairs: dict[tuple[str, str], float | None]  # per pair (names in sorted order)
+    pairs: dict[tuple[str, str], float | None]  # per pair of active teachers (names in sorted order)
     steps: tuple[int, ...]  # the window: the last k steps any teacher has
+    active: tuple[str, ...] = ()  # the teachers with a valid proposal in the window, the ones compared
 
 
 def behavioural_diversity(teachers: Mapping[str, Mapping[int, Iterable[str | None]]],
                           k: int) -> BehaviouralDiversity:
-    """Mean pairwise Jaccard overlap of the teachers' shape sets over the last k steps, and 1 - that (spec 11).
+    """Mean pairwise Jaccard overlap of the active teachers' shape sets over the last k steps, and 1 - that (spec 11).
 
     `teachers[name][step]` holds the shapes (from `shape`) of that teacher's valid proposals at the step; None
     shapes (unparsable programs) are ignored. The window is the k most recent steps present for any teacher, the
-    same for all, so a teacher silent in the window has an empty set. A pair of empty sets has no overlap (None)
-    and is left out of the mean; the overlap is None when no pair is defined or there are fewer than two teachers.
+    same for all. Only the teachers active in the window (a valid proposal in it) are compared: a teacher retired
+    before it, or a child that has proposed nothing yet, has an empty set, and an empty set against any other would
+    count as entirely different, which measures who is absent, not how the teachers differ. The overlap is None
+    with fewer than two active teachers.
     """
     if k < 1:
         raise ValueError(f"the window must hold at least one step, got k={k}")
     window = tuple(sorted({s for steps in teachers.values() for s in steps})[-k:])
     sets = {name: {x for s in window for x in steps.get(s, ()) if x is not None} for name, steps in teachers.items()}
-    pairs = {(a, b): jaccard(sets[a], sets[b]) for a, b in itertools.combinations(sorted(sets), 2)}
+    active = sorted(name for name, shapes in sets.items() if shapes)
+    pairs = {(a, b): jaccard(sets[a], sets[b]) for a, b in itertools.combinations(active, 2)}
     defined = [v for v in pairs.values() if v is not None]
     overlap = sum(defined) / len(defined) if defined else None
     return BehaviouralDiversity(overlap=overlap, diversity=None if overlap is None else 1.0 - overlap, pairs=pairs,
-                                steps=window)
+                                steps=window, active=tuple(active))
+
+
+def split_reference(steps: Sequence[tuple[int, Sequence[str | None]]], k: int, seed: int = 0) -> list[float | None]:
+    """The one-policy reference of behavioural diversity: per step, the diversity (over the last k steps) of one
+    policy's valid proposals split in two halves at random, as if they were two teachers.
+
+    A population's teachers are worth calling diverse only as far as they differ more than one policy differs from
+    itself: one adapter proposing twice draws different shapes too. `steps` lists each step's shapes (the baseline's,
+    one adapter's); each step's proposals are shuffled with a seeded generator and dealt alternately to the halves,
+    so the halves are the same size and the reference is reproducible. All proposals of one shape give 0, every
+    proposal of its own shape 1.
+    """
+    rng = random.Random(f"populora-split-reference/{seed}")
+    halves: dict[str, dict[int, list[str | None]]] = {"a": {}, "b": {}}
+    out = []
+    for step, shapes in steps:
+        dealt = list(shapes)
+        rng.shuffle(dealt)
+        halves["a"][step], halves["b"][step] = dealt[0::2], dealt[1::2]
+        out.append(behavioural_diversity(halves, k).diversity)
+    return out
 
 
 # Behavioural diversity compares the teachers' shapes over this many most recent steps (spec 11's k).
@@ -218,9 +244,9 @@ class StepPrograms:
 
 def run_dynamics(steps: Sequence[StepPrograms]) -> dict:
     """A run's dynamics per step, in step order (spec 11): compute, mean complexity of valid proposals, coverage,
-    the teachers' behavioural diversity over the last BEHAVIOUR_WINDOW steps; per student its oscillation over the
-    run. A teacher enters the behavioural diversity with its first valid proposal: a child born at an evolution step
-    has proposed nothing yet, and counting its empty set as entirely different would inflate the diversity."""
+    the teachers' behavioural diversity over the last BEHAVIOUR_WINDOW steps (over the teachers active in the window:
+    behavioural_diversity); per student its oscillation over the run. A run whose proposals all come from one
+    adapter (the baseline) gets the one-policy reference instead (split_reference): its proposals split in two."""
     shapes: dict[str, str | None] = {}
 
     def shape_of(program: str) -> str | None:
@@ -236,9 +262,13 @@ def run_dynamics(steps: Sequence[StepPrograms]) -> dict:
             teachers.setdefault(teacher, {}).setdefault(s.step, []).append(shape_of(program))
         b = behavioural_diversity(teachers, BEHAVIOUR_WINDOW) if len(teachers) > 1 else None
         behaviour.append(None if b is None else b.diversity)
+    one_policy = len(teachers) == 1
+    reference = (split_reference([(s.step, [shape_of(p) for _, p in s.programs]) for s in steps], BEHAVIOUR_WINDOW)
+                 if one_policy else [])
     students = sorted({name for s in steps for name in s.solve_rates})
     return {"steps": [s.step for s in steps], "flops": [s.flops for s in steps],
             "complexity": {k: [s.complexity.get(k) for s in steps] for k in COMPLEXITY_METRICS},
             "coverage": [asdict(c) for c in cov], "behavioural_diversity": behaviour,
+            "behavioural_reference": reference,
             "solve_rate": {name: [s.solve_rates.get(name) for s in steps] for name in students},
             "oscillation": {name: oscillation([s.solve_rates.get(name) for s in steps]) for name in students}}

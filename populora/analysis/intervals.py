@@ -5,9 +5,11 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Hashable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
+
+from populora.analysis.tdist import t_quantile
 
 # One chunk of resamples holds at most this many drawn indices, so 10,000 resamples of 4,000 pairs (800 problems
 # x 5 seeds) stay near 16 MB instead of 320 MB at once.
@@ -61,9 +63,11 @@ class Trend:
     high: float
     n_steps: int  # (compute, mean) points fitted, over every seed
     n_seeds: int
-    resampled: str  # "programs" (within each step, one seed) or "seeds"
+    resampled: str  # "programs" (one seed), "t over seeds" (2-4 seeds) or "seeds" (a bootstrap over 5 or more)
     confidence: float
     n_resamples: int
+    per_seed: dict = field(default_factory=dict)  # {seed: its own least-squares slope} (seeds with two compute values)
+    seed_mean: float | None = None  # the mean of per_seed, where the interval over seeds is centred
 
 
 def _as_members(value: PassValues, where: str) -> list[float]:
@@ -180,6 +184,8 @@ def _seed_slopes(runs: Mapping[Hashable, list[tuple[float, np.ndarray]]], x_all:
 
 
 StepValues = Sequence[tuple[float, Sequence[float]]]
+# From this many seeds on, a trend's interval is a bootstrap over seeds; below it, the t interval over their slopes.
+SEED_BOOTSTRAP_MIN = 5
 
 
 def _points(steps: StepValues, where: str) -> list[tuple[float, np.ndarray]]:
@@ -196,15 +202,19 @@ def _points(steps: StepValues, where: str) -> list[tuple[float, np.ndarray]]:
 
 def trend(series: Mapping[Hashable, StepValues], *, n_resamples: int = 10_000, confidence: float = 0.95,
           seed: int = 0) -> Trend:
-    """The slope of a metric's per-step mean against compute with a 95% bootstrap interval (spec 11, Trend).
+    """The slope of a metric's per-step mean against compute with a 95% interval at the level of its replicates
+    (spec 11, Trend).
 
     `series[seed]` lists one run's steps as (cumulative compute, the metric's values over the step's valid
     programs); a step with no values is left out. The slope is ordinary least squares over every (compute,
-    per-step mean) point of every seed. The interval is a percentile bootstrap:
-    - one seed: each step's programs are resampled with replacement (the steps' compute stays fixed), so the
-      interval reflects how much the per-step means depend on which programs the teachers happened to propose;
-    - several seeds: whole seeds are resampled with replacement and the slope refitted on their pooled points,
-      since runs, not programs, are then the independent units (programs of one run share its teachers).
+    per-step mean) point of every seed; `per_seed` holds each seed's own slope. The interval:
+    - one seed: a percentile bootstrap of each step's programs (the steps' compute stays fixed), so it reflects how
+      much the per-step means depend on which programs the teachers happened to propose; it says nothing of another
+      run, since the only replicate is the run itself;
+    - two to four seeds: the t interval over the per-seed slopes (their mean ± t_{n-1} · sd / sqrt(n)): runs, not
+      programs, are then the independent units, and a bootstrap over so few seeds gives the range of their slopes,
+      not a 95% interval (three seeds: the lowest and the highest slope, for any spread);
+    - five or more seeds: a percentile bootstrap of whole seeds, the pooled slope refitted on each resample.
     Exactly linear per-step means, with all of a step's values equal, give the exact slope and a zero-width
     interval. Fewer than two distinct compute values leave the slope undefined: that is an error.
     """
@@ -216,7 +226,13 @@ def trend(series: Mapping[Hashable, StepValues], *, n_resamples: int = 10_000, c
         raise ValueError(f"a slope needs steps at two or more compute values, got {np.unique(x_all).size}")
     y_all = np.asarray([v.mean() for pts in runs.values() for _, v in pts])
     slope, intercept = _fit(x_all, y_all)
+    per_seed = {}
+    for s, pts in runs.items():
+        x = np.asarray([c for c, _ in pts])
+        if np.unique(x).size >= 2:
+            per_seed[s] = float(_fit(x, np.asarray([v.mean() for _, v in pts]))[0])
     rng = np.random.default_rng(seed)
+    seed_mean = float(np.mean(list(per_seed.values()))) if per_seed else None
     if len(runs) == 1:
         resampled = "programs"
         pts = next(iter(runs.values()))
@@ -228,6 +244,14 @@ def trend(series: Mapping[Hashable, StepValues], *, n_resamples: int = 10_000, c
                 stop = min(n_resamples, start + chunk)
                 y[start:stop, t] = v[rng.integers(0, v.size, size=(stop - start, v.size))].mean(axis=1)
         slopes, _ = _fit(x, y)
+        low, high = _percentiles(slopes, confidence)
+    elif len(runs) < SEED_BOOTSTRAP_MIN:
+        resampled = "t over seeds"
+        values = np.asarray(list(per_seed.values()))
+        if values.size < 2:
+            raise ValueError("an interval over seeds needs two or more seeds with steps at two compute values")
+        half = t_quantile(0.5 + confidence / 2.0, values.size - 1) * values.std(ddof=1) / math.sqrt(values.size)
+        low, high = float(values.mean() - half), float(values.mean() + half)
     else:
         resampled = "seeds"
         slopes = _seed_slopes(runs, x_all, y_all, n_resamples, rng)
@@ -235,6 +259,7 @@ def trend(series: Mapping[Hashable, StepValues], *, n_resamples: int = 10_000, c
         slopes = slopes[np.isfinite(slopes)]
         if not slopes.size:
             raise ValueError("no resample of the seeds spans two compute values; give each seed two or more steps")
-    low, high = _percentiles(slopes, confidence)
+        low, high = _percentiles(slopes, confidence)
     return Trend(slope=float(slope), intercept=float(intercept), low=low, high=high, n_steps=int(x_all.size),
-                 n_seeds=len(runs), resampled=resampled, confidence=confidence, n_resamples=n_resamples)
+                 n_seeds=len(runs), resampled=resampled, confidence=confidence, n_resamples=n_resamples,
+                 per_seed=per_seed, seed_mean=seed_mean)

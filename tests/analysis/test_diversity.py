@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from populora.analysis.diversity import inner, module_diversity, pair_diversity, population_diversity
+from populora.analysis.diversity import change, inner, module_diversity, pair_diversity, population_diversity
 
 SHAPES = {"q_proj": (24, 16), "v_proj": (24, 16), "up_proj": (40, 16)}  # module -> (d_out, d_in)
 
@@ -120,3 +120,38 @@ def test_mismatched_layouts_are_refused():
         module_diversity(x["q_proj"], x["up_proj"])
     with pytest.raises(ValueError, match="two or more"):
         population_diversity({"m0": x})
+
+
+def test_changes_from_a_shared_start_are_told_apart_from_the_start_itself():
+    """Two members = one warm start W plus their own changes D_a, D_b, orthogonal by construction (D_a only in the
+    first half of the output rows, D_b only in the second): the whole updates' cosine is dominated by W (near 1), the
+    changes' cosine is exactly 0, and a member's change from itself is zero."""
+    gen = torch.Generator().manual_seed(4)
+    warm = _adapter(gen, 4)
+    small = {m: (a, 0.05 * b) for m, (a, b) in _adapter(gen, 2).items()}
+    d_a = {m: (a, torch.cat([b[: b.shape[0] // 2], torch.zeros_like(b[b.shape[0] // 2:])])) for m, (a, b) in small.items()}
+    d_b = {m: (a, torch.cat([torch.zeros_like(b[: b.shape[0] // 2]), b[b.shape[0] // 2:]])) for m, (a, b) in small.items()}
+
+    def plus(w, d):  # W + D as one adapter of rank 4 + 2
+        return {m: (torch.cat([w[m][0], d[m][0]]), torch.cat([w[m][1], d[m][1]], dim=1)) for m in w}
+
+    member_a, member_b = plus(warm, d_a), plus(warm, d_b)
+    assert pair_diversity(member_a, member_b).cosine > 0.99
+    since_warm = pair_diversity(change(member_a, warm), change(member_b, warm))
+    assert since_warm.cosine == pytest.approx(0.0, abs=1e-9)
+    # orthogonal changes: |D_a - D_b| = sqrt(|D_a|² + |D_b|²), per module
+    want = []
+    for m in SHAPES:
+        na, nb = math.sqrt(inner(*d_a[m], *d_a[m])), math.sqrt(inner(*d_b[m], *d_b[m]))
+        want.append(math.sqrt(na * na + nb * nb) / ((na + nb) / 2))
+    assert since_warm.distance == pytest.approx(sum(want) / len(want), rel=1e-9)
+    # the change's factors are exact: its Frobenius norm is D_a's
+    for m in SHAPES:
+        got = change(member_a, warm)[m]
+        assert inner(*got, *got) == pytest.approx(inner(*d_a[m], *d_a[m]), rel=1e-9)
+    # scalings enter as s_x B_x A_x - s_base B_base A_base: a member at scaling 2 against itself at scaling 1 is itself
+    same = change(member_a, member_a, 2.0, 1.0)
+    for m in SHAPES:
+        assert inner(*same[m], *same[m]) == pytest.approx(inner(*member_a[m], *member_a[m]), rel=1e-9)
+    with pytest.raises(ValueError, match="different modules"):
+        change(member_a, {"q_proj": warm["q_proj"]})

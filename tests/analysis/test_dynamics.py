@@ -10,13 +10,16 @@ from pathlib import Path
 import pytest
 
 from populora.analysis.dynamics import (
+    StepPrograms,
     behavioural_diversity,
     coverage,
     jaccard,
     node_types,
     oscillation,
+    run_dynamics,
     shape,
     sign_changes,
+    split_reference,
 )
 
 BASE = "def f(a):\n    total = 0\n    for x in a:\n        total += x * 2\n    return total\n"
@@ -110,12 +113,39 @@ def test_jaccard_and_behavioural_diversity_by_hand():
     }
     d = behavioural_diversity(teachers, k=2)  # window: steps 2 and 3
     assert d.steps == (2, 3)
-    # t1 {a, b}, t2 {b, c}, t3 {}: J(t1,t2) = 1/3, J(t1,t3) = 0, J(t2,t3) = 0.
-    assert d.pairs == {("t1", "t2"): 1 / 3, ("t1", "t3"): 0.0, ("t2", "t3"): 0.0}
-    assert d.overlap == pytest.approx(1 / 9) and d.diversity == pytest.approx(8 / 9)
+    # t1 {a, b}, t2 {b, c}; t3 is silent in the window (retired), so it is not compared: J(t1,t2) = 1/3. Counted, its
+    # empty set would have made both its pairs 0 and the diversity 8/9 instead of 2/3.
+    assert d.active == ("t1", "t2")
+    assert d.pairs == {("t1", "t2"): 1 / 3}
+    assert d.overlap == pytest.approx(1 / 3) and d.diversity == pytest.approx(2 / 3)
     same = behavioural_diversity({"t1": {1: ["a"]}, "t2": {1: ["a"]}}, k=5)
     assert same.overlap == 1.0 and same.diversity == 0.0
     empty = behavioural_diversity({"t1": {1: [None]}, "t2": {1: []}}, k=1)
     assert empty.overlap is None and empty.diversity is None
     with pytest.raises(ValueError, match="at least one step"):
         behavioural_diversity(teachers, k=0)
+
+
+def test_the_one_policy_reference_splits_one_adapters_proposals_in_two():
+    # every proposal of one shape: the halves are identical (diversity 0); every proposal its own shape: disjoint (1)
+    assert split_reference([(1, ["a"] * 6), (2, ["a"] * 4)], k=3) == [0.0, 0.0]
+    assert split_reference([(1, ["a", "b", "c", "d"]), (2, ["e", "f"])], k=3) == [1.0, 1.0]
+    # two shapes, two proposals each, over one step: the halves {a, b} / {a, b}, {a} / {a, b} ... by the draw; the
+    # value is one of the few a split can give, and the same seed gives it again
+    got = split_reference([(1, ["a", "a", "b", "b"])], k=1, seed=3)
+    assert got[0] in (0.0, 0.5, 1.0) and got == split_reference([(1, ["a", "a", "b", "b"])], k=1, seed=3)
+    # one proposal: one half is empty, so there is no pair to compare
+    assert split_reference([(1, ["a"])], k=1) == [None]
+
+
+def test_a_run_of_one_adapter_gets_the_reference_and_a_population_does_not():
+    steps = [StepPrograms(step=s, flops=float(s), programs=[("base", "def f(x):\n    return x + 1"),
+                                                           ("base", "def f(x):\n    return [x]")],
+                          solve_rates={}, complexity={}) for s in (1, 2)]
+    one = run_dynamics(steps)
+    assert one["behavioural_diversity"] == [None, None] and len(one["behavioural_reference"]) == 2
+    # at step 1 the two shapes always land in different halves; over steps 1-2 each half holds one or both
+    assert one["behavioural_reference"][0] == 1.0 and one["behavioural_reference"][1] in (0.0, 1.0)
+    two = run_dynamics([StepPrograms(1, 1.0, [("t1", "def f(x):\n    return x"), ("t2", "def f(x):\n    return x")],
+                                     {}, {})])
+    assert two["behavioural_diversity"] == [0.0] and two["behavioural_reference"] == []

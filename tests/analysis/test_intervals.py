@@ -94,22 +94,35 @@ def test_slope_of_exact_linear_data_is_exact_with_a_zero_width_interval():
     assert t.resampled == "programs" and t.n_steps == 5 and t.n_seeds == 1
 
 
-def test_slope_over_seeds_of_one_line_is_exact_and_seeds_are_the_resampled_unit():
+def test_slope_over_seeds_of_one_line_is_exact_and_seeds_are_the_unit():
     line = {s: [(c, [1.0 + 0.5 * c, 1.0 + 0.5 * c]) for c in (0.0, 1.0, 2.0 + s)] for s in range(4)}
     t = trend(line, n_resamples=300)
     assert t.slope == pytest.approx(0.5) and t.low == pytest.approx(0.5) and t.high == pytest.approx(0.5)
-    assert t.resampled == "seeds" and t.n_seeds == 4 and t.n_steps == 12
+    assert t.resampled == "t over seeds" and t.n_seeds == 4 and t.n_steps == 12
+    assert t.per_seed == {s: pytest.approx(0.5) for s in range(4)}
 
 
-def test_seed_bootstrap_interval_on_seeds_of_different_slopes():
-    # Three seeds on one compute grid with slopes 1, 2 and 3: a resample's pooled slope is the mean of the slopes
-    # of the three seeds it drew, so it lies in {3/3, 4/3, ..., 9/3}; 1 (all three draws the first seed) has
-    # probability 1/27 = 3.7% > 2.5%, so the 95% interval is exactly [1, 3] around the pooled slope 2.
+def test_three_seeds_give_the_t_interval_over_their_slopes_not_their_range():
+    # Three seeds on one compute grid with slopes 1, 2 and 3 (per 1e12): a bootstrap over the seeds gave exactly
+    # [1, 3], the range of the three, whatever their spread. The t interval: mean 2, sd 1, t_{0.975, 2} = 4.3027, so
+    # 2 ± 4.3027 / sqrt(3) = [-0.4841, 4.4841].
     grid = [0.0, 1e12, 2e12, 3e12]
     series = {s: [(c, [0.5 + (s + 1) * c / 1e12]) for c in grid] for s in range(3)}
     t = trend(series, seed=5)
-    assert t.slope == pytest.approx(2e-12)
-    assert t.low == pytest.approx(1e-12) and t.high == pytest.approx(3e-12)
+    assert t.slope == pytest.approx(2e-12) and t.seed_mean == pytest.approx(2e-12)
+    assert t.per_seed == {0: pytest.approx(1e-12), 1: pytest.approx(2e-12), 2: pytest.approx(3e-12)}
+    assert t.low == pytest.approx(-0.48414e-12, rel=1e-4) and t.high == pytest.approx(4.48414e-12, rel=1e-4)
+    assert t.resampled == "t over seeds"
+
+
+def test_five_seeds_or_more_are_bootstrapped_as_whole_seeds():
+    # Five seeds with slopes 1..5 on one grid: a resample's pooled slope is the mean of the five slopes it drew, so
+    # it lies in [1, 5] and the interval sits inside the range, around 3.
+    grid = [0.0, 1.0, 2.0]
+    series = {s: [(c, [(s + 1) * c]) for c in grid] for s in range(5)}
+    t = trend(series, n_resamples=4000, seed=1)
+    assert t.resampled == "seeds" and t.slope == pytest.approx(3.0)
+    assert 1.0 < t.low < 3.0 < t.high < 5.0
 
 
 def test_slope_interval_widens_with_the_spread_of_programs_and_covers_the_truth():

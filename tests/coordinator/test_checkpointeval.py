@@ -42,6 +42,17 @@ def test_the_best_member_is_never_chosen_on_its_scoring_problems():
         choose(members, [])
 
 
+def test_ties_never_make_one_member_both_best_and_worst():
+    # seed 2 of docs/results: both students solved the same validation share, and the first name was both
+    validation = ["v1", "v2"]
+    tied = {"S6c1": {"v1": 1.0, "v2": 0.0}, "S12c1": {"v1": 0.0, "v2": 1.0}}
+    assert choose(tied, validation) == ("S12c1", "S6c1")  # ranked by score, ties by name: first and last
+    three = {"A": {"v1": 1.0, "v2": 1.0}, "B": {"v1": 1.0, "v2": 1.0}, "C": {"v1": 0.0, "v2": 0.0}}
+    assert choose(three, validation) == ("A", "C")
+    assert choose({"A": three["A"], "B": three["B"], "C": three["A"]}, validation) == ("A", "C")
+    assert choose({"only": tied["S6c1"]}, validation) == ("only", "only")  # one member is both, necessarily
+
+
 def _rows(steps: list[tuple[int, float]], prefix: str, members: int) -> list[dict]:
     return [{"step": s, "compute_cumulative": {"budget_flops": f},
              "population": {} if s == 0 else {f"{prefix}{m}": {"role": "both", "version": s} for m in range(members)}}

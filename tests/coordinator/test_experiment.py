@@ -136,6 +136,25 @@ def test_arm_numbers_and_eval_numbers():
     assert e["mean"] == pytest.approx(1 / 3) and set(e["members"]) == {"r.T0", "r.S0"}
 
 
+def test_a_member_retired_after_the_checkpoint_keeps_the_role_it_had_there():
+    """Seed 2 of docs/results: two students scored at step 14, one of them retired before the run ended. Its role
+    looked up in the final population was "" and it dropped out of the students' mean (0.137 reported, 0.145 in the
+    files); looked up at the checkpoint it stays in."""
+    rows = [{"step": 14, "population": {"r.S1": {"role": "student", "version": 3},
+                                        "r.S2": {"role": "student", "version": 7}}},
+            {"step": 15, "population": {"r.S1": {"role": "student", "version": 4},
+                                        "r.S3": {"role": "student", "version": 1}}}]
+    scores = {"targets": {"r.S1@v3": 14, "r.S2@v7": 14}, "results": [
+        {"adapter_id": "r.S1", "version": 3, "label": "r.S1@v3", "pass_at_1": 0.137, "n_problems": 380},
+        {"adapter_id": "r.S2", "version": 7, "label": "r.S2@v7", "pass_at_1": 0.153, "n_problems": 380}]}
+    final = rows[-1]["population"]
+    e = eval_numbers(scores, "r", final, rows)
+    assert {m: v["role"] for m, v in e["members"].items()} == {"r.S1": "student", "r.S2": "student"}
+    assert e["students_mean"] == pytest.approx(0.145)
+    # what the final population alone gave: the retired student's role unknown, so not a student
+    assert eval_numbers(scores, "r", final)["students_mean"] == pytest.approx(0.137)
+
+
 def test_cpu_experiment_preset_is_cpu_smol_with_a_step_cap():
     """Its comment promises cpu-smol's settings (the same warm-start cache, the measurements of docs/warmstart.md)
     but for the ones it names: how the update uses the machine and what is scored."""
