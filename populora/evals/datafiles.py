@@ -13,8 +13,16 @@ from pathlib import Path
 
 from populora.evals.problem import BenchmarkError, LoadSpec, Problem
 
+# The published files shipped in populora/evals/data/ (with their licences and attribution there), read when no
+# --data is given: a benchmark the experiment scores by default must not depend on a file the user fetched.
+SHIPPED = {"cruxeval-o": "cruxeval.jsonl", "cruxeval-i": "cruxeval.jsonl", "mbpp-plus": "MbppPlus.jsonl"}
+SHIPPED_DIR = Path(__file__).resolve().parent / "data"
+
 
 def data_path(spec: LoadSpec, name: str) -> Path:
+    """The benchmark's data file: --data when given, else its shipped copy (SHIPPED), else an error naming --data."""
+    if not spec.data and name in SHIPPED:
+        return SHIPPED_DIR / SHIPPED[name]
     if not spec.data:
         raise BenchmarkError(f"benchmark {name!r} reads its problems from a file: give --data PATH")
     path = Path(spec.data)
