@@ -15,7 +15,7 @@ import pytest
 from bench import gpu, gpu_model, gpu_workload
 
 ROOT = Path(__file__).resolve().parents[1]
-OPERATORS = ["M1", "M2", "M3", "M4", "X1", "X2", "X3", "X4"]
+OPERATORS = ["M1", "M2", "M3", "M4", "R1", "X1", "X2", "X3", "X4"]
 SIDES = ("8_adapters", "1_adapter", "base")
 NUMERIC = [
     *(f"gpu_tokens_per_s_{n}" for n in SIDES), *(f"gpu_wall_s_{n}" for n in SIDES),

@@ -5,7 +5,7 @@ from pydantic import BaseModel, ConfigDict
 TASK_TYPES = ("code_i", "code_o", "code_f")  # spec 2
 ROLES = ("teacher", "student", "both")  # spec 1; "both": the baseline's single adapter
 ALL_TARGET_MODULES = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
-OPERATORS = ("M1", "M2", "M3", "M4", "X1", "X2", "X3", "X4")
+OPERATORS = ("M1", "M2", "M3", "M4", "R1", "X1", "X2", "X3", "X4")  # spec 9; R1: the rank change of "Mixed ranks"
 
 
 class ConfigError(ValueError):

@@ -86,6 +86,14 @@ class EvolutionConfig(Section):
     """[choice] X4 extrapolation eta ~ U(min, max) (spec 9)."""
     x4_eta_max: float = Field(1.5, ge=0)
     """[choice] X4 extrapolation eta ~ U(min, max) (spec 9)."""
+    ranks: list[int] = Field(default_factory=list)
+    """[choice] Ranks a child of R1 may take besides those the members start with (lora.rank, teacher_ranks,
+    student_ranks); R1 moves a member to the next larger or the next smaller of them (spec 9, "Mixed ranks").
+    Every rank of a run is known at its start, so inference serves them all (its largest is vLLM's max_lora_rank)."""
+    crossover_rank: Literal["first", "larger", "smaller"] = "first"
+    """[choice] The rank of a crossover's child whose parents' ranks differ: the better parent's (`first`, spec 9's
+    default), the larger or the smaller; the parents' updates are brought to it through their exact SVDs
+    (docs/evolver.md, "Mixed ranks")."""
     threads: int = Field(1, ge=0)
     """Torch threads of the evolver's math while it makes a child; 0 = leave torch's setting. Its work is many small
     (r x r) decompositions and tall-skinny products, where one thread was ~10x faster than two on a loaded 2-core
@@ -104,3 +112,15 @@ class EvolutionConfig(Section):
         if any(w < 0 for w in mix.values()) or sum(mix.values()) <= 0:
             raise ValueError("weights must be >= 0 and sum to more than 0")
         return mix
+
+    def crossover_child_rank(self, ranks: list[int]) -> int:
+        """A crossover child's rank from its parents' ranks, better parent first (crossover_rank)."""
+        return {"larger": max, "smaller": min}.get(self.crossover_rank, lambda rs: rs[0])(ranks)
+
+    @field_validator("ranks")
+    @classmethod
+    def _ranks_in_range(cls, ranks: list[int]) -> list[int]:
+        bad = [r for r in ranks if not 1 <= r <= 512]
+        if bad:
+            raise ValueError(f"ranks {bad} are outside 1..512")
+        return ranks

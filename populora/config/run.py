@@ -68,9 +68,16 @@ class ModelConfig(Section):
 
 class LoraConfigModel(Section):
     rank: int = Field(32, ge=1, le=512)
-    """LoRA rank r of every adapter (spec 1: rank 32)."""
+    """LoRA rank r of every adapter that teacher_ranks / student_ranks do not name (spec 1: rank 32), of the
+    baseline's one adapter, and of the warm start's (members of another rank start from it brought to theirs)."""
+    teacher_ranks: list[int] = Field(default_factory=list)
+    """[choice] Initial ranks of the teachers (spec 9, "Mixed ranks"): teacher i gets teacher_ranks[i % len], e.g.
+    [8, 16, 32, 64]; empty = `rank` for every teacher, the method as written."""
+    student_ranks: list[int] = Field(default_factory=list)
+    """[choice] Initial ranks of the students, as teacher_ranks; empty = `rank` for every student."""
     alpha: float = Field(64.0, gt=0)
-    """lora_alpha; the update is (alpha / r) * B A^T."""
+    """lora_alpha of every adapter, whatever its rank; the update is (alpha / r) * B A^T, so with Adam the best
+    learning rate hardly depends on r ("LoRA Without Regret")."""
     dropout: float = Field(0.0, ge=0, lt=1)
     """LoRA dropout during training."""
     target_modules: list[str] = Field(default_factory=lambda: list(ALL_TARGET_MODULES))
@@ -80,6 +87,30 @@ class LoraConfigModel(Section):
     per-row LoRA layer (many adapters in one pass; no dropout); `peft`, PEFT's LoraModel (inference: its
     `adapter_names` mixed batch; training: one adapter per pass, dropout included). `auto`: batched for inference;
     for the trainer batched when trainer.batch_mode resolves to batched, else peft."""
+
+    @field_validator("teacher_ranks", "student_ranks")
+    @classmethod
+    def _ranks_in_range(cls, ranks: list[int]) -> list[int]:
+        bad = [r for r in ranks if not 1 <= r <= 512]
+        if bad:
+            raise ValueError(f"ranks {bad} are outside 1..512")
+        return ranks
+
+    def initial_rank(self, role: str, index: int) -> int:
+        """The rank member `index` of a role starts with: its role's list, cycled, else `rank` (the baseline's
+        `both` adapter too)."""
+        ranks = {"teacher": self.teacher_ranks, "student": self.student_ranks}.get(role) or []
+        return ranks[index % len(ranks)] if ranks else self.rank
+
+    def initial_ranks(self) -> set[int]:
+        """Every rank a member may start with."""
+        return {self.rank, *self.teacher_ranks, *self.student_ranks}
+
+    def mixed_ranks(self) -> tuple[list[int], list[int]]:
+        """The initial ranks of teachers and students in an experiment's mixed-rank arm: teacher_ranks and
+        student_ranks where they are set, else r/4, r/2, r and 2r of `rank` (8, 16, 32, 64 at rank 32)."""
+        rule = sorted({min(512, max(1, r)) for r in (self.rank // 4, self.rank // 2, self.rank, 2 * self.rank)})
+        return self.teacher_ranks or rule, self.student_ranks or rule
 
 class GenerationConfig(Section):
     backend: Literal["hf", "vllm"] = "hf"

@@ -17,9 +17,10 @@ from populora.store import ADAPTER_CONFIG, ADAPTER_WEIGHTS, META
 from populora.store import write_adapter_dir as store_write_adapter_dir
 
 _LORA_KEY = re.compile(r"^(?P<module>.+)\.lora_(?P<side>[AB])\.weight$")
-# Config fields that must agree between parents: they fix the shapes, the scaling or the base model.
-SAME_CONFIG = ("r", "lora_alpha", "target_modules", "use_rslora", "fan_in_fan_out", "layers_to_transform",
-               "layers_pattern", "base_model_name_or_path")
+# Config fields that must agree between parents: they fix the modules, the shapes or the base model. Rank and
+# lora_alpha may differ: operators read every parent in the child's scaling (services.evolver.ranks).
+SAME_CONFIG = ("target_modules", "use_rslora", "fan_in_fan_out", "layers_to_transform", "layers_pattern",
+               "base_model_name_or_path")
 
 
 class EvolverError(ValueError):
@@ -206,7 +207,8 @@ def _pair_keys(keys: list[str], shapes: dict[str, tuple[int, ...]], rank: int,
 
 
 def check_compatible(parents: list[ParentAdapter]) -> None:
-    """Parents of one child must agree on rank, alpha, targets, base model, module set and every shape."""
+    """Parents of one child must agree on targets, base model, module set and every module's (d_in, d_out); their
+    ranks and alphas may differ (spec §9, "Mixed ranks")."""
     first = parents[0]
     for other in parents[1:]:
         for key in SAME_CONFIG:
@@ -223,10 +225,16 @@ def check_compatible(parents: list[ParentAdapter]) -> None:
                                f"{' ...' if len(only_first) > 3 else ''}; only in {other.label}: {only_other[:3]}"
                                f"{' ...' if len(only_other) > 3 else ''}")
         for module, shape in first.shapes.items():
-            if other.shapes[module] != shape:
+            if _dims(other.shapes[module]) != _dims(shape):
                 raise EvolverError(f"parents differ in the shape of {module}: {first.label} has lora_A/lora_B "
                                    f"{[list(s) for s in shape]}, {other.label} has "
                                    f"{[list(s) for s in other.shapes[module]]}")
+
+
+def _dims(shape: tuple[tuple[int, ...], tuple[int, ...]]) -> tuple[int, int]:
+    """(d_in, d_out) of a module from its (lora_A, lora_B) shapes, whatever the rank."""
+    (_, d_in), (d_out, _) = shape
+    return d_in, d_out
 
 
 def _norm(value: Any) -> Any:

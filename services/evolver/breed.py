@@ -13,10 +13,12 @@ import numpy as np
 import torch
 
 from populora.config import EvolutionConfig
+from populora.lora import lora_scaling
 from services.evolver.adapters import EvolverError, ParentAdapter, check_compatible
 from services.evolver.factored import FactoredUpdate, compare
 from services.evolver.linalg import effective_rank
 from services.evolver.operators import OPERATORS, PARAM_RULES, ModuleContext, Operator
+from services.evolver.ranks import child_config, child_rank, in_child_units
 
 EPSILON_META_KEY = "epsilon"
 
@@ -144,9 +146,12 @@ def _breed(parents: list[ParentAdapter], operator: str, params: Mapping[str, flo
            evolution: EvolutionConfig) -> Child:
     """Make one child of `operator` from `parents` (better first); nothing is written here.
 
-    Every module of the child has the parents' shapes and rank; the child's config is parent 1's. Stats compare
-    the child with parent 1 in factored form: relative change ||ΔW_c - ΔW_1||_F / ||ΔW_1||_F over the whole
-    adapter, and the mean effective rank (singular values > 1e-6 · the module's largest).
+    Every module of the child has the parents' shapes at the child's rank: a mutation's parent's, R1's new one, a
+    crossover's by evolution.crossover_rank or its `rank` parameter (spec §9, "Mixed ranks"); the child's config is
+    parent 1's with that rank. Parents are read with B·A in the child's units (services.evolver.ranks), so ΔW is
+    compared across ranks. Stats compare the child with parent 1 in factored form: relative change
+    ||ΔW_c - ΔW_1||_F / ||ΔW_1||_F over the whole adapter, and the mean effective rank (singular values > 1e-6 · the
+    module's largest).
     """
     start = time.perf_counter()
     op = get_operator(operator)
@@ -157,21 +162,30 @@ def _breed(parents: list[ParentAdapter], operator: str, params: Mapping[str, flo
     on_gpu = device.type != "cpu"
     first = parents[0]
     modules = sorted(first.modules)
-    rank = first.rank
+    fixed = child_rank(op.name, [p.rank for p in parents], params, evolution)
     global_gen = generator(seed, 0)
-    resolved, child_eps = resolve_params(op, params, rank, len(modules), evolution, parents, global_gen)
-    draw = op.draw(resolved, modules, rank, global_gen)
+    resolved, child_eps = resolve_params(op, params, fixed or first.rank, len(modules), evolution, parents,
+                                         global_gen)
+    draw = op.draw(resolved, modules, fixed or first.rank, global_gen)
+    rank = int(draw.params.get("rank", fixed or first.rank))
+    if op.name == "R1" and rank == first.rank:
+        raise EvolverError(f"operator R1 changes the rank: the parent {first.label} has rank {rank} already; give "
+                           "another rank")
+    if any(p.rank != rank for p in parents):  # recorded only across ranks: a run of one rank records what it did
+        draw.params["rank"] = float(rank)
+    config = child_config(first.config, rank)
     weights: dict[str, torch.Tensor] = {}
     totals = {"diff_sq": 0.0, "parent_sq": 0.0, "child_sq": 0.0}
     ranks, changed, worst = [], 0, 0.0
     for index, module in enumerate(modules):
-        factors = [FactoredUpdate(*(t.to(device) for t in p.factors(module))) for p in parents]
+        factors = [in_child_units(FactoredUpdate(*(t.to(device) for t in p.factors(module))), p.config, config)
+                   for p in parents]
         ctx = ModuleContext(module, index, rank, draw.params, generator(seed, 1, index),
                             selected=draw.selected is None or module in draw.selected,
                             noise=generator(seed, 2, index, device=device) if on_gpu else None)
         out = op.fn(factors, ctx)
-        child_b, child_a = _cast(out.lora_b, factors[0].lora_b), _cast(out.lora_a, factors[0].lora_a)
-        _check_shapes(module, child_b, child_a, factors[0])
+        child_b, child_a = _cast(out.lora_b, first.dtype), _cast(out.lora_a, first.dtype)
+        _check_shapes(module, child_b, child_a, factors[0], rank)
         child = out if (child_b is out.lora_b and child_a is out.lora_a) else FactoredUpdate(child_b, child_a)
         st = compare(child, factors[0])
         for key in totals:
@@ -183,14 +197,14 @@ def _breed(parents: list[ParentAdapter], operator: str, params: Mapping[str, flo
         key_a, key_b = first.modules[module]
         weights[key_a], weights[key_b] = child_a.cpu(), child_b.cpu()
     rel = _relative(totals["diff_sq"], totals["parent_sq"])
-    scale = first.scaling
+    scale = lora_scaling(config)
     stats = {"modules": float(len(modules)), "modules_changed": float(changed),
              "relative_change_max_module": worst, "effective_rank_min": float(min(ranks)),
              "parent_norm": scale * math.sqrt(totals["parent_sq"]), "child_norm": scale * math.sqrt(totals["child_sq"]),
              "change_norm": scale * math.sqrt(totals["diff_sq"]), "epsilon": child_eps}
     if draw.selected is not None:
         stats["modules_selected"] = float(len(draw.selected))
-    return Child(weights=weights, config=dict(first.config), operator=op.name, seed=seed, epsilon=child_eps,
+    return Child(weights=weights, config=config, operator=op.name, seed=seed, epsilon=child_eps,
                  params=dict(draw.params), relative_change=rel, effective_rank=float(np.mean(ranks)), stats=stats,
                  seconds=time.perf_counter() - start, device=device.type)
 
@@ -201,12 +215,14 @@ def _relative(diff_sq: float, parent_sq: float) -> float:
     return 0.0 if diff_sq == 0 else math.inf
 
 
-def _cast(x: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-    """The child is stored in the parent's dtype; math ran in float32/float64."""
-    return x if x is like else x.to(like.dtype).contiguous()
+def _cast(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The child is stored in the first parent's dtype; math ran in float32/float64 (a parent's own tensor, copied
+    unchanged, is returned as it is)."""
+    return x.to(dtype).contiguous()
 
 
-def _check_shapes(module: str, b: torch.Tensor, a: torch.Tensor, parent: FactoredUpdate) -> None:
-    if b.shape != parent.lora_b.shape or a.shape != parent.lora_a.shape:
+def _check_shapes(module: str, b: torch.Tensor, a: torch.Tensor, parent: FactoredUpdate, rank: int) -> None:
+    expected_b, expected_a = [parent.lora_b.shape[0], rank], [rank, parent.lora_a.shape[1]]
+    if list(b.shape) != expected_b or list(a.shape) != expected_a:
         raise RuntimeError(f"operator produced lora_B {list(b.shape)} / lora_A {list(a.shape)} for {module}, "
-                           f"expected {list(parent.lora_b.shape)} / {list(parent.lora_a.shape)}")
+                           f"expected {expected_b} / {expected_a}")

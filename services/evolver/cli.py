@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> dict:
     written = write_adapter_dir(out, child.weights, child.config,
                                 {"adapter_id": out.name, **child.meta([str(Path(p).resolve()) for p in args.parents])})
     return {"child": str(written), "operator": child.operator, "seed": child.seed, "epsilon": child.epsilon,
-            "params": child.params, "relative_change": _finite(child.relative_change),
+            "params": child.params, "rank": int(child.config["r"]), "relative_change": _finite(child.relative_change),
             "effective_rank": child.effective_rank, "seconds": round(child.seconds, 4),
             "stats": {k: _finite(v) for k, v in child.stats.items()}}
 

@@ -1,7 +1,8 @@
-"""The LoRA weight-space operators of spec §9 (M1-M4 mutations, X1-X4 crossovers), one function each, in a registry.
+"""The LoRA weight-space operators of spec §9 (M1-M4 and R1 mutations, X1-X4 crossovers), one function each, in a registry.
 
 Every operator has the signature `(parents, ctx) -> FactoredUpdate`: it maps one module's factors of each parent
-(better parent first) to the child's factors of the same rank. Choices that span the whole adapter (which modules
+(better parent first, B·A in the child's units: services.evolver.ranks) to the child's factors of rank `ctx.rank`:
+a mutation's parent's own rank, R1's new one, a crossover's by its rule (spec §9, "Mixed ranks"). Choices that span the whole adapter (which modules
 M2 perturbs, X3's k, X4's η) are drawn once per child by the operator's `draw` function and reach every module
 through `ctx.params` / `ctx.selected`; per-module randomness comes from `ctx.gen`, seeded from (seed, module index),
 so a child is reproducible from its seed whatever order modules are processed in.
@@ -19,6 +20,7 @@ from populora.config import EvolutionConfig
 from services.evolver.components import Components, compose, concat, stacked_grams
 from services.evolver.factored import FactoredUpdate, joint_grams
 from services.evolver.linalg import random_rotation, spectrum_from_grams
+from services.evolver.ranks import MAX_RANK, grown, rank_change_draw, row_norm, truncated
 
 
 @dataclass
@@ -112,11 +114,6 @@ def truncate(parts: list[tuple[float, FactoredUpdate]], rank: int, gen: torch.Ge
     return comp.result(parent=parent)
 
 
-def _row_norm(lora_a: torch.Tensor) -> float:
-    value = float(lora_a.to(torch.float32).pow(2).sum(dim=1).mean().sqrt()) if lora_a.numel() else 0.0
-    return value if value > 0 else math.sqrt(1 / 3)
-
-
 # ---------------------------------------------------------------- mutations
 
 
@@ -139,7 +136,7 @@ def m1_svd_structured(parents: Sequence[FactoredUpdate], ctx: ModuleContext) -> 
     rot_u = random_rotation(n_u, eps / math.sqrt(max(n_u, 1)), ctx.gen)
     rot_v = random_rotation(n_v, eps / math.sqrt(max(n_v, 1)), ctx.gen)
     comp = compose(sp, s_new, ctx.rank, [(1.0, p)], ctx.gen, rot_u=rot_u, rot_v=rot_v,
-                   fallback_a_norm=_row_norm(p.lora_a))
+                   fallback_a_norm=row_norm(p.lora_a))
     return comp.result(parent=p)
 
 
@@ -174,7 +171,7 @@ def m3_component_mask(parents: Sequence[FactoredUpdate], ctx: ModuleContext) -> 
     s[:min(sp.s.numel(), ctx.rank)] = sp.s[:ctx.rank]
     s[torch.randperm(ctx.rank, generator=ctx.gen)[:n_zero]] = 0
     comp = compose(sp, s[:min(sp.s.numel(), ctx.rank)], ctx.rank, [(1.0, p)], ctx.gen,
-                   fallback_a_norm=_row_norm(p.lora_a))
+                   fallback_a_norm=row_norm(p.lora_a))
     return comp.result(parent=p)
 
 
@@ -185,6 +182,25 @@ def m4_full_gaussian(parents: Sequence[FactoredUpdate], ctx: ModuleContext) -> F
     eps = ctx.params["epsilon"]
     return FactoredUpdate(gaussian_perturb(p.lora_b, eps, ctx.rank, ctx.noise_gen),
                        gaussian_perturb(p.lora_a, eps, ctx.rank, ctx.noise_gen))
+
+
+def _draw_rank(params: dict[str, float], modules: list[str], rank: int, gen: torch.Generator) -> Draw:
+    out = dict(params)
+    if "rank" not in out:
+        out["rank"] = float(rank_change_draw(rank, gen))
+    return Draw(out)
+
+
+@register("R1", 1, "rank change: grow by components of scale ε·σ_min orthogonal to ΔW, or keep the top r' "
+          "singular triplets", defaults=lambda e: {"epsilon": e.epsilon}, drawn=("rank",), draw=_draw_rank)
+def r1_rank_change(parents: Sequence[FactoredUpdate], ctx: ModuleContext) -> FactoredUpdate:
+    """R1 (§9, "Mixed ranks"): ΔW of rank r to rank r' = ctx.rank. Grow (r' > r): ΔW' = ΔW + ε·σ_min·Σ_j u_j v_jᵀ
+    over r' - r directions u_j ⊥ col(ΔW), v_j ⊥ row(ΔW), a change of at most ε·sqrt((r' - r)/r). Shrink (r' < r):
+    the top r' singular triplets, the change being the discarded tail. r' is drawn (2r or r/2) unless given."""
+    (p,) = parents
+    if ctx.rank > p.lora_b.shape[1]:
+        return grown(p, ctx.rank, ctx.params["epsilon"], ctx.gen, ctx.noise_gen)
+    return truncated(p, ctx.rank, ctx.gen, parent=p)
 
 
 # ---------------------------------------------------------------- crossovers
@@ -198,7 +214,7 @@ def dare_mask(x: torch.Tensor, p: float, gen: torch.Generator) -> torch.Tensor:
 
 
 @register("X1", 2, "DARE: drop-and-rescale each parent's A and B, average the updates, truncate to rank r",
-          defaults=lambda e: {"p": e.dare_p})
+          defaults=lambda e: {"p": e.dare_p}, drawn=("rank",))
 def x1_dare(parents: Sequence[FactoredUpdate], ctx: ModuleContext) -> FactoredUpdate:
     """X1 (§9): child ∝ (1/n)·Σ_i B~_i A~_iᵀ, B~ = B ⊙ m/(1-p), m ~ Bernoulli(1-p) entrywise (independent masks for
     A and B, so E[B~ A~ᵀ] = B Aᵀ). The rank-n·r sum is truncated to rank r by the exact SVD of ([B~_1 B~_2],
@@ -207,15 +223,19 @@ def x1_dare(parents: Sequence[FactoredUpdate], ctx: ModuleContext) -> FactoredUp
     noise = ctx.noise_gen
     masked = [FactoredUpdate(dare_mask(q.lora_b, p, noise), dare_mask(q.lora_a, p, noise)) for q in parents]
     return truncate([(1.0 / len(masked), m) for m in masked], ctx.rank, ctx.gen, parents[0],
-                    fallback_a_norm=_row_norm(parents[0].lora_a))
+                    fallback_a_norm=row_norm(parents[0].lora_a))
 
 
-@register("X2", 2, "layer-wise: each module's A and B copied together from one parent", defaults=lambda e: {})
+@register("X2", 2, "layer-wise: each module's A and B copied together from one parent", defaults=lambda e: {},
+          drawn=("rank",))
 def x2_layerwise(parents: Sequence[FactoredUpdate], ctx: ModuleContext) -> FactoredUpdate:
     """X2 (§9): for each module pick one parent uniformly and copy both its A and B (never A from one, B from the
-    other, which would create an update neither parent had)."""
+    other, which would create an update neither parent had). A parent of another rank than the child's is brought to
+    it through its exact SVD: all of its components when it has fewer (exact), its top ones when it has more."""
     pick = int(torch.randint(len(parents), (1,), generator=ctx.gen))
-    return parents[pick]
+    if parents[pick].lora_b.shape[1] == ctx.rank:
+        return parents[pick]
+    return truncated(parents[pick], ctx.rank, ctx.gen, parent=parents[0])
 
 
 def _draw_k(params: dict[str, float], modules: list[str], rank: int, gen: torch.Generator) -> Draw:
@@ -226,10 +246,11 @@ def _draw_k(params: dict[str, float], modules: list[str], rank: int, gen: torch.
 
 
 @register("X3", 2, "SVD subspace: parent 1's top-k singular triplets plus parent 2's components k..r-1",
-          defaults=lambda e: {}, drawn=("k",), draw=_draw_k)
+          defaults=lambda e: {}, drawn=("k", "rank"), draw=_draw_k)
 def x3_svd_subspace(parents: Sequence[FactoredUpdate], ctx: ModuleContext) -> FactoredUpdate:
     """X3 (§9): with ΔW_i = U_i S_i V_iᵀ, child = U_1[:, :k] S_1[:k] V_1[:, :k]ᵀ + U_2[:, k:r] S_2[k:r] V_2[:, k:r]ᵀ,
-    k ~ U{1..r-1} drawn once per child. Factored as B' = [U_1 sqrt(S_1)]_{:k} | [U_2 sqrt(S_2)]_{k:r}, likewise A'."""
+    k ~ U{1..r-1} drawn once per child. Factored as B' = [U_1 sqrt(S_1)]_{:k} | [U_2 sqrt(S_2)]_{k:r}, likewise A'.
+    r is the child's rank; components beyond a parent's own rank are zero (B' = 0, a trainable A' direction)."""
     k = int(ctx.params["k"])
     joint_grams(parents)  # both spectra and the cross Grams the child's statistics need, in one pass
     first = _triplets(parents[0], ctx, 0, k)
@@ -240,7 +261,7 @@ def x3_svd_subspace(parents: Sequence[FactoredUpdate], ctx: ModuleContext) -> Fa
 def _triplets(p: FactoredUpdate, ctx: ModuleContext, lo: int, hi: int) -> Components:
     """Components lo..hi-1 of p's SVD: B' = U·sqrt(S), A'ᵀ = V·sqrt(S) (zero beyond p's rank)."""
     sp = p.spectrum()
-    comp = compose(sp, sp.s[:ctx.rank], ctx.rank, [(1.0, p)], ctx.gen, fallback_a_norm=_row_norm(p.lora_a))
+    comp = compose(sp, sp.s[:ctx.rank], ctx.rank, [(1.0, p)], ctx.gen, fallback_a_norm=row_norm(p.lora_a))
     return comp.select(lo, hi)
 
 
@@ -253,14 +274,14 @@ def _draw_eta(params: dict[str, float], modules: list[str], rank: int, gen: torc
 
 
 @register("X4", 2, "extrapolation: worse + η·(better - worse), η ~ U(eta_min, eta_max), truncated to rank r",
-          defaults=lambda e: {"eta_min": e.x4_eta_min, "eta_max": e.x4_eta_max}, drawn=("eta",), draw=_draw_eta)
+          defaults=lambda e: {"eta_min": e.x4_eta_min, "eta_max": e.x4_eta_max}, drawn=("eta", "rank"), draw=_draw_eta)
 def x4_extrapolation(parents: Sequence[FactoredUpdate], ctx: ModuleContext) -> FactoredUpdate:
     """X4 (§9): child = W + η·(B - W) = η·ΔW_better + (1 - η)·ΔW_worse with the better parent first; in factored
     form the stacked factors ([η·B_1, (1-η)·B_2], [A_1, A_2]) have rank 2r, truncated to r by the exact SVD.
     η = 1 reproduces the better parent; η > 1 steps beyond it, away from the worse one."""
     eta = ctx.params["eta"]
     return truncate([(eta, parents[0]), (1.0 - eta, parents[1])], ctx.rank, ctx.gen, parents[0],
-                    fallback_a_norm=_row_norm(parents[0].lora_a))
+                    fallback_a_norm=row_norm(parents[0].lora_a))
 
 
 @dataclass
@@ -294,4 +315,5 @@ PARAM_RULES: dict[str, ParamRule] = {
     "eta": ParamRule(-10.0, 10.0),
     "eta_min": ParamRule(-10.0, 10.0),
     "eta_max": ParamRule(-10.0, 10.0),
+    "rank": ParamRule(1.0, float(MAX_RANK), integer=True),
 }

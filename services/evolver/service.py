@@ -66,7 +66,7 @@ class EvolverService:
         return evolver_pb2.BreedResponse(
             child=ref_to_pb(saved), relative_change=child.relative_change, effective_rank=child.effective_rank,
             epsilon=child.epsilon, seconds=child.seconds, stats=child.stats,
-            params_json=json.dumps(child.params, sort_keys=True))
+            params_json=json.dumps(child.params, sort_keys=True), rank=int(child.config["r"]))
 
     def ListOperators(self, request: evolver_pb2.ListOperatorsRequest) -> evolver_pb2.ListOperatorsResponse:
         """Every registered operator with its arity, a one-line description and its defaults from the config."""

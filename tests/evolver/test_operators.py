@@ -29,7 +29,7 @@ def rel(x, y):
     return float((x - y).norm() / y.norm())
 
 
-@pytest.mark.parametrize("operator", sorted(OPERATORS))
+@pytest.mark.parametrize("operator", sorted(set(OPERATORS) - {"R1"}))  # R1 changes the rank: tests/evolver/test_ranks.py
 def test_every_operator_keeps_shapes_rank_and_config(store, parents, operator):
     refs = parents[:OPERATORS[operator].n_parents]
     child = run(store, refs, operator, seed=3)

@@ -73,7 +73,7 @@ def test_crossover_and_latest_version(store, parents, client):
 
 def test_list_operators(client):
     ops = {o.name: o for o in client.ListOperators(evolver_pb2.ListOperatorsRequest()).operators}
-    assert sorted(ops) == ["M1", "M2", "M3", "M4", "X1", "X2", "X3", "X4"]
+    assert sorted(ops) == ["M1", "M2", "M3", "M4", "R1", "X1", "X2", "X3", "X4"]
     assert ops["M4"].defaults["epsilon"] == 0.15 and ops["X1"].defaults["p"] == 0.7
     assert ops["X1"].n_parents == 2 and ops["M3"].n_parents == 1 and ops["X2"].description
 
@@ -85,7 +85,6 @@ def _assert_nothing_written(store, child_id="C1"):
 
 
 @pytest.mark.parametrize("setup,request_args,code,words", [
-    (lambda s: save_parent(s, "Q", rank=4), ("X1", ["P1", "Q"]), "INVALID_ARGUMENT", "differ in r"),
     (lambda s: save_parent(s, "Q", modules=SMALL_MODULES[:7]), ("X2", ["P1", "Q"]), "INVALID_ARGUMENT",
      "target modules"),
     (lambda s: save_parent(s, "Q", targets=["q_proj"]), ("X3", ["P1", "Q"]), "INVALID_ARGUMENT",
@@ -93,7 +92,8 @@ def _assert_nothing_written(store, child_id="C1"):
     (lambda s: save_parent(s, "Q", modules=[(m, 24, 30) if "k_proj" in m else (m, i, o)
                                             for m, i, o in SMALL_MODULES]), ("X4", ["P1", "Q"]),
      "INVALID_ARGUMENT", "shape of base_model.model.model.layers.0.self_attn.k_proj"),
-    (lambda s: save_parent(s, "Q", alpha=3.0), ("X1", ["P1", "Q"]), "INVALID_ARGUMENT", "lora_alpha"),
+    (lambda s: save_parent(s, "Q", config_extra={"use_rslora": True}), ("X1", ["P1", "Q"]), "INVALID_ARGUMENT",
+     "use_rslora"),
     (lambda s: save_parent(s, "Q", config_extra={"use_dora": True}), ("M1", ["Q"]), "INVALID_ARGUMENT", "DoRA"),
     (lambda s: save_parent(s, "Q", config_extra={"bias": "all"}), ("M1", ["Q"]), "INVALID_ARGUMENT", "bias"),
     (lambda s: None, ("M1", ["P1", "P2"]), "INVALID_ARGUMENT", "takes 1 parent"),
@@ -116,6 +116,9 @@ def test_bad_inputs_fail_clearly_and_write_nothing(store, parents, client, setup
     ("X3", {"k": 2.5}, "integer"),
     ("X4", {"eta_min": 2.0, "eta_max": 1.0}, "eta_max"),
     ("M2", {"fraction": 0.0}, "fraction=0"),
+    ("R1", {"rank": 8.0}, "R1 changes the rank"),
+    ("R1", {"rank": 600.0}, "rank=600 must be an integer in [1, 512]"),
+    ("M1", {"rank": 16.0}, "no parameter(s) ['rank']"),
 ])
 def test_bad_params_fail_clearly(store, parents, client, operator, params, words):
     refs = ["P1", "P2"][:2 if operator[0] == "X" else 1]
@@ -154,7 +157,7 @@ def test_grpc_client_same_answers_and_codes(store, parents):
         a, b = store.read(store.ref("R1", 1)).weights, store.read(store.ref("R2", 1)).weights
         assert all(torch.equal(a[k], b[k]) for k in a), "same seed, same child over gRPC and in-process"
         assert resp.relative_change == local.relative_change
-        assert len(remote.ListOperators(evolver_pb2.ListOperatorsRequest()).operators) == 8
+        assert len(remote.ListOperators(evolver_pb2.ListOperatorsRequest()).operators) == 9
         with pytest.raises(ServiceError) as err:
             remote.Breed(breed_request("X1", ["P1"], child_id="R3"))
         assert err.value.code == grpc.StatusCode.INVALID_ARGUMENT and "takes 2 parent" in err.value.message
@@ -187,6 +190,32 @@ def test_child_loads_in_peft_and_runs_forward(store, tiny):
     assert torch.isfinite(logits).all() and not torch.allclose(logits, base)
     loaded = {k: v for k, v in model.state_dict().items() if "lora_" in k}
     assert len(loaded) == 2 * 7 * 2 and resp.effective_rank == 4
+
+
+@pytest.mark.parametrize("operator,parents,params,rank", [("R1", ["T1"], {"rank": 8.0}, 8),
+                                                         ("X4", ["T3", "T1"], {}, 8), ("X2", ["T1", "T3"], {}, 4)])
+def test_a_child_of_another_rank_loads_in_peft_with_its_update(store, tiny, operator, parents, params, rank):
+    """Across ranks (spec §9, "Mixed ranks") the child is a plain PEFT adapter of its own rank: R1 at ε = 0 and X4 at
+    η = 1 give the first parent's update at another rank or alpha/r, and PEFT computes the same logits from it."""
+    from peft import PeftModel
+
+    _tiny_parent(store, "T1", tiny.model, 1)
+    _tiny_parent(store, "T3", tiny.model, 3, rank=8)
+    exact = {"R1": {"epsilon": 0.0}, "X4": {"eta": 1.0}}.get(operator, {})
+    resp = EvolverService(store, EvolutionConfig()).Breed(breed_request(operator, parents, child_id="TC",
+                                                                        **params, **exact))
+    assert resp.rank == rank and json.loads(resp.params_json)["rank"] == rank
+    ids = tiny.tokenizer("def f(a): return a", return_tensors="pt").input_ids
+    logits = {}
+    for adapter_id in ("TC", parents[0]):
+        model = PeftModel.from_pretrained(copy.deepcopy(tiny.model), store.path_of(store.ref(adapter_id, 1)))
+        assert model.peft_config["default"].r == store.read(store.ref(adapter_id, 1)).rank
+        with torch.no_grad():
+            logits[adapter_id] = model(ids).logits
+    if operator in exact:
+        assert torch.allclose(logits["TC"], logits[parents[0]], atol=1e-4), resp.relative_change
+    else:
+        assert torch.isfinite(logits["TC"]).all()
 
 
 def _cli_args(operator, parents, out, seed=0, params=()):
