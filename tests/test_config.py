@@ -122,3 +122,26 @@ def test_partial_service_endpoint_keeps_defaults():
     assert cfg.services.evolver.port == 50055 and cfg.services.evolver.metrics_port == 9999
     cfg = load_config(preset="cpu-tiny", overrides=["services.inference.port=6000"], env=False)
     assert cfg.services.inference.metrics_port == 9101
+
+
+def test_members_may_start_at_ranks_of_their_role_and_every_rank_is_known_at_the_start():
+    """Spec 9, "Mixed ranks": per-role ranks cycled over the members, the run's ranks (the initial ones, the warm
+    start's lora.rank, evolution.ranks) and the serving rank; R1 needs a second rank; one rank stays the default."""
+    cfg = load_config(preset="cpu-tiny", env=False)
+    assert (cfg.lora.teacher_ranks, cfg.lora.student_ranks, cfg.evolution.ranks) == ([], [], [])
+    assert cfg.ranks == [8] and cfg.serving_rank == 32 and cfg.lora.initial_rank("teacher", 3) == 8
+    cfg = load_config(preset="cpu-tiny", env=False, overrides=[
+        "lora.teacher_ranks=[8, 64]", "lora.student_ranks=[16]", "evolution.ranks=[128]"])
+    assert [cfg.lora.initial_rank("teacher", i) for i in range(3)] == [8, 64, 8]
+    assert cfg.lora.initial_rank("student", 5) == 16 and cfg.lora.initial_rank("both", 0) == 8
+    assert cfg.ranks == [8, 16, 64, 128] and cfg.serving_rank == 128
+    with pytest.raises(ConfigError, match="R1"):
+        load_config(preset="cpu-tiny", env=False, overrides=["evolution.operator_mix={M1: 1, R1: 1}"])
+    assert load_config(preset="cpu-tiny", env=False, overrides=["evolution.operator_mix={R1: 1}",
+                                                                "evolution.ranks=[16]"]).ranks == [8, 16]
+    with pytest.raises(ConfigError, match="outside 1..512"):
+        load_config(preset="cpu-tiny", env=False, overrides=["lora.teacher_ranks=[0, 8]"])
+    with pytest.raises(ConfigError, match="crossover_rank"):
+        load_config(preset="cpu-tiny", env=False, overrides=["evolution.crossover_rank=widest"])
+    assert [load_config(env=False, overrides=[f"evolution.crossover_rank={rule}"]).evolution.crossover_child_rank(
+        [16, 64, 8]) for rule in ("first", "larger", "smaller")] == [16, 64, 8]

@@ -130,7 +130,10 @@ class GenerationConfig(Section):
     max_loras: int = Field(16, ge=1)
     """vLLM: adapters in one batch."""
     max_lora_rank: int = Field(32, ge=1)
-    """vLLM: the largest rank it will serve."""
+    """The largest rank inference serves, raised to the run's largest (lora.teacher_ranks, student_ranks,
+    evolution.ranks): the hf backend's slot banks are this wide, and vLLM's max_lora_rank is this, rounded up to a
+    size vLLM offers (8, 16, 32, 64, 128, 256, 320, 512). Both zero-pad a smaller adapter to it (docs/inference.md,
+    "Mixed ranks")."""
     max_cpu_loras: int = Field(64, ge=1)
     """vLLM: adapters cached in CPU memory."""
     gpu_memory_utilization: float = Field(0.85, gt=0, le=1)

@@ -77,6 +77,12 @@ class Config(Section):
         (lora.rank) and those R1 may move to (evolution.ranks). One entry for a run of one rank."""
         return sorted(self.lora.initial_ranks() | set(self.evolution.ranks))
 
+    @property
+    def serving_rank(self) -> int:
+        """The rank inference is sized for (the hf backend's slot banks, vLLM's max_lora_rank): generation.max_lora_rank,
+        raised to the largest rank of the run."""
+        return max(self.generation.max_lora_rank, *self.ranks)
+
     # Paths with {output_dir} resolved.
     def resolve(self, template: str) -> str:
         return template.replace("{output_dir}", self.run.output_dir)

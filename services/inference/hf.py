@@ -58,7 +58,7 @@ class HfBackend(InferenceBackend):
         base = base or load_from_config(cfg)
         store = store if store is not None else ArtifactStore(cfg.store_root)
         g = cfg.generation
-        return cls(base, store, list(cfg.lora.target_modules), max(cfg.lora.rank, g.max_lora_rank),
+        return cls(base, store, list(cfg.lora.target_modules), cfg.serving_rank,
                    max_batch=g.max_batch, max_resident=g.max_resident_adapters, host=host_kind(cfg.lora.host, "inference"),
                    chat_template=cfg.model.chat_template, threads=g.threads, prepack=g.prepack_weights)
 

@@ -34,6 +34,20 @@ from services.inference.backend import (
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 
 
+# The sizes vLLM's LoRAConfig accepts for max_lora_rank (vLLM 0.32, vllm/config/lora.py).
+VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+
+
+def vllm_max_lora_rank(rank: int) -> int:
+    """The smallest max_lora_rank vLLM offers that holds `rank`. vLLM stacks every LoRA slot at this rank, each
+    adapter's A rows and B columns zero-padded to it, and its LoRA kernels run at it for every token: a population of
+    mixed ranks costs there what one of its largest rank costs."""
+    fits = [r for r in VLLM_LORA_RANKS if r >= rank]
+    if not fits:
+        raise InferenceError(f"rank {rank} is above vLLM's largest max_lora_rank ({VLLM_LORA_RANKS[-1]})")
+    return fits[0]
+
+
 def vllm_available() -> bool:
     try:
         import vllm  # noqa: F401
@@ -85,7 +99,8 @@ class VllmBackend(InferenceBackend):
         store = store if store is not None else ArtifactStore(cfg.store_root)
         dtype = "auto" if cfg.model.dtype == "auto" else cfg.model.dtype
         model_dir = resolve_model_dir(cfg.model.name, cfg.model.cache_dir)
-        return cls(model_dir, cfg.model.name, store, max_loras=g.max_loras, max_lora_rank=g.max_lora_rank,
+        return cls(model_dir, cfg.model.name, store, max_loras=g.max_loras,
+                   max_lora_rank=vllm_max_lora_rank(cfg.serving_rank),
                    max_cpu_loras=g.max_cpu_loras, max_batch=g.max_batch, max_resident=g.max_resident_adapters,
                    dtype=dtype, gpu_memory_utilization=g.gpu_memory_utilization,
                    tensor_parallel_size=g.tensor_parallel_size, chat_template=cfg.model.chat_template,
@@ -103,7 +118,9 @@ class VllmBackend(InferenceBackend):
     def _load(self, ref: AdapterRef) -> None:
         config = self.store.read(ref).config  # clear errors for missing or corrupt versions
         if int(config["r"]) > self.engine.vllm_config.lora_config.max_lora_rank:
-            raise InferenceError(f"adapter {ref.key} has rank {config['r']} > generation.max_lora_rank")
+            raise InferenceError(f"adapter {ref.key} has rank {config['r']} > vLLM's max_lora_rank "
+                                 f"{self.engine.vllm_config.lora_config.max_lora_rank}: raise generation.max_lora_rank, "
+                                 "or name the rank in lora.*_ranks or evolution.ranks")
         with self._engine_lock:
             self.engine.add_lora(self.lora_request(ref))
 

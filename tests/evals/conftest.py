@@ -36,9 +36,11 @@ def sandbox(zygote, tiny_cfg):
     return SandboxService(zygote, tiny_cfg.tasks, tiny_cfg.sandbox)
 
 
-def save_adapter(store, model, adapter_id: str, seed: int, base_model: str = "tiny"):
-    weights = random_lora_weights(model, ALL_TARGET_MODULES, RANK, seed=seed, std=0.3)
-    return store.save(adapter_id, weights, lora_config_dict(RANK, 2.0 * RANK, ALL_TARGET_MODULES, base_model),
+def save_adapter(store, model, adapter_id: str, seed: int, base_model: str = "tiny", rank: int = RANK,
+                 alpha: float | None = None):
+    weights = random_lora_weights(model, ALL_TARGET_MODULES, rank, seed=seed, std=0.3)
+    return store.save(adapter_id, weights, lora_config_dict(rank, alpha or 2.0 * rank, ALL_TARGET_MODULES,
+                                                            base_model),
                       meta={"base_model": base_model, "step": seed})
 
 
@@ -54,7 +56,7 @@ def inference(tiny, store, one_torch_thread):
     from services.inference.service import InferenceService
 
     base = BaseModel(tiny.name, copy.deepcopy(tiny.model), tiny.tokenizer, tiny.path, 0.0)
-    return InferenceService(HfBackend(base, store, ALL_TARGET_MODULES, max_rank=16, max_resident=16), 32)
+    return InferenceService(HfBackend(base, store, ALL_TARGET_MODULES, max_rank=32, max_resident=16), 32)
 
 
 @pytest.fixture

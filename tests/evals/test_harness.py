@@ -29,6 +29,20 @@ def test_an_adapter_alone_and_in_a_batch_of_8_gives_identical_completions_and_sc
     assert all(len(p.answers[0]) > 0 for p in alone.problems)
 
 
+def test_members_of_ranks_4_8_32_in_one_batch_score_as_each_alone(services, store, tiny):
+    """Spec 9, "Mixed ranks": an evaluation batch of members at ranks 4, 8 and 32 (one lora_alpha) gives each the
+    completions and scores it gets alone."""
+    refs = [save_adapter(store, tiny.model, f"run.R{r}", seed=50 + r, rank=r, alpha=16.0) for r in (4, 8, 32)]
+    targets = _targets(refs, store)
+    kw = dict(limit=3, max_new_tokens=12, chat=True)
+    batched = evaluate(services, targets, "heldout", **kw)
+    for target, together in zip(targets, batched, strict=True):
+        alone = evaluate(services, [target], "heldout", **kw)[0]
+        assert together.to_json() == alone.to_json()
+        assert [p.answers for p in together.problems] == [p.answers for p in alone.problems], target.label
+    assert len({tuple(p.answers for p in r.problems) for r in batched}) > 1, "the ranks wrote the same"
+
+
 def test_results_have_the_documented_shape_and_split_batches_change_nothing(services, adapters, store):
     targets = [EvalTarget("base", None)] + _targets(adapters[:3], store)
     one = evaluate(services, targets, "humaneval", limit=3, max_new_tokens=8, chat=False, run_id="r")

@@ -15,9 +15,9 @@ RANK = 8
 N_ADAPTERS = 8
 
 
-def save_adapter(store, model, adapter_id: str, seed: int, rank: int = RANK):
+def save_adapter(store, model, adapter_id: str, seed: int, rank: int = RANK, alpha: float | None = None):
     weights = random_lora_weights(model, ALL_TARGET_MODULES, rank, seed=seed, std=0.3)
-    return store.save(adapter_id, weights, lora_config_dict(rank, 2.0 * rank, ALL_TARGET_MODULES))
+    return store.save(adapter_id, weights, lora_config_dict(rank, alpha or 2.0 * rank, ALL_TARGET_MODULES))
 
 
 @pytest.fixture

@@ -38,6 +38,29 @@ def test_mixed_batch_equals_per_adapter_greedy(make_backend, adapters, host):
     assert len(per_adapter) > 1, "adapters gave identical outputs: the test would not see a mix-up"
 
 
+@pytest.mark.parametrize("host", ["batched", "peft"])
+@pytest.mark.parametrize("counts", [(2, 2, 2), (3, 1, 2)])
+def test_a_batch_of_ranks_4_8_32_gives_each_row_what_it_gets_alone(base, store, tiny, host, counts):
+    """Spec 9, "Mixed ranks": members of ranks 4, 8 and 32 (one lora_alpha, so each its own alpha / r) in one batch,
+    every row the tokens and log-probabilities it gets served alone. Even counts take the batched decode over
+    consecutive slots, uneven ones the padded or grouped one; a smaller rank is zero-padded in the banks."""
+    from populora.config import ALL_TARGET_MODULES
+    from services.inference.hf import HfBackend
+
+    backend = HfBackend(base, store, ALL_TARGET_MODULES, max_rank=32, max_resident=8, host=host)
+    refs = [save_adapter(store, tiny.model, f"m{r}", seed=40 + r, rank=r, alpha=16.0) for r in (4, 8, 32)]
+    requests = [_req(f"r{r}.{k}", ref, text="def f(x):" + " return x" * k, max_new_tokens=6, logprobs=True)
+                for ref, r, n in zip(refs, (4, 8, 32), counts, strict=True) for k in range(n)]
+    mixed = {res.request_id: res for res in backend.generate(requests)}
+    for req in requests:
+        [alone] = backend.generate([req])
+        got = mixed[req.request_id].completions[0]
+        assert got.token_ids == alone.completions[0].token_ids, req.request_id
+        assert max(abs(x - y) for x, y in zip(got.logprobs, alone.completions[0].logprobs, strict=True)) < 1e-5
+    first = {tuple(mixed[f"r{r}.0"].completions[0].token_ids) for r in (4, 8, 32)}
+    assert len(first) > 1, "the ranks gave identical outputs: the test would not see a mix-up"
+
+
 def test_results_carry_prompt_tokens_and_version(make_backend, adapters, base):
     backend = make_backend()
     [res] = list(backend.generate([_req("x", adapters[1].__class__(adapters[1].adapter_id, 0), logprobs=True)]))

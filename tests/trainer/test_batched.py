@@ -34,11 +34,11 @@ def _rollouts(seed: int, n: int = 3) -> list[Rollout]:
     return out
 
 
-def _setup(policy, ranks, clean_base):
+def _setup(policy, ranks, clean_base, alpha=None):
     jobs = []
     for i, rank in enumerate(ranks):
         weights = random_lora_weights(clean_base, TARGETS, rank, seed=10 + i, std=0.05)
-        params = policy.add(f"s{i}", weights, lora_config_dict(rank, 2.0 * rank, TARGETS), trainable=True)
+        params = policy.add(f"s{i}", weights, lora_config_dict(rank, alpha or 2.0 * rank, TARGETS), trainable=True)
         keys = sorted(params)
         jobs.append(UpdateJob(f"s{i}", _rollouts(seed=i), [params[k] for k in keys], GradRecorder(
             [params[k] for k in keys])))
@@ -68,6 +68,24 @@ def test_batched_pass_gives_the_sequential_gradients(fresh_base):
     for s, b in zip(seq_stats, bat_stats, strict=True):
         assert abs(s.loss - b.loss) < 1e-5 and abs(s.grad_norm - b.grad_norm) < 1e-4 * s.grad_norm
         assert s.tokens == b.tokens and s.rollouts == b.rollouts
+
+
+def test_a_batch_of_ranks_4_8_32_gives_each_adapter_the_gradient_it_gets_alone(fresh_base):
+    """Spec 9, "Mixed ranks": members of ranks 4, 8 and 32 with one lora_alpha (each its own alpha / r) in one
+    batched pass: each adapter's loss and gradients are those of its own pass alone, on the same host."""
+    ranks = [4, 8, 32]
+    settings = TrrSettings(grad_clip=1e9, micro_batch_tokens=4096, entropy_coef=0.01)
+    multi = BatchedHost(fresh_base().model, TARGETS, max_rank=32)
+    jobs = _setup(multi, ranks, fresh_base().model, alpha=16.0)
+    together = trr_update(multi, jobs, settings, multi.device)
+    mixed = _grads(jobs)
+    for job, stats, grads in zip(jobs, together, mixed, strict=True):
+        [alone] = trr_update(multi, [job], settings, multi.device)
+        assert [tuple(g.shape) for g in job.optimizer.grads] == [tuple(g.shape) for g in grads]
+        for a, b in zip(job.optimizer.grads, grads, strict=True):
+            assert torch.allclose(a, b, rtol=1e-4, atol=1e-7), (job.adapter, (a - b).abs().max())
+        assert abs(alone.loss - stats.loss) < 1e-6 and alone.tokens == stats.tokens
+    assert any(g.shape[0] == 32 or g.shape[1] == 32 for g in mixed[2])  # the rank-32 factors got their gradients
 
 
 def test_micro_batches_accumulate_to_the_full_batch_gradient(fresh_base):

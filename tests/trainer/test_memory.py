@@ -8,15 +8,18 @@ resident set (VmHWM, reset just before) is compared with the resident set just b
 from __future__ import annotations
 
 import argparse
+import copy
 import logging
 
 import grpc
 import pytest
 import torch
 
+from populora.adapters import peft_init_weights
 from populora.config import TrainerConfig
 from populora.pb import trainer_pb2
 from populora.rpc import ServiceError
+from populora.store import lora_config_dict
 from services.trainer import memory
 from services.trainer.service import trr_settings
 from services.trainer.trr import TrrSettings
@@ -68,8 +71,6 @@ def test_the_update_settings_default_to_the_configured_ones():
 
 
 def test_lora_sizes_from_rank_and_targets_and_the_base_size(tiny):
-    from populora.adapters import peft_init_weights
-
     model = memory.ModelShape.of(tiny.model)
     targets = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
     weights = peft_init_weights(tiny.model, targets, 8, seed=0)
@@ -80,6 +81,28 @@ def test_lora_sizes_from_rank_and_targets_and_the_base_size(tiny):
     # tied embeddings: the (vocabulary x hidden) matrix counts once (parameters() yields it once too)
     buffers = sum(b.nbytes for b in tiny.model.buffers())
     assert memory.base_bytes(tiny.model) == 4 * sum(p.numel() for p in tiny.model.parameters()) + buffers
+
+
+def test_adapters_of_mixed_ranks_are_each_counted_at_their_own_rank(tiny):
+    """Spec 9, "Mixed ranks": each adapter's parameters, snapshot and gradients at its own rank (64 included, above
+    the tiny model's 32-wide key projection); a pass's activations at the largest rank."""
+    from populora.adapters import BatchedHost
+
+    model = memory.ModelShape.of(tiny.model)
+    targets = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    host = BatchedHost(copy.deepcopy(tiny.model), targets, max_rank=64)
+    shapes = []
+    for rank in (4, 8, 64):
+        params = host.add(f"r{rank}", peft_init_weights(tiny.model, targets, rank, seed=rank),
+                          lora_config_dict(rank, 16.0, targets), trainable=True)
+        held = memory.AdapterShape.of(list(params.values()), model.layers, moments=True)
+        assert held == memory.AdapterShape.fresh(model, rank, targets), rank
+        shapes.append(held)
+    assert [s.rank_per_layer for s in shapes] == [4 * 7, 8 * 7, 64 * 7]
+    assert memory.snapshot_bytes(shapes) == sum(memory.snapshot_bytes([s]) for s in shapes)
+    mixed = memory.update_bytes(model, shapes, [(4, 64, 128)], 256, True, False, True)
+    largest = memory.update_bytes(model, [shapes[2]] * 3, [(4, 64, 128)], 256, True, False, True)
+    assert memory.update_bytes(model, shapes[:2], [(4, 64, 128)], 256, True, False, True) < mixed < largest
 
 
 def _rollouts(n: int, prompt: int, response: int, seed: int):
