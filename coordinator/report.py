@@ -8,6 +8,7 @@ import json
 import sys
 from pathlib import Path
 
+from coordinator.efficiency import efficiency_table
 from coordinator.experiment.births import evolution_table
 from coordinator.figures import plt, save_figure
 from coordinator.stepmetrics import read_metrics
@@ -348,6 +349,7 @@ Rejection reasons over the run: {html.escape(json.dumps(rejections, sort_keys=Tr
 <h2>Lineage</h2><img src="lineage.png">
 <h2>Children and their parents</h2>{evolution_table(rows, cfg)}
 <h2>Timeline: phases per service and idle time</h2>{timeline}
+<h2>Where a step's time goes: each phase against the machine's peak</h2>{efficiency_table(rows)}
 <h2>Held-out evaluation</h2>{eval_plot}{_eval_table(points)}
 <h2>Steps</h2>{_table(rows)}
 <p>Raw data: <a href="metrics.jsonl">metrics.jsonl</a>; TensorBoard: <code>tensorboard --logdir {html.escape(str(run_dir / 'tb'))}</code></p>

@@ -202,6 +202,11 @@ class MetricsWriter:
             tb.add_scalar(f"rating_skill/{adapter}", r["skill"], step)
         for adapter, s in row.get("updates", {}).items():
             tb.add_scalar(f"loss/{adapter}", s["loss"], step)
+        eff = row.get("efficiency") or {}
+        for phase, e in {**eff.get("phases", {}), **({"step": eff["step"]} if "step" in eff else {})}.items():
+            for key in ("mfu", "roofline_fraction"):
+                if e.get(key) is not None:
+                    tb.add_scalar(f"efficiency/{key}/{phase}", e[key], step)
         for service, v in row.get("idle_fraction", {}).items():
             if v is not None:
                 tb.add_scalar(f"idle_fraction/{service}", v, step)

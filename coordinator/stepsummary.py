@@ -88,7 +88,7 @@ def step_summary(record: Prepared | StepRecord, row: dict, phase_rows: list[dict
     """Step `row["step"]`'s summary from its record, its metrics row and its journal rows (JournalDB.phase_rows)."""
     step = row["step"]
     figures = prepared_summary(record, row) if step == 0 else training_summary(record, row)
-    overlap = {k: row[k] for k in ("timeline", "window_s", "idle_fraction", "staleness") if k in row}
+    overlap = {k: row[k] for k in ("timeline", "window_s", "idle_fraction", "staleness", "efficiency") if k in row}
     return {"step": step, **timings(phase_rows), **figures, **overlap}
 
 

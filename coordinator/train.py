@@ -11,6 +11,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from coordinator.efficiency import efficiency, run_ceilings
 from coordinator.experiment.armdynamics import members_diversity
 from coordinator.journal import Journal, JournalDB, RunFailed
 from coordinator.phases import Run
@@ -70,6 +71,7 @@ def train(j: Journal, run: Run, steps: int, metrics: MetricsWriter, progress: Ru
     stored: dict[int, set[str]] = {}  # the phases each step had stored before this call: a resume reads them back
     for r in j.db.phase_rows(run.run_id):
         stored.setdefault(r["step"], set()).add(r["phase"])
+    ceilings = run_ceilings(run.cfg)  # the machine's peak, measured once per process (coordinator/efficiency.py)
     start = time.perf_counter()
     records = step_records(j, run, steps)
     try:
@@ -95,6 +97,8 @@ def train(j: Journal, run: Run, steps: int, metrics: MetricsWriter, progress: Ru
             phase_rows = j.db.phase_rows(run.run_id, t)
             near = [r for s in (t - 1, t + 1) for r in j.db.phase_rows(run.run_id, s)] + phase_rows
             row.update(timeline_metrics(t, near))
+            if t:
+                row.update(efficiency(record, row, ceilings))
             rows.append(row)
             # what the dashboard shows of the step, sent again on a resume: where it stands, its problems, its figures
             progress.step(t)

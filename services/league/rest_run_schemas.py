@@ -67,6 +67,28 @@ class StepDynamics(Model):
     weight_diversity: WeightDiversity | None = Field(description="after the step; population runs only")
 
 
+class PhaseEfficiency(Model):
+    threads: int = Field(description="torch threads the phase ran on (-1 settings counted as every core it may use)")
+    flops: float = Field(description="FLOPs charged to the phase (spec 14)")
+    seconds: float
+    gflops_per_s: float | None
+    mfu: float | None = Field(description="charged FLOPs per second over the measured compute peak of its threads")
+    least_seconds: float = Field(description="the least time the roofline allows the phase's work")
+    roofline_fraction: float | None = Field(description="least_seconds / seconds")
+
+
+class PeakFigures(Model):
+    gflops: float = Field(description="the best measured GFLOP/s of the model's products on these threads")
+    bandwidth_gb_s: float = Field(description="the best measured read bandwidth")
+
+
+class StepEfficiency(Model):
+    dtype: str = Field(description="the dtype the base model's products run in")
+    peaks: dict[str, PeakFigures] = Field(description="per thread count")
+    phases: dict[str, PhaseEfficiency] = Field(description="propose, solve, update")
+    step: PhaseEfficiency = Field(description="the step's charged FLOPs over its seconds (its window when overlapped)")
+
+
 class StepSummary(Model):
     step: int
     phases: list[str]
@@ -89,6 +111,8 @@ class StepSummary(Model):
     idle_fraction: dict[str, float | None] | None = Field(None, description="trainer and inference, in the window")
     staleness: StepStaleness | None = Field(None, description="overlapped steps (loop.max_staleness >= 1)")
     dynamics: StepDynamics | None = Field(None, description="the step's figures for /v1/runs/{run}/dynamics")
+    efficiency: StepEfficiency | None = Field(None, description="each phase against the machine's measured peak "
+                                              "(embedded runs; coordinator/efficiency.py)")
 
 
 class PhaseAt(Model):

@@ -51,6 +51,8 @@
     parts.push(h("div", { class: "grid2" },
       panel("Solve rate (solid) and valid-proposal rate (dashed) per task type, by step", box),
       panel("Last evolution events", eventsList(ov.evolution))));
+    parts.push(panel(latest ? `Step ${latest.step}: each phase against the machine's peak` :
+      "Each phase against the machine's peak", D.efficiencyPanel(latest)));
     const tlBox = (!fresh && state.timelineBox) || h("div", { id: "ov-timeline-box" });
     parts.push(panel("Timeline: each step's phases per service, and idle time", tlBox));
     main.replaceChildren(...parts);
