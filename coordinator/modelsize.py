@@ -19,11 +19,19 @@ class ModelSize:
 
     base: int
     adapter: int
+    rank: int = 0  # the rank `adapter` counts; 0 = unknown (no per-rank counts)
 
     @property
     def with_adapter(self) -> int:
         """N while an adapter is in use (spec 14: the base's parameters plus the adapter's)."""
         return model_parameters(self.base, self.adapter)
+
+    def with_rank(self, rank: int) -> int:
+        """N while an adapter of `rank` is in use: a LoRA adapter's parameters are r·Σ(d_in + d_out), so they scale
+        with its rank (spec 9, "Mixed ranks": each member is charged its own)."""
+        if rank == self.rank or not self.rank:
+            return self.with_adapter
+        return model_parameters(self.base, self.adapter // self.rank * rank)
 
 
 @functools.lru_cache(maxsize=8)
@@ -39,7 +47,7 @@ def _count(name: str, cache: str, rank: int, targets: tuple[str, ...]) -> ModelS
     base = sum(p.numel() for p in model.parameters())  # parameters() yields a tied embedding once
     shapes = [(m.out_features, m.in_features) for n, m in model.named_modules()
               if isinstance(m, torch.nn.Linear) and n.rsplit(".", 1)[-1] in targets]
-    return ModelSize(base=int(base), adapter=lora_parameters(rank, shapes) if shapes else 0)
+    return ModelSize(base=int(base), adapter=lora_parameters(rank, shapes) if shapes else 0, rank=rank)
 
 
 def model_size(cfg: Config) -> ModelSize:

@@ -315,6 +315,27 @@ def plot_timeline(rows, path: Path) -> bool:
     return True
 
 
+def members_table(rows: list[dict], cfg) -> str:
+    """The last step's members with their role, version and LoRA rank (spec 9, "Mixed ranks": members may hold
+    different ranks), the rank read from each adapter's stored config."""
+    from populora.store import ArtifactStore, StoreError
+
+    population = rows[-1].get("population") or {}
+    if not population:
+        return "<p>No members recorded.</p>"
+    store = ArtifactStore(cfg.store_root) if cfg is not None else None
+    body = []
+    for adapter_id, m in sorted(population.items()):
+        try:
+            rank = str(store.rank(adapter_id)) if store is not None else "-"
+        except (OSError, ValueError, KeyError, StoreError):
+            rank = "-"
+        cells = [adapter_id, m.get("role", ""), f"v{m.get('version', '')}", rank]
+        body.append('<tr class="member">' + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
+    return ("<table><tr><th>member</th><th>role</th><th>version</th><th>LoRA rank</th></tr>" + "".join(body)
+            + "</table>")
+
+
 def _stopped(last: dict) -> str:
     return f" The run stopped early: {html.escape(last['stopped'])}." if last.get("stopped") else ""
 
@@ -347,6 +368,7 @@ Rejection reasons over the run: {html.escape(json.dumps(rejections, sort_keys=Tr
 <h2>Compute</h2><img src="compute.png">
 <h2>Ratings and evolution events</h2><img src="ratings.png">
 <h2>Lineage</h2><img src="lineage.png">
+<h2>Members after the last step</h2>{members_table(rows, cfg)}
 <h2>Children and their parents</h2>{evolution_table(rows, cfg)}
 <h2>Timeline: phases per service and idle time</h2>{timeline}
 <h2>Where a step's time goes: each phase against the machine's peak</h2>{efficiency_table(rows)}

@@ -129,7 +129,8 @@ def finish_step(j: Journal, run: Run, t: int, played: Played) -> StepRecord:
     evolved = None
     if run.evolves(t):
         evolved = j.once(t, "evolve", evolve, run, t, updated.population)                   # 8,9 replace the worst
-    spent = usage(proposed, validated, solved, checked, batch, updated, run.cfg, run.size)  # 14  compute spent
+    spent = usage(proposed, validated, solved, checked, batch, updated, run.cfg, run.size,  # 14  compute spent
+                  run.ranks())
     spent = j.once(t, "account", account, run, t, spent)
     evaluated = None
     if run.evaluates(t):

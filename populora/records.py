@@ -203,6 +203,10 @@ class EvolutionEvent:
     operator: str
     relative_change: float
     effective_rank: float
+    # A run of several ranks (spec 9, "Mixed ranks") records the child's and its parents' ranks; a run of one rank
+    # leaves them out, so its records are what they were.
+    rank: int = field(default=0, metadata={"omit_default": True})
+    parent_ranks: list[int] = field(default_factory=list, metadata={"omit_default": True})
 
 
 @dataclass(frozen=True)

@@ -253,6 +253,12 @@ class ArtifactStore:
     def read(self, ref: AdapterRef) -> AdapterVersion:
         return self.load(ref)[0]
 
+    def rank(self, adapter_id: str) -> int:
+        """An adapter's LoRA rank, from its first version's adapter_config.json alone (no weights read): every
+        version of an adapter has the rank it was created with (a rank change makes a new adapter, spec 9)."""
+        ref = self.ref(adapter_id, (self.versions(adapter_id) or [1])[0])
+        return int(self._read_json(self.path_of(ref) / ADAPTER_CONFIG)["r"])
+
     def digests(self, ref: AdapterRef) -> tuple[str, str]:
         """(weights digest, optimizer-state digest) of a stored version: what two runs that must agree compare
         (tensors_digest; the optimizer's is "" where the version has none, as an evolver child)."""

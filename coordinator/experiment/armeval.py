@@ -134,9 +134,13 @@ def evaluate_arm(exp: Experiment, arm: Arm, benchmark: str, targets: dict[str, i
         services.close()
     n_problems = max((r.n_problems for r in results), default=0)
     tokens = sum(generated)
+    size = model_size(cfg)
+    # every target answers the same problems: their tokens are charged at the mean of their N (spec 9, "Mixed ranks")
+    sizes = [size.with_rank(store.rank(t.adapter_id)) for t in chosen] if len(cfg.ranks) > 1 else []
+    n = sum(sizes) // len(sizes) if sizes else size.with_adapter
     return {"benchmark": benchmark, "limit": eval_limit(exp, benchmark) or n_problems, "samples": exp.samples,
             "settings": settings, "targets": targets, "generated_tokens": tokens,
-            "flops": FORWARD_FLOPS_PER_PARAM * model_size(cfg).with_adapter * tokens,
+            "flops": FORWARD_FLOPS_PER_PARAM * n * tokens,
             "results": [r.to_json() for r in results]}
 
 

@@ -9,6 +9,7 @@ advantage, spec 5) costs no pass and is not charged; with an entropy bonus every
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from collections.abc import Mapping
 
 from coordinator.modelsize import ModelSize
 from coordinator.phases.run import Run
@@ -49,32 +50,43 @@ def _flops(tokens: TokenCounts, n: int) -> int:
 
 
 def usage(proposed: Proposed, validated: Validated, solved: Solved, checked: Checked,
-          batch: dict[str, list[Rollout]], updated: Updated, cfg: Config, size: ModelSize) -> Accounted:
+          batch: dict[str, list[Rollout]], updated: Updated, cfg: Config, size: ModelSize,
+          ranks: Mapping[str, int] | None = None) -> Accounted:
     """The compute of one step (spec 14), from its records: per adapter the prompt tokens it read and the tokens it
     generated (its proposals or attempts), and the tokens it was trained on (prompt and response of the charged
     rows, times the update's epochs, for the adapters that were updated); per phase the same; the sandbox jobs of
-    validation and checking."""
-    n = size.with_adapter
+    validation and checking. Each adapter's tokens are charged at its own N, the base's parameters plus those of its
+    rank (`ranks`: adapter id -> rank; None = every adapter at lora.rank), and a phase's FLOPs are its adapters'."""
+    def n_of(adapter_id: str) -> int:
+        return size.with_rank(ranks[adapter_id]) if ranks is not None else size.with_adapter
+
     prompt: Counter = Counter()
     generated: Counter = Counter()
     phase: dict[str, TokenCounts] = {}
+    phase_flops: dict[str, int] = {}
     for name, items in (("propose", [(p.teacher, p) for p in proposed.proposals]),
                         ("solve", [(a.student, a) for a in solved.attempts])):
+        own: dict[str, TokenCounts] = {}
         for adapter_id, x in items:
             prompt[adapter_id] += len(x.prompt_token_ids)
             generated[adapter_id] += len(x.response_token_ids)
+            t = own.get(adapter_id, TokenCounts())
+            own[adapter_id] = TokenCounts(prompt=t.prompt + len(x.prompt_token_ids),
+                                          generated=t.generated + len(x.response_token_ids))
         phase[name] = TokenCounts(prompt=sum(len(x.prompt_token_ids) for _, x in items),
                                   generated=sum(len(x.response_token_ids) for _, x in items))
+        phase_flops[name] = sum(_flops(t, n_of(a)) for a, t in own.items())
     epochs = cfg.trainer.epochs
     trained = Counter({adapter_id: epochs * sum(len(r.prompt_token_ids) + len(r.response_token_ids)
                                                 for r in charged_rows(rows, cfg.trainer.entropy_coef))
                        for adapter_id, rows in batch.items() if adapter_id in updated.stats})
     phase["update"] = TokenCounts(trained=sum(trained.values()))
+    phase_flops["update"] = sum(_flops(TokenCounts(trained=t), n_of(a)) for a, t in trained.items())
     adapters = {}
     for a in sorted(set(generated) | set(trained)):
         t = TokenCounts(prompt=prompt[a], generated=generated[a], trained=trained[a])
-        adapters[a] = Usage(generated[a], trained[a], 0, prompt[a], _flops(t, n))
-    phases = {k: Usage(t.generated, t.trained, 0, t.prompt, _flops(t, n)) for k, t in phase.items()}
+        adapters[a] = Usage(generated[a], trained[a], 0, prompt[a], _flops(t, n_of(a)))
+    phases = {k: Usage(t.generated, t.trained, 0, t.prompt, phase_flops[k]) for k, t in phase.items()}
     total = sum(phases.values(), Usage()) + Usage(sandbox_jobs=validated.sandbox_jobs + checked.sandbox_jobs)
     return Accounted(adapters, total, phases, validated.sandbox_cpu_seconds + checked.sandbox_cpu_seconds)
 

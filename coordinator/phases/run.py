@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from coordinator.modelsize import ModelSize, model_size
@@ -12,6 +13,18 @@ from populora.pb import common_pb2
 from populora.rpc import ref_to_pb
 from populora.seeds import derive_seed
 from populora.store import ArtifactStore
+
+
+class _StoreRanks(dict):
+    """Adapter id -> rank, each read once from its adapter_config.json (ArtifactStore.rank)."""
+
+    def __init__(self, store: ArtifactStore):
+        super().__init__()
+        self.store = store
+
+    def __missing__(self, adapter_id: str) -> int:
+        self[adapter_id] = rank = self.store.rank(adapter_id)
+        return rank
 
 
 @dataclass
@@ -28,6 +41,11 @@ class Run:
     def size(self) -> ModelSize:
         """N of spec 14 (the base model's parameters and an adapter's), for charging compute."""
         return model_size(self.cfg)
+
+    def ranks(self) -> Mapping[str, int] | None:
+        """Each adapter's rank, read from the store as it is asked for (spec 9, "Mixed ranks"); None in a run of one
+        rank, where every adapter has lora.rank."""
+        return _StoreRanks(self.store) if len(self.cfg.ranks) > 1 else None
 
     def seed(self, *parts: object) -> int:
         """A seed for one random choice of this run: same parts, same seed, in any process (resume-safe)."""

@@ -59,7 +59,8 @@ def _pg_leaderboard_rows(db: LeagueDB, run_id: str, role: str, include_retired: 
 def leaderboard_rows(db: LeagueDB, run_id: str, role: str = "", include_retired: bool = True) -> list[dict]:
     """Leaderboard rows through SQLAlchemy (SQLite, and the reference the Postgres statement is tested against)."""
     k = db.rules.params.k
-    return [{"rank": i + 1, "adapter_id": a.adapter_id, "role": a.role, "status": a.status, "mu": a.mu,
+    return [{"rank": i + 1, "adapter_id": a.adapter_id, "role": a.role, "lora_rank": a.rank, "status": a.status,
+             "mu": a.mu,
              "sigma": a.sigma, "conservative_skill": a.mu - k * a.sigma, "matches": a.matches, "wins": a.wins,
              "losses": a.losses, "draws": a.draws, "parents": a.parents, "operator": a.operator,
              "created_step": a.created_step, "retired_step": a.retired_step}
@@ -170,8 +171,8 @@ def run_lineage(db: LeagueDB, run_id: str) -> dict:
     a, lin = t.adapters.c, t.lineage.c
     with db.read_engine.connect() as conn:
         _require_run(conn, run_id)
-        nodes = conn.execute(sa.select(a.adapter_id, a.role, a.status, a.created_step, a.retired_step, a.operator,
-                                       a.params_json, a.parents_json, a.mu, a.sigma, a.matches)
+        nodes = conn.execute(sa.select(a.adapter_id, a.role, a.rank, a.status, a.created_step, a.retired_step,
+                                       a.operator, a.params_json, a.parents_json, a.mu, a.sigma, a.matches)
                              .where(a.run_id == run_id).order_by(a.created_step, a.role, a.adapter_id)).all()
         edges = conn.execute(sa.select(lin.parent_id, lin.child_id, lin.operator, lin.step)
                              .where(lin.run_id == run_id).order_by(lin.step, lin.child_id, lin.parent_id)).all()
@@ -179,7 +180,8 @@ def run_lineage(db: LeagueDB, run_id: str) -> dict:
     change = children_change(db, run_id)
     return {
         "run_id": run_id, "k": k,
-        "nodes": [{"adapter_id": n.adapter_id, "role": n.role, "status": n.status, "created_step": n.created_step,
+        "nodes": [{"adapter_id": n.adapter_id, "role": n.role, "lora_rank": n.rank, "status": n.status,
+                   "created_step": n.created_step,
                    "retired_step": n.retired_step, "operator": n.operator, "parents": json.loads(n.parents_json or "[]"),
                    "params": params[n.adapter_id], "mu": n.mu, "sigma": n.sigma,
                    "conservative_skill": n.mu - k * n.sigma, "matches": n.matches,
@@ -269,14 +271,14 @@ def adapter_lineage(db: LeagueDB, adapter_id: str) -> dict:
     """The REST `Lineage` of one adapter: its own origin, and its ancestor and descendant edges."""
     a = t.adapters.c
     with db.read_engine.connect() as conn:
-        row = conn.execute(sa.select(a.run_id, a.role, a.status, a.operator, a.parents_json, a.created_step)
-                           .where(a.adapter_id == adapter_id)).first()
+        row = conn.execute(sa.select(a.run_id, a.role, a.rank, a.status, a.operator, a.parents_json,
+                                     a.created_step).where(a.adapter_id == adapter_id)).first()
         if row is None:
             raise not_found(f"adapter '{adapter_id}' does not exist")
         edges = conn.execute(_LINEAGE, {"id": adapter_id}).all()
     walk: tuple[list[dict], list[dict]] = ([], [])
     for direction, parent_id, child_id, operator, step, _depth in edges:
         walk[direction].append({"parent_id": parent_id, "child_id": child_id, "operator": operator, "step": step})
-    return {"adapter_id": adapter_id, "run_id": row.run_id, "role": row.role, "status": row.status,
-            "operator": row.operator, "parents": json.loads(row.parents_json or "[]"),
+    return {"adapter_id": adapter_id, "run_id": row.run_id, "role": row.role, "lora_rank": row.rank,
+            "status": row.status, "operator": row.operator, "parents": json.loads(row.parents_json or "[]"),
             "created_step": row.created_step, "ancestors": walk[0], "descendants": walk[1]}

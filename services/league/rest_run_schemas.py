@@ -235,7 +235,7 @@ class AdapterRecord(Model):
     run_id: str
     role: Role
     status: str
-    rank: int
+    rank: int = Field(description="the adapter's LoRA rank r (spec 9, \"Mixed ranks\")")
     created_step: int
     retired_step: int | None
     mu: float

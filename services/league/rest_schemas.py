@@ -30,9 +30,10 @@ def responses(*codes: int) -> dict:
 
 
 class LeaderboardRow(Model):
-    rank: int
+    rank: int = Field(description="place on the leaderboard, 1 = best conservative skill")
     adapter_id: str
     role: Role
+    lora_rank: int = Field(description="the adapter's LoRA rank r (members may differ: spec 9, \"Mixed ranks\")")
     status: Literal["active", "retired"]
     mu: float
     sigma: float
@@ -73,6 +74,7 @@ class Lineage(Model):
     adapter_id: str
     run_id: str
     role: str
+    lora_rank: int = Field(description="the adapter's LoRA rank r")
     status: str
     operator: str
     parents: list[str]
@@ -149,6 +151,7 @@ class RatingCurves(Model):
 class LineageNode(Model):
     adapter_id: str
     role: Role
+    lora_rank: int = Field(description="the adapter's LoRA rank r (R1 children and crossovers may change it)")
     status: str
     created_step: int
     retired_step: int | None

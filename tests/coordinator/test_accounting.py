@@ -29,7 +29,24 @@ def test_rows_of_a_group_with_equal_rewards_are_not_charged():
     assert charged_rows(rows, entropy_coef=0.001) == rows  # the entropy bonus trains every row
 
 
-def _step(cfg):
+def test_each_adapter_is_charged_at_its_own_rank():
+    """Spec 9, "Mixed ranks": N = the base's parameters plus the adapter's, r·Σ(d_in + d_out), at each adapter's own
+    rank; a phase's FLOPs are its adapters'; without ranks every adapter is charged at lora.rank, as before."""
+    cfg = load_config(env=False)
+    size = ModelSize(base=1000, adapter=10 * 32, rank=32)  # 10 parameters per unit of rank
+    assert size.with_rank(32) == size.with_adapter == 1320 and size.with_rank(8) == 1080
+    t1, s1 = size.with_rank(64), size.with_rank(8)
+    spent = _step(cfg, size, {"t1": 64, "s1": 8})
+    assert spent.adapters["t1"].flops == 2 * t1 * 400
+    assert spent.adapters["s1"].flops == 2 * s1 * 220 + 6 * s1 * 440
+    assert spent.phases["propose"].flops == 2 * t1 * 400 and spent.phases["solve"].flops == 2 * s1 * 220
+    assert spent.phases["update"].flops == 6 * s1 * 440
+    assert spent.total.flops == sum(a.flops for a in spent.adapters.values())
+    same = _step(cfg, size, {"t1": 32, "s1": 32})
+    assert same == _step(cfg, size)
+
+
+def _step(cfg, size=SIZE, ranks=None):
     proposals = [Proposal("p1", "code_o", "t1", "m", 0, "", [1] * 300, [2] * 100)]
     attempts = [Attempt("a1", "p1", "s1", "m", "", [1] * 200, [2] * 20)]
     batch = {"t1": [Rollout("teacher", "code_o", 0.5, [1] * 300, [2] * 100)],  # alone in its group: zero advantage
@@ -37,7 +54,7 @@ def _step(cfg):
                     Rollout("student", "code_o", 0.0, [1] * 200, [2] * 20)]}
     updated = Updated({}, {"t1": UpdateStats(), "s1": UpdateStats()})
     return usage(Proposed(proposals), Validated({}, None, 3), Solved(attempts), Checked({}, {}, 2), batch, updated,
-                 cfg, SIZE)
+                 cfg, size, ranks)
 
 
 def test_step_flops_charge_the_prompt_pass_at_2n_and_trained_tokens_at_6n():

@@ -106,8 +106,8 @@ def pg_league(pg_url):
     client = league
     _season(client)
     client.RegisterAdapters(pb.RegisterAdaptersRequest(run_id="r1", adapters=[
-        pb.AdapterSpec(adapter_id=a, role=r) for a, r in (("a", "student"), ("Z", "student"), ("b", "teacher"),
-                                                           ("B", "both"))]))
+        pb.AdapterSpec(adapter_id=a, role=r, rank=k) for a, r, k in (("a", "student", 8), ("Z", "student", 64),
+                                                                      ("b", "teacher", 16), ("B", "both", 32))]))
     yield league
     league.close()
 
@@ -126,8 +126,11 @@ def test_postgres_leaderboard_statement_equals_the_python_rows(pg_league):
             body = json.loads(reads.leaderboard_body(league.db, "r1", role, retired))
             assert body["rows"] == reads.leaderboard_rows(league.db, "r1", role, retired), (role, retired)
             assert body["run_id"] == "r1" and body["role"] == role and body["k"] == 3.0
-    ids = [r["adapter_id"] for r in json.loads(reads.leaderboard_body(league.db, "r1", "", True))["rows"]]
+    rows = json.loads(reads.leaderboard_body(league.db, "r1", "", True))["rows"]
+    ids = [r["adapter_id"] for r in rows]
     assert ids.index("B") < ids.index("Z") < ids.index("a") < ids.index("b")
+    assert {r["adapter_id"]: r["lora_rank"] for r in rows if r["adapter_id"] in "aZbB"} == {"a": 8, "Z": 64, "b": 16,
+                                                                                          "B": 32}
 
 
 def test_page_and_its_files_come_from_the_service(rest):
