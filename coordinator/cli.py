@@ -188,6 +188,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "required unless the config sets run.budget_flops")
     x.add_argument("--seeds", default=None, metavar="S1,S2",
                    help="run seeds; each gives one population and one baseline run (default: run.seed)")
+    x.add_argument("--arms", default=None, metavar="A1,A2",
+                   help="the arms of each seed, of population, mixed-rank (the population with members of ranks "
+                        "r/4..2r, or lora.teacher_ranks/student_ranks; the population arm is then every member at "
+                        "lora.rank) and baseline (default: population,baseline; docs/experiment.md)")
     x.add_argument("--steps", type=int, default=None, help="most steps per arm (default: run.steps); the budget "
                    "should end the arms first")
     x.add_argument("--id", dest="experiment_id", default=None,

@@ -99,33 +99,37 @@ def _state(values: dict[str, dict[str, float]], population: dict[str, int] | Non
 
 def compare_at_checkpoints(seeds: Sequence[int], rows: Mapping[tuple[str, int], list[dict]],
                            evals: Mapping[tuple[str, int], dict], budget: float, *, n_resamples: int = 10_000,
-                           fractions: Sequence[float] = DEFAULT_FRACTIONS, members: str = "all") -> list[dict]:
+                           fractions: Sequence[float] = DEFAULT_FRACTIONS, members: str = "all",
+                           arms: tuple[str, str] = ("population", "baseline")) -> list[dict]:
     """Per checkpoint on one benchmark: the arms' steps and gaps per seed; the population mean, best and worst
     member (chosen on the validation problems), and the baseline, on the scoring problems, as means over seeds; the
     difference population mean - baseline with its 95% paired bootstrap interval over (seed, problem) and the
     paired counts (spec 14). `rows[(arm, seed)]` are an arm run's metrics, `evals[(arm, seed)]` its evaluation file;
-    `members` says which of the population's members are scored (population_at)."""
+    `members` says which of the population's members are scored (population_at). `arms` names the two compared,
+    (population, baseline) by default; the second may be a population too (the mixed-rank population against the
+    uniform one, spec 9), whose value on a problem is then its scored members' mean, as the baseline's one
+    adapter's is its own."""
     out = []
-    per_seed = {s: checkpoints_of({a: rows[(a, s)] for a in ("population", "baseline")}, budget, fractions)
-                for s in seeds}
+    first, second = arms
+    per_seed = {s: checkpoints_of({a: rows[(a, s)] for a in arms}, budget, fractions) for s in seeds}
     warm = next((per_problem(e)[1].get(WARM) for e in evals.values() if WARM in per_problem(e)[1]), None)
     for i, fraction in enumerate(fractions):
         pop, base, where, best, worst, pmeans, bmeans = {}, {}, {}, [], [], [], []
         for s in seeds:
             cp = per_seed[s][i]
             where[s] = {a: {"step": st.step, "flops": st.flops, "gap": st.gap} for a, st in cp.arms.items()}
-            if ("population", s) not in evals or ("baseline", s) not in evals:
+            if (first, s) not in evals or (second, s) not in evals:
                 continue
-            ids, pv = per_problem(evals[("population", s)])
-            _, bv = per_problem(evals[("baseline", s)])
-            p_state = _state(pv, population_at(rows[("population", s)], cp.arms["population"].step, members), warm)
-            b_state = _state(bv, population_at(rows[("baseline", s)], cp.arms["baseline"].step), warm)
+            ids, pv = per_problem(evals[(first, s)])
+            _, bv = per_problem(evals[(second, s)])
+            p_state = _state(pv, population_at(rows[(first, s)], cp.arms[first].step, members), warm)
+            b_state = _state(bv, population_at(rows[(second, s)], cp.arms[second].step, members), warm)
             if not p_state or not b_state:
                 continue
             validation, scoring = split(ids)
-            b_values = next(iter(b_state.values()))  # the baseline's one adapter
             pop[s] = {p: [m[p] for m in p_state.values()] for p in scoring}
-            base[s] = {p: b_values[p] for p in scoring}
+            # the baseline's one adapter (a students-only choice keeps it: it plays both roles), or a population's mean
+            base[s] = {p: mean(m[p] for m in b_state.values()) for p in scoring}
             if validation:  # a benchmark of fewer than VALIDATION_EVERY problems has no best or worst member
                 b, w = choose(p_state, validation)
                 best.append(mean(p_state[b][p] for p in scoring))

@@ -11,9 +11,11 @@ from statistics import mean
 
 from coordinator.experiment.checkpointeval import VALIDATION_EVERY
 from coordinator.experiment.equalcompute import (
+    MIXED_VS_UNIFORM,
     checkpoint_section,
     checkpoint_table,
     dynamics_section,
+    mixed_rank_section,
     plot_checkpoints,
     plot_dynamics,
     trend_table,
@@ -23,7 +25,7 @@ from coordinator.figures import plt, save_figure
 from coordinator.stepmetrics import COMPLEXITY_KEYS, read_metrics
 from populora.config import Config
 
-ARM_COLORS = {"population": "#1f77b4", "baseline": "#d62728"}
+ARM_COLORS = {"population": "#1f77b4", "mixed-rank": "#9467bd", "baseline": "#d62728"}
 SEED_STYLES = ("-", "--", ":", "-.")
 COMPLEXITY_TITLES = {"ast_depth": "AST depth", "cyclomatic": "McCabe complexity", "lines_of_code": "lines of code"}
 DPI = 72
@@ -33,7 +35,7 @@ DPI = 72
 class ArmRun:
     """One run of an arm as the comparison reads it: which arm, its seed, its run id and directory (metrics.jsonl)."""
 
-    name: str  # "population" | "baseline"
+    name: str  # "population" | "mixed-rank" | "baseline"
     seed: int
     run_id: str
     run_dir: Path
@@ -153,7 +155,7 @@ def comparison(exp: ComparisonInput, metrics: dict[str, list[dict]], evals: dict
     start = {b: next((n["evals"][b]["start"] for n in arms.values()
                       if b in n["evals"] and n["evals"][b]["start"] is not None), None) for b in exp.benchmarks}
     summary: dict = {"warm_start": start}
-    for name in ("population", "baseline"):
+    for name in ("population", "mixed-rank", "baseline"):
         mine = [n for n in arms.values() if n["arm"] == name]
         if not mine:
             continue
@@ -344,6 +346,9 @@ def write_comparison(exp: ComparisonInput) -> tuple[Path, dict]:
     evals = load_evals(out, [a.run_id for a in exp.arms], exp.benchmarks)
     scores = comparison(exp, metrics, evals)
     scores["checkpoints"] = checkpoint_section(exp, metrics, evals)
+    mixed = any(a.name == "mixed-rank" for a in exp.arms)
+    if mixed:  # spec 9, "Mixed ranks": the mixed-rank population against the uniform one, the same statistics
+        scores["checkpoints_mixed_rank"] = checkpoint_section(exp, metrics, evals, arms=MIXED_VS_UNIFORM)
     dyn = dynamics_section(exp, metrics)
     scores["dynamics"] = dyn["arms"]
     scores["evaluation_flops"] = {run_id: sum(e.get("flops", 0) for e in per.values()) for run_id, per in evals.items()}
@@ -374,7 +379,7 @@ Scores on the scoring split of each benchmark; the best and worst members are
 chosen on the separate validation split (every {VALIDATION_EVERY}th problem), never on the problems they are scored
 on. The difference is population mean minus baseline with a 95% paired bootstrap interval over (seed, problem);
 the counts pair every member with its seed's baseline on each problem.</p>
-{checkpoint_table(exp, scores["checkpoints"])}{checkpoints_img}
+{checkpoint_table(exp, scores["checkpoints"])}{checkpoints_img}{mixed_rank_section(exp, scores) if mixed else ""}
 <h2>Dynamics against compute</h2>
 <p>Complexity trend of valid proposals (slope of the per-step mean against FLOPs, 95% bootstrap interval; spec 11),
 coverage, the students' solve-rate oscillation, the teachers' behavioural diversity and the members' weight

@@ -15,24 +15,25 @@ from coordinator.figures import plt, save_figure
 from populora.analysis.dynamics import COMPLEXITY_METRICS
 from populora.analysis.intervals import trend
 
-ARM_COLORS = {"population": "#1f77b4", "baseline": "#d62728"}
+ARM_COLORS = {"population": "#1f77b4", "mixed-rank": "#9467bd", "baseline": "#d62728"}
 TREND_KEYS = COMPLEXITY_METRICS
 
 
-def checkpoint_section(exp, metrics: dict[str, list[dict]], evals: dict[str, dict[str, dict]]) -> dict:
-    """{benchmark: [per checkpoint numbers]} (checkpointeval.compare_at_checkpoints) over the seeds whose two arms
-    both have metrics and, for that benchmark, an evaluation made at a compute budget."""
+def checkpoint_section(exp, metrics: dict[str, list[dict]], evals: dict[str, dict[str, dict]],
+                       arms: tuple[str, str] = ("population", "baseline")) -> dict:
+    """{benchmark: [per checkpoint numbers]} (checkpointeval.compare_at_checkpoints) of the two `arms` over the seeds
+    whose two arms both have metrics and, for that benchmark, an evaluation made at a compute budget."""
     rows = {(a.name, a.seed): metrics.get(a.run_id, []) for a in exp.arms}
-    seeds = [s for s in exp.seeds if rows.get(("population", s)) and rows.get(("baseline", s))]
+    seeds = [s for s in exp.seeds if rows.get((arms[0], s)) and rows.get((arms[1], s))]
     out = {}
     for b in exp.benchmarks:
         files = {(a.name, a.seed): evals[a.run_id][b] for a in exp.arms
-                 if b in evals.get(a.run_id, {}) and evals[a.run_id][b].get("budget")}
+                 if a.name in arms and b in evals.get(a.run_id, {}) and evals[a.run_id][b].get("budget")}
         budgets = {f["budget"] for f in files.values()}
         if not seeds or len(budgets) != 1:
             continue
         out[b] = compare_at_checkpoints(seeds, rows, files, budgets.pop(), fractions=exp.cfg.eval.checkpoints,
-                                        members=exp.cfg.eval.members)
+                                        members=exp.cfg.eval.members, arms=arms)
     return out
 
 
@@ -44,7 +45,7 @@ def _cached_dynamics(exp, arm, rows: list[dict]) -> dict:
         done = json.loads(path.read_text())
         if done.get("last_step") == last:
             return done
-    dyn = arm_dynamics(rows, exp.cfg.store_root, weights=arm.name == "population", run_id=arm.run_id)
+    dyn = arm_dynamics(rows, exp.cfg.store_root, weights=arm.name != "baseline", run_id=arm.run_id)
     dyn["last_step"] = last
     write_json(path, dyn)
     return dyn
@@ -65,7 +66,7 @@ def dynamics_section(exp, metrics: dict[str, list[dict]]) -> dict:
     bootstrap interval) and the students' mean oscillation."""
     runs = {a.run_id: _cached_dynamics(exp, a, metrics[a.run_id]) for a in exp.arms if metrics.get(a.run_id)}
     arms = {}
-    for name in ("population", "baseline"):
+    for name in ("population", "mixed-rank", "baseline"):
         mine = [a for a in exp.arms if a.name == name and a.run_id in runs]
         if not mine:
             continue
@@ -140,17 +141,21 @@ def _f(v, digits: int = 3) -> str:
     return "-" if v is None else f"{v:.{digits}f}"
 
 
-def checkpoint_table(exp, section: dict) -> str:
-    head = ["benchmark", "checkpoint", "FLOPs", "steps pop / base (per seed)", "gap pop / base (FLOPs)",
-            "population mean", "worst member", "best member", "baseline", "difference [95% interval]",
-            "pairs", "both / only pop / only base / neither"]
+def checkpoint_table(exp, section: dict, arms: tuple[str, str] = ("population", "baseline")) -> str:
+    """The checkpoints of `section` as a table; `arms` the two it compares (the second's value on a problem is its
+    scored members' mean when it is a population)."""
+    first, second = arms
+    short = {"population": "pop", "mixed-rank": "mixed", "baseline": "base"}
+    a1, a2 = short.get(first, first), short.get(second, second)
+    head = ["benchmark", "checkpoint", "FLOPs", f"steps {a1} / {a2} (per seed)", f"gap {a1} / {a2} (FLOPs)",
+            f"{first} mean", "worst member", "best member", second if second == "baseline" else f"{second} mean",
+            "difference [95% interval]", "pairs", f"both / only {a1} / only {a2} / neither"]
     rows = []
     for b, cps in section.items():
         for c in cps:
-            arms = c["arms"]
-            steps = "; ".join(f"s{s}: {a['population']['step']} / {a['baseline']['step']}" for s, a in arms.items())
-            gaps = "; ".join(f"s{s}: {_e(a['population']['gap'])} / {_e(a['baseline']['gap'])}"
-                             for s, a in arms.items())
+            arms_at = c["arms"]
+            steps = "; ".join(f"s{s}: {a[first]['step']} / {a[second]['step']}" for s, a in arms_at.items())
+            gaps = "; ".join(f"s{s}: {_e(a[first]['gap'])} / {_e(a[second]['gap'])}" for s, a in arms_at.items())
             k = c.get("counts", {})
             cells = [b, f"{c['fraction']:.0%}", _e(c["flops"]), steps, gaps, _f(c.get("population_mean")),
                      _f(c.get("worst_member")), _f(c.get("best_member")), _f(c.get("baseline")),
@@ -159,6 +164,21 @@ def checkpoint_table(exp, section: dict) -> str:
             rows.append("<tr>" + "".join(f"<td>{html.escape(x)}</td>" for x in cells) + "</tr>")
     return ("<table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in head) + "</tr>" + "".join(rows)
             + "</table>")
+
+
+MIXED_VS_UNIFORM = ("mixed-rank", "population")
+
+
+def mixed_rank_section(exp, scores: dict) -> str:
+    """The report's section of the mixed-rank population against the uniform one at each checkpoint (spec 9, "Mixed
+    ranks"), from scores["checkpoints_mixed_rank"]."""
+    teachers, students = exp.cfg.lora.mixed_ranks()
+    return (f"<h2>Mixed ranks against one rank, at equal compute</h2><p>The mixed-rank population (teachers at ranks "
+            f"{', '.join(map(str, teachers))}, students at {', '.join(map(str, students))}) against the population "
+            f"of every member at rank {exp.cfg.lora.rank}, the same statistics as above: the difference is the "
+            "mixed-rank mean minus the uniform population's mean, with a 95% paired bootstrap interval over (seed, "
+            "problem); the counts pair every mixed-rank member with the uniform population's mean on each problem "
+            "(solved at 0.5).</p>" + checkpoint_table(exp, scores["checkpoints_mixed_rank"], MIXED_VS_UNIFORM))
 
 
 def _e(v) -> str:

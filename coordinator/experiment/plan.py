@@ -1,11 +1,12 @@
 """What an experiment is (spec 1, 13, 14): its arms (the population and the AZR baseline, one run each per seed, from
-the same warm start, config and compute budget), its id, and the manifest that lets the same command continue it and
-refuses another config under the same id.
+the same warm start, config and compute budget; `--arms` adds `mixed-rank`, the population with members of several
+ranks, spec 9), its id, and the manifest that lets the same command continue it and refuses another config under the
+same id.
 
 An experiment has an id; each arm is a run of its own whose id is derived from it (`<id>-population-s<seed>`,
-`<id>-baseline-s<seed>`). Layout under <run.output_dir>/<id>/: experiment.json (what was asked: config, seeds,
-budget, benchmarks, arms), evals/<run>.<benchmark>.json (one arm's scores on one benchmark, as `populora eval` writes
-them), scores.json (the comparison's numbers), report.html and its PNG figures.
+`<id>-mixed-rank-s<seed>`, `<id>-baseline-s<seed>`). Layout under <run.output_dir>/<id>/: experiment.json (what was
+asked: config, seeds, budget, benchmarks, arms), evals/<run>.<benchmark>.json (one arm's scores on one benchmark, as
+`populora eval` writes them), scores.json (the comparison's numbers), report.html and its PNG figures.
 """
 
 from __future__ import annotations
@@ -24,14 +25,15 @@ from populora.config import Config, ConfigError, config_from_yaml
 from populora.evals import BENCHMARKS
 from populora.names import MAX_RUN_ID, reason
 
-ARMS = ("population", "baseline")
-__all__ = ["ARMS", "HELDOUT", "LIMITS", "Arm", "Experiment", "arm_config", "check_manifest", "default_id",
-           "parse_seeds", "plan"]
+ARMS = ("population", "mixed-rank", "baseline")
+DEFAULT_ARMS = ("population", "baseline")
+__all__ = ["ARMS", "DEFAULT_ARMS", "HELDOUT", "LIMITS", "Arm", "Experiment", "arm_config", "check_manifest",
+           "default_id", "parse_arms", "parse_seeds", "plan"]
 
 
 @dataclass(frozen=True)
 class Arm:
-    """One run of the experiment: the population or the baseline, with one run seed."""
+    """One run of the experiment: the population, the mixed-rank population or the baseline, with one run seed."""
 
     name: str
     seed: int
@@ -84,29 +86,61 @@ def parse_seeds(text: str | None, default: int) -> list[int]:
     return seeds
 
 
-def default_id(cfg: Config, label: str, seeds: list[int]) -> str:
-    """The same configuration, seeds and budget give the same id, so rerunning the same command continues it."""
+def parse_arms(text: str | None) -> list[str]:
+    """`population,mixed-rank,baseline` -> the arms in that order; none given -> population and baseline."""
+    if not text:
+        return list(DEFAULT_ARMS)
+    arms = [a.strip() for a in text.split(",") if a.strip()]
+    unknown = [a for a in arms if a not in ARMS]
+    if unknown or not arms or len(set(arms)) != len(arms):
+        raise ConfigError(f"--arms {text!r}: give distinct arms of {', '.join(ARMS)} (e.g. --arms "
+                          "population,mixed-rank,baseline)")
+    return arms
+
+
+def default_id(cfg: Config, label: str, seeds: list[int], arms: list[str] | None = None) -> str:
+    """The same configuration, seeds, budget and arms give the same id, so rerunning the same command continues it
+    (the default arms leave the id as it was before arms could be chosen)."""
     stem = re.sub(r"[^A-Za-z0-9_-]+", "-", label or cfg.model.name.split("/")[-1])[:32].strip("-_") or "exp"
-    digest = hashlib.sha256((_training_yaml(cfg) + json.dumps(seeds)).encode()).hexdigest()[:8]
+    chosen = "" if not arms or tuple(arms) == DEFAULT_ARMS else json.dumps(arms)
+    digest = hashlib.sha256((_training_yaml(cfg) + json.dumps(seeds) + chosen).encode()).hexdigest()[:8]
     return f"{stem}-exp-{digest}"
 
 
-def arm_config(cfg: Config, arm: str, seed: int, run_id: str) -> Config:
+def _one_rank(cfg: Config) -> None:
+    """Every member at lora.rank: no per-role ranks, no rank R1 could move to, R1 out of the mix."""
+    cfg.lora.teacher_ranks, cfg.lora.student_ranks, cfg.evolution.ranks = [], [], []
+    cfg.evolution.operator_mix = {k: v for k, v in cfg.evolution.operator_mix.items() if k != "R1"}
+
+
+def arm_config(cfg: Config, arm: str, seed: int, run_id: str, arms: tuple[str, ...] | list[str] = DEFAULT_ARMS
+               ) -> Config:
     """One arm's run config: the experiment's, with its run seed and id; the baseline as `train --mode baseline`
     makes it (spec 1: one adapter in both roles, AZR's learnability reward). The warm start is the same section in
-    both, so both start from the identical cached adapter (spec 13)."""
+    every arm, so all start from the identical cached adapter (spec 13). Beside a `mixed-rank` arm (in `arms`),
+    `population` is the uniform one, every member at lora.rank, and `mixed-rank` the same population with its members
+    at the ranks of lora.mixed_ranks() (members of another rank than lora.rank start from the warm start brought to
+    it)."""
     out = Config.model_validate(cfg.model_dump())
     out.run.seed, out.run.run_id = seed, run_id
     if arm == "baseline":
         as_baseline(out)
+        if out.lora.teacher_ranks or out.lora.student_ranks or out.evolution.ranks:
+            _one_rank(out)  # the baseline's one adapter has lora.rank: inference needs no wider slots
     else:
         out.run.mode = "population"
+        if arm == "mixed-rank":
+            out.lora.teacher_ranks, out.lora.student_ranks = cfg.lora.mixed_ranks()
+        elif "mixed-rank" in arms:
+            _one_rank(out)
     return Config.model_validate(out.model_dump())
 
 
 def plan(cfg: Config, experiment_id: str, seeds: list[int], benchmarks: list[str], limit: int | None = None,
-         samples: int = 1) -> Experiment:
-    """The experiment's arms. Compute-matched (spec 14) means a budget: without one the arms would run equal steps."""
+         samples: int = 1, arms: list[str] | None = None) -> Experiment:
+    """The experiment's arms (per seed, in the order of `arms`: population and baseline unless told). Compute-matched
+    (spec 14) means a budget: without one the arms would run equal steps."""
+    arms = list(arms or DEFAULT_ARMS)
     if not (cfg.run.budget_flops or cfg.run.budget_tokens or cfg.run.budget_sandbox_jobs):
         raise ConfigError("an experiment compares the arms at equal compute (spec 14): give a budget, e.g. "
                           "--budget flops=2e15 (or set run.budget_flops)")
@@ -127,12 +161,12 @@ def plan(cfg: Config, experiment_id: str, seeds: list[int], benchmarks: list[str
     names = [HELDOUT] + [b for b in benchmarks if b != HELDOUT]
     exp = Experiment(experiment_id, base, seeds, list(dict.fromkeys(names)), limit, samples)
     for seed in seeds:
-        for arm in ARMS:
+        for arm in arms:
             run_id = f"{experiment_id}-{arm}-s{seed}"
             if why := reason(run_id, MAX_RUN_ID):  # checked before any arm's run is created
                 raise ConfigError(f"--id {experiment_id!r}, seed {seed}: the arm's run id {run_id!r} is refused: "
                                   f"{why}; choose another --id")
-            exp.arms.append(Arm(arm, seed, run_id, arm_config(base, arm, seed, run_id)))
+            exp.arms.append(Arm(arm, seed, run_id, arm_config(base, arm, seed, run_id, arms)))
     return exp
 
 

@@ -18,7 +18,15 @@ from pathlib import Path
 from coordinator.experiment.armeval import evaluate_arms
 from coordinator.experiment.comparison import write_comparison
 from coordinator.experiment.evalfiles import write_json
-from coordinator.experiment.plan import Arm, Experiment, check_manifest, default_id, parse_seeds, plan
+from coordinator.experiment.plan import (
+    Arm,
+    Experiment,
+    check_manifest,
+    default_id,
+    parse_arms,
+    parse_seeds,
+    plan,
+)
 from coordinator.journal import JournalDB
 from coordinator.stepmetrics import read_metrics
 from coordinator.train import _apply_limits, budget_spent, run_training
@@ -166,13 +174,14 @@ def main(args, cfg: Config) -> int:
     setup_logging()
     _apply_limits(args, cfg)
     seeds = parse_seeds(args.seeds, cfg.run.seed)
+    arms = parse_arms(getattr(args, "arms", None))
     label = args.preset if not args.config_file else Path(args.config_file).stem
     cfg.run.run_id = ""
-    experiment_id = args.experiment_id or default_id(cfg, label or "", seeds)
+    experiment_id = args.experiment_id or default_id(cfg, label or "", seeds, arms)
     if args.jobs < 1:
         print(f"error: --jobs {args.jobs}: must be at least 1", file=sys.stderr)
         return 2
-    exp = plan(cfg, experiment_id, seeds, args.benchmark, args.limit, args.samples)
+    exp = plan(cfg, experiment_id, seeds, args.benchmark, args.limit, args.samples, arms)
     print(f"experiment {experiment_id}: {len(exp.arms)} arms "
           f"({', '.join(a.run_id for a in exp.arms)}), budget flops={exp.cfg.run.budget_flops:.3g} "
           f"tokens={exp.cfg.run.budget_tokens} "

@@ -134,3 +134,31 @@ def test_the_comparison_follows_the_chosen_checkpoints_and_members():
         assert sum(c["counts"].values()) == len(scoring)  # one member (S0) paired with the baseline
     with_teachers = compare_at_checkpoints([1], rows, evals, budget=100, n_resamples=200, fractions=[1.0])
     assert with_teachers[0]["best_member"] == 1.0 and with_teachers[0]["population_mean"] > expected
+
+
+def test_the_mixed_rank_population_is_compared_with_the_uniform_one_by_the_same_statistics():
+    """Spec 9, "Mixed ranks": arms=("mixed-rank", "population") pairs the mixed-rank members with the uniform
+    population's mean on each problem, at each arm's last step not past each checkpoint; the default arms give what
+    they always did."""
+    ids = [f"p{i}" for i in range(40)]
+    _, scoring = split(ids)
+    rows = {("mixed-rank", 1): _rows([(0, 0), (1, 50), (2, 100)], "M", 2),
+            ("population", 1): _rows([(0, 0), (1, 50), (2, 100)], "P", 2),
+            ("baseline", 1): _rows([(0, 0), (1, 50), (2, 100)], "B", 1)}
+    # the mixed-rank members solve the first 20 problems; of the uniform ones, one solves the first 10, one none
+    evals = {("mixed-rank", 1): _file("M", range(1, 3), 2, ids, lambda m, v, p: int(int(p[1:]) < 20)),
+             ("population", 1): _file("P", range(1, 3), 2, ids, lambda m, v, p: int(m == 0 and int(p[1:]) < 10)),
+             ("baseline", 1): _file("B", range(1, 3), 1, ids, lambda m, v, p: 0)}
+    out = compare_at_checkpoints([1], rows, evals, budget=100, n_resamples=300, fractions=[1.0],
+                                 arms=("mixed-rank", "population"))
+    [c] = out
+    mixed = sum(int(p[1:]) < 20 for p in scoring) / len(scoring)
+    uniform = sum(0.5 for p in scoring if int(p[1:]) < 10) / len(scoring)
+    assert set(c["arms"][1]) == {"mixed-rank", "population"}
+    assert c["population_mean"] == pytest.approx(mixed) and c["baseline"] == pytest.approx(uniform)
+    assert c["difference"] == pytest.approx(mixed - uniform) and c["low"] <= c["difference"] <= c["high"]
+    assert c["n_pairs"] == len(scoring) and sum(c["counts"].values()) == 2 * len(scoring)
+    default = compare_at_checkpoints([1], rows, evals, budget=100, n_resamples=300, fractions=[1.0])
+    assert default == compare_at_checkpoints([1], rows, evals, budget=100, n_resamples=300, fractions=[1.0],
+                                             arms=("population", "baseline"))
+    assert default[0]["baseline"] == 0.0 and default[0]["population_mean"] == pytest.approx(uniform)

@@ -10,7 +10,7 @@ from statistics import mean, pstdev
 import pytest
 
 from coordinator.experiment.comparison import arm_numbers, eval_numbers, pooled
-from coordinator.experiment.plan import check_manifest, default_id, parse_seeds, plan
+from coordinator.experiment.plan import check_manifest, default_id, parse_arms, parse_seeds, plan
 from coordinator.stepmetrics import complexity_spread
 from populora.config import ConfigError, load_config
 
@@ -42,6 +42,33 @@ def test_arms_share_warm_start_seeds_and_budget(tmp_path):
     for a in exp.arms:
         assert a.cfg.warmstart == pop.warmstart and a.cfg.warmstart.enabled  # the same warm adapter (one digest)
         assert a.cfg.run.budget_tokens == 5000 and a.cfg.run.seed == a.seed and a.cfg.run.run_id == a.run_id
+
+
+def test_a_mixed_rank_arm_beside_the_uniform_population_and_the_baseline(tmp_path):
+    """`--arms population,mixed-rank,baseline` (spec 9, "Mixed ranks"): the mixed-rank arm's members at r/4..2r of
+    lora.rank (cpu-tiny's 8: 2, 4, 8, 16), the population arm every member at lora.rank, all three from one warm
+    start and budget; the default arms and their id are unchanged."""
+    assert parse_arms(None) == ["population", "baseline"]
+    arms = parse_arms("population,mixed-rank,baseline")
+    for bad in ("population,nope", "baseline,baseline", ","):
+        with pytest.raises(ConfigError, match="--arms"):
+            parse_arms(bad)
+    exp = plan(_cfg(tmp_path, "warmstart.enabled=true", "evolution.operator_mix={M1: 1, R1: 1}",
+                    "evolution.ranks=[16]"), "e1", [1], [], arms=arms)
+    assert [(a.name, a.run_id) for a in exp.arms] == [("population", "e1-population-s1"),
+                                                      ("mixed-rank", "e1-mixed-rank-s1"), ("baseline", "e1-baseline-s1")]
+    pop, mixed, base = (a.cfg for a in exp.arms)
+    assert (mixed.run.mode, mixed.lora.teacher_ranks, mixed.lora.student_ranks) == ("population", [2, 4, 8, 16],
+                                                                                       [2, 4, 8, 16])
+    assert mixed.ranks == [2, 4, 8, 16] and mixed.evolution.operator_mix == {"M1": 1, "R1": 1}
+    assert pop.ranks == [8] and pop.evolution.operator_mix == {"M1": 1} and base.ranks == [8]
+    assert all(a.cfg.warmstart == pop.warmstart and a.cfg.run.budget_tokens == 5000 for a in exp.arms)
+    given = plan(_cfg(tmp_path, "lora.teacher_ranks=[4, 32]"), "e1", [1], [], arms=arms)
+    assert given.arms[1].cfg.lora.teacher_ranks == [4, 32] and given.arms[0].cfg.lora.teacher_ranks == []
+    assert plan(_cfg(tmp_path, "lora.teacher_ranks=[4, 32]"), "e1", [1], []).arms[0].cfg.lora.teacher_ranks == [4, 32]
+    cfg = _cfg(tmp_path)
+    assert default_id(cfg, "t", [1], ["population", "baseline"]) == default_id(cfg, "t", [1])
+    assert default_id(cfg, "t", [1], arms) != default_id(cfg, "t", [1])
 
 
 def test_bad_requests_are_refused(tmp_path):
