@@ -28,6 +28,10 @@ Every engine runs the same warm-up batch (the small propose batch, 4 new tokens)
                               the ratio in each round, the spread of the measurement
   rows, tokens, finished_early   rows of the workload (requests x n), tokens mixed generated, and the share of its
                               rows that ended on eos or a stop string before their budget
+  prefill_mfu, decode_roofline_fraction (targets >= 0.5), prefill_s, decode_s, decode_tokens_per_s and
+                              decode_roofline_tokens_per_s: the hf backend's prompt pass and decode steps against the
+                              peak and the roofline measured in this process (bench/inference_roofline.py; peak_gflops,
+                              bandwidth_gb_s, peak_threads)
 and rss_mb_1_adapter, rss_mb_8_adapters, adapter_mb (one adapter's tensors), rss_mb_per_extra_adapter. Threads are
 torch's default unless --threads; `loop_threads` is the loop's (-1: the cores other processes leave free, measured
 before each batch). `targets_met` checks lora_overhead <= 1.25, lora_overhead_small <= 1.6, mixed_vs_peft(_small)
@@ -49,6 +53,7 @@ from pathlib import Path
 
 from bench.harness import ChildFailed, emit, load_average, module_command, run_json
 from bench.inference_engines import bench_hf, bench_loop, bench_memory, bench_peft, run_backend
+from bench.inference_roofline import bench_fractions
 from bench.inference_workload import (
     N_ADAPTERS,
     RANK,
@@ -110,6 +115,8 @@ TARGETS = {  # name -> (key, check)
     "rss_mb_per_extra_adapter<=1.2x_adapter_mb": ("extra_adapter_vs_adapter_mb", lambda v: v <= 1.2),
     "loop_vs_bench>=0.8": ("loop_vs_bench", lambda v: v >= 0.8),
     "loop_vs_bench_small>=0.8": ("loop_vs_bench_small", lambda v: v >= 0.8),
+    **{f"{key}{sfx}>=0.5": (f"{key}{sfx}", lambda v: v is not None and v >= 0.5)
+       for key in ("prefill_mfu", "decode_roofline_fraction") for sfx in ("", "_small")},
 }
 
 
@@ -168,6 +175,7 @@ def main(argv: list[str] | None = None) -> int:
             out[f"rows_per_adapter_{n}"] = [per_adapter.get(i, 0) for i in ids]
         bench_memory(base, store, refs, out)
         bench_hf(base, store, refs, workloads, out, rounds=args.rounds)
+        bench_fractions(base, store, refs, workloads, out, args.model, rounds=args.rounds)
         loop_run = None
 
         def run_of():

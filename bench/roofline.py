@@ -49,6 +49,39 @@ def decode_ceiling(peaks, n_params: int, weight_bytes: int, dtype: str = "float3
     return {"decode_ceiling_tokens_per_s_at_rows": rates, "decode_rows_where_compute_meets_bandwidth": meet}
 
 
+def measured_here(model: str, device: str = "cpu", dtype: str = "float32"):
+    """(peaks, N of the base, weight bytes) for a bench that reports fractions: the ceiling measured in the calling
+    process on torch's threads as they are set now, merged into the machine's best known (what runs measure against
+    too), with the product rows and repeats of this module's full measurement."""
+    from populora.peaks import best_known, measure
+
+    shapes, n_params = model_figures(model)
+    weight_bytes = (2 if dtype == "bfloat16" else 4) * n_params
+    dtypes = ("float32",) if dtype == "float32" else ("float32", dtype)
+    return best_known(measure(shapes, weight_bytes, 0, device, dtypes=dtypes)), n_params, weight_bytes
+
+
+def update_fractions(model: str, result: dict, device: str = "cpu") -> dict:
+    """bench.trainer's update_mfu: 6N x the tokens an update processed (prompt and response of every row, spec 14)
+    per second of update compute over the peak measured here, N = the base's parameters and one adapter's; for the
+    default mode (update_mfu), each mode, and the 1,024-token probes with the memory settings on and off (each probe
+    ran in its own process on the same thread count)."""
+    peaks, n_params, _ = measured_here(model, device)
+    n = n_params + result.get("lora_params_per_adapter", 0)
+    peak = peaks.gflops["float32"] * 1e9
+    out = {"peak_gflops": peaks.gflops["float32"], "peak_threads": peaks.threads}
+    for mode in ("sequential", "batched"):
+        if mode in result:
+            out[f"update_mfu_{mode}"] = 6 * n * result[mode]["processed_tokens_per_s"] / peak
+    if result.get("default_mode") in result:
+        out["update_mfu"] = out[f"update_mfu_{result['default_mode']}"]
+    for settings in ("saving", "plain"):
+        probe = result.get("memory_probes", {}).get(f"{settings}_1024")
+        if probe:
+            out[f"update_mfu_{settings}_1k"] = 6 * n * probe["rows"] * probe["row_tokens"] / probe["seconds"] / peak
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--json", action="store_true", help="print the JSON object on one line")

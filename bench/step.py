@@ -11,6 +11,18 @@ step), adapter_updates_per_s_gain = (adapters_updated_population / population_st
 baseline_step_s) (null when the baseline updated nothing), and population_phase_s / baseline_phase_s (mean seconds
 of each phase). Every figure is counted from the two runs; the seeding step (step 0, warm start included) is run but
 not measured.
+
+Against the machine's peak (coordinator/efficiency.py, measured in this process at the run's start and merged with
+the best this machine has reached): step_mfu (the population step's FLOPs charged by spec 14 per second over the
+peak of the cores it used; baseline_step_mfu the same), and per phase of each arm its mfu and roofline_fraction
+(population_phase_fractions, baseline_phase_fractions), with the peaks they were measured against (peaks).
+
+    python -m bench.step --json --before REV [--rounds 1] [--set ...] [--after-set ...]
+
+runs instead the same seeded `cpu-smol` step (its own 2 teachers and 2 students) with the code of commit REV and with
+this tree, alternating, each in a fresh process, and reports step_speedup_vs_before (REV's step seconds over this
+tree's), both sides' step and phase seconds, same_outputs and this tree's step_mfu (bench/step_before.py).
+--after-set overrides apply to this tree's side only (settings REV does not have).
 """
 
 from __future__ import annotations
@@ -23,7 +35,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.harness import emit
+from bench.harness import emit, load_average
 
 
 def run_once(mode: str, model: str, proposals: int, workdir: Path, steps: int, extra: list[str]) -> dict:
@@ -72,7 +84,24 @@ def summarize(measured: list[dict], warm: dict) -> dict:
             "updated": sum(updated) / k, "updates": sum(len(r["updates"]) for r in measured) / k,
             "proposals": proposals, "valid": valid,
             "generated_tokens": {t: sum(r["tokens"][t] for r in measured) / k for t in ("propose", "solve")},
-            "warm_start_cached": warm.get("cached")}
+            "warm_start_cached": warm.get("cached"), **fractions(measured)}
+
+
+def fractions(measured: list[dict]) -> dict:
+    """Mean step mfu and per phase mfu and roofline_fraction over the measured steps' `efficiency` (none when the
+    run measured none), and the peaks of the last."""
+    eff = [r["efficiency"] for r in measured if r.get("efficiency")]
+    if not eff:
+        return {}
+
+    def mean(xs) -> float | None:
+        xs = [x for x in xs if x is not None]
+        return round(sum(xs) / len(xs), 4) if xs else None
+
+    phases = {p: {key: mean(e["phases"][p][key] for e in eff if p in e["phases"]) for key in ("mfu", "roofline_fraction")}
+              for p in eff[-1]["phases"]}
+    return {"step_mfu": mean(e["step"]["mfu"] for e in eff), "phase_fractions": phases, "peaks": eff[-1]["peaks"],
+            "dtype": eff[-1]["dtype"]}
 
 
 def gain(updated_pop: float, pop_s: float, updated_base: float, base_s: float) -> float | None:
@@ -92,8 +121,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=1, help="measured steps (after the seeding step)")
     p.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE",
                    help="a config override applied to both arms (e.g. trainer.batch_mode=batched)")
+    p.add_argument("--before", metavar="REV", help="compare the cpu-smol step with the code of commit REV instead")
+    p.add_argument("--rounds", type=int, default=1, help="--before: rounds of both sides, alternating (default 1)")
+    p.add_argument("--after-set", action="append", default=[], metavar="SECTION.FIELD=VALUE",
+                   help="--before: a config override for this tree's side only")
+    p.add_argument("--preset", default="cpu-smol", help="--before: the preset both sides run (default cpu-smol)")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
+    if args.before:
+        from bench.step_before import compare
+
+        if args.rounds < 1:
+            p.error("--rounds must be >= 1")
+        emit(compare(args, args.after_set), indent=None if args.json else 2, digits=4)
+        return 0
+    load_start = load_average()
     with tempfile.TemporaryDirectory(prefix="populora-bench-step-") as tmp:
         t0 = time.perf_counter()
         pop = run_once("population", args.model, args.proposals, Path(tmp), args.steps, args.set)
@@ -116,7 +158,10 @@ def main(argv: list[str] | None = None) -> int:
         "population_adapters": pop["updates"], "baseline_adapters": base["updates"],
         "population_generated_tokens": pop["generated_tokens"], "baseline_generated_tokens": base["generated_tokens"],
         "warm_start_cached": [pop["warm_start_cached"], base["warm_start_cached"]],
-        "bench_seconds": round(total, 1),
+        "step_mfu": pop.get("step_mfu"), "baseline_step_mfu": base.get("step_mfu"),
+        "population_phase_fractions": pop.get("phase_fractions"), "baseline_phase_fractions": base.get("phase_fractions"),
+        "peaks": pop.get("peaks"), "dtype": pop.get("dtype"),
+        "bench_seconds": round(total, 1), "load_average_1m_start": load_start, "load_average_1m_end": load_average(),
     }
     emit(out, indent=None if args.json else 2)
     return 0

@@ -22,6 +22,11 @@ Each probe also reports extra_mb (its peak over the resident set just before the
 the memory model's figure for that update (services/trainer/memory.py); memory_model_error is the largest
 |predicted - measured| / measured over the probes with the settings on, saving_over_plain_1k = peak_mb_1k /
 peak_mb_1k_plain. Both are targets: the settings must lower the peak, the model must hold within 25%.
+
+update_mfu (target >= 0.5, with the memory settings on, as every mode runs): 6N x the tokens the default mode's
+update processed (every row's prompt and response) per second over the peak of the model's products measured in this
+process on its threads (bench.roofline); update_mfu_sequential / _batched per mode, update_mfu_saving_1k /
+update_mfu_plain_1k for the 1,024-token probes (their own processes, the same thread count); peak_gflops.
 """
 
 from __future__ import annotations
@@ -309,6 +314,10 @@ def main(argv: list[str] | None = None) -> int:
                    "sequential": {k: v for k, v in modes["sequential"].items() if k not in mem},
                    "batched": {k: v for k, v in modes["batched"].items() if k not in mem}})
     result["per_adapter_mb_ratio"] = result["per_adapter_mb_measured"] / result["per_adapter_mb_expected"]
+    from bench.roofline import update_fractions
+
+    result.update(update_fractions(args.model, result, str(device)))  # the peak measured here, on these threads
+    result["targets_met"]["update_mfu>=0.5"] = result["update_mfu"] >= 0.5
     emit(result, indent=None if args.json else 2)
     return 0
 
