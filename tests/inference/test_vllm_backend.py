@@ -1,6 +1,6 @@
 """The `vllm` backend on vLLM for CPU (`make test-vllm` runs this in .venv-vllm): a mixed batch, a version swap,
-greedy output equal to the `hf` backend's on the same adapters, and the behaviour log-probabilities of spec 16 equal
-to the trainer's on the same weights.
+greedy output equal to the `hf` backend's on the same adapters, the behaviour log-probabilities of spec 16 equal
+to the trainer's on the same weights, and adapters of ranks 4, 8 and 32 in one batch (spec 9, "Mixed ranks").
 
 The `tiny` model's head size (16) is not one vLLM's CPU attention supports, so these tests use SmolLM2-135M
 (head size 64) in float32 and skip where vLLM is not importable (the project's main venv).
@@ -42,7 +42,8 @@ def setup(tmp_path_factory):
             for i in range(N_ADAPTERS)]
     from services.inference.vllm_backend import VllmBackend
 
-    backend = VllmBackend(base.path, MODEL, store, max_loras=2 * N_ADAPTERS, max_lora_rank=16, max_cpu_loras=8,
+    # max_lora_rank 32: the mixed-rank test's largest adapter (vLLM zero-pads the others to it)
+    backend = VllmBackend(base.path, MODEL, store, max_loras=2 * N_ADAPTERS, max_lora_rank=32, max_cpu_loras=8,
                           max_batch=32, max_resident=8, dtype="float32", gpu_memory_utilization=0.2,
                           max_model_len=512, enforce_eager=True)
     return base, store, refs, backend
@@ -116,7 +117,7 @@ def _trainer_logprobs(model, store, results, temperature: float) -> list[list[fl
     from populora.adapters import BatchedHost
     from services.trainer.trr import Rollout, UpdateJob, collate, make_rows, response_logprobs
 
-    host = BatchedHost(model, ALL_TARGET_MODULES, max_rank=16)
+    host = BatchedHost(model, ALL_TARGET_MODULES, max_rank=32)
     out = {}
     for res in results:
         if res.adapter.key not in host.names():
@@ -160,3 +161,30 @@ def test_recorded_logprobs_are_the_trainers_at_the_sampling_temperature(setup):
     assert all(0 < c.truncated_fraction <= 1 for res in results for c in res.completions)
     [whole] = backend.generate([replace(requests[0], sampling=replace(sampling, top_p=1.0))])
     assert [c.truncated_fraction for c in whole.completions] == [0.0, 0.0]
+
+
+def test_a_batch_of_ranks_4_8_32_gives_each_row_what_it_gets_alone(setup):
+    """Spec 9, "Mixed ranks": vLLM stacks every LoRA slot at max_lora_rank (32 here), a smaller adapter's A rows and
+    B columns zero-padded to it; members of ranks 4, 8 and 32 (one lora_alpha, so each its own alpha / r) in one
+    batch get the tokens and log-probabilities each gets alone. The engine's max_lora_rank for a run is its largest
+    rank, rounded up to a size vLLM offers."""
+    from services.inference.vllm_backend import vllm_max_lora_rank
+
+    base, store, _, backend = setup
+    assert backend.engine.vllm_config.lora_config.max_lora_rank == 32
+    assert [vllm_max_lora_rank(r) for r in (4, 8, 30, 64, 200)] == [8, 8, 32, 64, 256]
+    refs = [store.save(f"rank{r}", random_lora_weights(base.model, ALL_TARGET_MODULES, r, seed=60 + r, std=0.05),
+                       lora_config_dict(r, 16.0, ALL_TARGET_MODULES)) for r in (4, 8, 32)]
+    sampling = Sampling(max_new_tokens=NEW_TOKENS, logprobs=True)
+    requests = [Request(f"m{r}.{k}", ref, messages=[{"role": "user", "content": f"Write f(x) = x * {k + 2}."}],
+                        sampling=sampling) for ref, r in zip(refs, (4, 8, 32), strict=True) for k in range(2)]
+    requests.append(Request("base", None, messages=requests[0].messages, sampling=sampling))
+    mixed = {res.request_id: res.completions[0] for res in backend.generate(requests)}
+    for req in requests:
+        [alone] = backend.generate([req])
+        got = alone.completions[0]
+        assert mixed[req.request_id].token_ids == got.token_ids, req.request_id
+        worst = max(abs(x - y) for x, y in zip(mixed[req.request_id].logprobs, got.logprobs, strict=True))
+        assert worst < 1e-4, (req.request_id, worst)
+    outputs = {tuple(mixed[f"m{r}.0"].token_ids) for r in (4, 8, 32)} | {tuple(mixed["base"].token_ids)}
+    assert len(outputs) > 1, "the ranks and the base wrote the same: the test would not see a mix-up"
