@@ -15,22 +15,36 @@ The banks hold inference adapters pre-transposed: A^T (C, d_in, R), B^T (C, R, d
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from populora.lora.rows import SpanPlan
 from populora.lora.weights import LoraFactors
 
 
+def exact_scale(s: float) -> bool:
+    """Whether multiplying by `s` is exact in binary floating point (a power of two: it moves the exponent only), so
+    it commutes with every rounding of a matmul: (s h) B^T and s (h B^T) are the same bits."""
+    return s > 0 and math.frexp(s)[0] == 0.5
+
+
 def delta(x: torch.Tensor, f: LoraFactors) -> torch.Tensor:
-    """s B A x for one adapter's rows."""
-    # (n, ..., d_in) -> (n, ..., r) -> (n, ..., d_out)
-    return (x @ f.a.t()) @ f.b.t() * f.scaling
+    """s B A x for one adapter's rows. A power-of-two s (alpha = 2r, the presets') scales the r-wide product A x
+    instead of the d_out-wide output: the same bits (`exact_scale`), in a pass over r columns instead of d_out, forward
+    and backward (an update spent about 5% of its time on that multiply)."""
+    h = x @ f.a.t()  # (n, ..., d_in) -> (n, ..., r)
+    if exact_scale(f.scaling):
+        return (h * f.scaling) @ f.b.t()  # (n, ..., d_out)
+    return h @ f.b.t() * f.scaling
 
 
 def slices(x: torch.Tensor, y: torch.Tensor, factors: dict[str, LoraFactors],
            runs: list[tuple[str, int, int]]) -> torch.Tensor:
     """Each adapter's rows a contiguous slice: with gradients a new y (cat of the deltas), else y added in place."""
     if torch.is_grad_enabled():
+        if len(runs) == 1 and runs[0][1] == 0 and runs[0][2] == y.shape[0] and runs[0][0] in factors:
+            return y + delta(x, factors[runs[0][0]])  # one adapter's rows only: no zeros to place, nothing to cat
         parts, last = [], 0
         for name, s, e in runs:
             if s > last:
