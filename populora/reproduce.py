@@ -1,5 +1,5 @@
-"""Whether a run reproduced another: its records with what a clock measured left out, and where two runs' records
-depart (the end-to-end tests compare seeded runs with this, and bench.pipeline its two lock-step runs)."""
+"""Whether a run reproduced another: its records without what differs from run to run whatever the seed (clock
+readings), and where two runs' records depart (the end-to-end tests and bench.pipeline compare seeded runs so)."""
 
 from __future__ import annotations
 
@@ -7,17 +7,18 @@ import hashlib
 import json
 import math
 
-# What a clock or the kernel measured: different in every run, whatever the seed. A new timing field of a record
-# goes here, or every comparison of two runs reports it.
-CLOCK_KEYS = frozenset({"seconds", "fit_seconds", "sandbox_cpu_seconds", "wall_s", "started_at", "finished_at",
-                        "created_at", "updated_at", "served_ms"})
+# What two runs of one seed are not compared on: what a clock or the kernel measured (different in every run), and
+# whether the warm start's fit was made by this run or found in the machine's cache (its weights are the same either
+# way; a second run finds the first one's). A new field of that kind goes here, or every comparison reports it.
+NOT_COMPARED = frozenset({"seconds", "fit_seconds", "sandbox_cpu_seconds", "wall_s", "started_at", "finished_at",
+                          "created_at", "updated_at", "served_ms", "cached"})
 
 
 def normal(value, digest_over: int | None = None):
-    """`value` (JSON-like: dicts, lists, scalars) without what a clock measured, its keys as strings, sorted; a list
+    """`value` (JSON-like: dicts, lists, scalars) without the keys of NOT_COMPARED, its keys as strings, sorted; a list
     of more than `digest_over` integers (token ids) as a SHA-256 of its values, exact but small."""
     if isinstance(value, dict):
-        return {str(k): normal(v, digest_over) for k, v in sorted(value.items()) if k not in CLOCK_KEYS}
+        return {str(k): normal(v, digest_over) for k, v in sorted(value.items()) if k not in NOT_COMPARED}
     if isinstance(value, (list, tuple)):
         if digest_over is not None and len(value) > digest_over \
                 and all(isinstance(v, int) and not isinstance(v, bool) for v in value):

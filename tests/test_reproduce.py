@@ -4,10 +4,13 @@ named with its path and both values, floats bit for bit or within a tolerance.""
 from populora.reproduce import differences, first_difference, normal
 
 
-def test_records_are_compared_without_clock_readings():
+def test_records_are_compared_without_clock_readings_or_the_cache():
     a = {"1/update": {"stats": {"x": {"loss": 1.0, "seconds": 2.0}}, "served_ms": 5.0, "sandbox_cpu_seconds": 0.3}}
     b = {"1/update": {"stats": {"x": {"loss": 1.0, "seconds": 3.0}}, "served_ms": 9.0, "sandbox_cpu_seconds": 0.4}}
     assert normal(a) == normal(b)
+    # the first run of a machine fits the warm start, the next finds it in the cache: the same adapter
+    assert normal({"0/warmstart": {"cached": False, "digest": "d"}}) == normal({"0/warmstart": {"cached": True,
+                                                                                               "digest": "d"}})
     assert normal(a) != normal({"1/update": {"stats": {"x": {"loss": 1.5, "seconds": 2.0}}}})
 
 
