@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="a config override applied to every run")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
-    overrides = [*SHAPES, *args.set]
+    overrides = [*SHAPES, "run.reproducible=true", *args.set]  # identical_k0 asks that a seed repeat its run
     run_id = "bench-pipeline"  # one id for every run: the same seeds
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="populora-bench-pipeline-") as tmp:

@@ -73,9 +73,9 @@ def store(tmp_path):
     return ArtifactStore(tmp_path / "store")
 
 
-@pytest.fixture
-def pg_url():
-    """A fresh, empty Postgres schema on the real server; dropped afterwards."""
+@contextmanager
+def pg_schema():
+    """A fresh, empty Postgres schema on the real server (its URL); dropped afterwards."""
     need_server("Postgres", 5432)
     import sqlalchemy as sa
 
@@ -84,11 +84,21 @@ def pg_url():
     with engine.begin() as conn:
         conn.execute(sa.text(f'CREATE SCHEMA "{schema}"'))
     engine.dispose()
-    yield f"{PG_URL}?options=-csearch_path%3D{schema}"
-    engine = sa.create_engine(PG_URL)
-    with engine.begin() as conn:
-        conn.execute(sa.text(f'DROP SCHEMA "{schema}" CASCADE'))
-    engine.dispose()
+    try:
+        yield f"{PG_URL}?options=-csearch_path%3D{schema}"
+    finally:
+        engine = sa.create_engine(PG_URL)
+        with engine.begin() as conn:
+            conn.execute(sa.text(f'DROP SCHEMA "{schema}" CASCADE'))
+        engine.dispose()
+
+
+@pytest.fixture
+def pg_url():
+    """A fresh, empty Postgres schema on the real server; dropped afterwards (a test that needs a second one takes
+    it from pg_schema)."""
+    with pg_schema() as url:
+        yield url
 
 
 @pytest.fixture

@@ -17,6 +17,12 @@ class RunConfig(Section):
     id (populora.names): 1-100 letters, digits, '_', '.' and '-', starting with a letter or digit."""
     seed: int = 0
     """Seed for every random choice of the run (matchmaking, sampling, operators, references)."""
+    reproducible: bool = False
+    """[choice] Two runs of the same seed and run id, on the same machine with the same settings, make the same
+    records and adapter weights, embedded or distributed: a thread count of -1 (generation.threads,
+    trainer.threads), which follows the machine's load, becomes 1, since another count rounds the matmuls
+    otherwise and a token drawn on the edge of two changes. Costs the second core on an idle machine (docs/
+    architecture.md, "Reproducing a run"); cpu-smol-experiment and bench.pipeline set it."""
     steps: int = Field(20, ge=0)
     """Training steps after seeding."""
     mode: Literal["population", "baseline"] = "population"
@@ -150,4 +156,4 @@ class GenerationConfig(Section):
     """`hf` on CPU: torch threads while a batch decodes; 0 = leave torch's setting, -1 = the cores other processes
     leave free, measured before each batch. On a loaded 2-core machine one thread decoded SmolLM2 about 3x faster
     than two (docs/warmstart.md); on an idle one two are 1.4-1.5x faster. Thread counts change float rounding, so a
-    run that must repeat bit for bit on another machine sets a fixed count."""
+    run that must repeat bit for bit sets run.reproducible (-1 becomes 1) or a fixed count."""
