@@ -198,7 +198,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="experiment id (default: from the preset and a digest of config, seeds and budget, so "
                         "rerunning the same command continues the experiment)")
     x.add_argument("--benchmark", action="append", default=[], metavar="NAME",
-                   help="a benchmark to score the arms on besides `heldout` (always scored); repeatable")
+                   help="a benchmark to score the arms on besides `heldout` and eval.benchmarks (CRUXEval-O and -I "
+                        "by default), e.g. humaneval, mbpp-plus; repeatable")
     x.add_argument("--limit", type=int, default=None, help="score on the first N problems of each benchmark "
                    "(default: all; 380 for heldout, of which every 5th chooses the best member and 304 are scored)")
     x.add_argument("--samples", type=int, default=1, help="samples per problem (1: greedy pass@1)")

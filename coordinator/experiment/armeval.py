@@ -1,30 +1,21 @@
-"""The experiment's evaluations: every arm's population at each compute checkpoint (spec 14), in one multi-LoRA
-batch per arm and benchmark, written to evals/<run>.<benchmark>.json; a file made with the same settings of an arm
-trained as far is read back, not redone."""
+"""The experiment's evaluations of one arm: what is scored (its population at each compute checkpoint, spec 14, with
+the settings that decide the scores), how far the arm trained, and the budget the checkpoints divide; the scoring
+itself is coordinator/experiment/seedeval.py's, both arms of a seed in one batch."""
 
 from __future__ import annotations
 
-import json
-import logging
-import time
 from pathlib import Path
 
 from coordinator.experiment.checkpointeval import (
-    HELDOUT,
     HELDOUT_PROBLEMS,
-    WARM,
     budget_of,
     checkpoints_of,
     label,
     population_at,
 )
-from coordinator.experiment.evalfiles import eval_path, write_json
+from coordinator.experiment.headline import HELDOUT
 from coordinator.experiment.plan import Arm, Experiment
-from coordinator.modelsize import model_size
 from coordinator.stepmetrics import read_metrics
-from populora.analysis.flops import FORWARD_FLOPS_PER_PARAM
-
-log = logging.getLogger(__name__)
 
 
 def eval_limit(exp: Experiment, benchmark: str) -> int | None:
@@ -41,7 +32,7 @@ def eval_settings(exp: Experiment) -> dict:
     e = exp.cfg.eval
     return {"limit": exp.limit, "samples": exp.samples, "temperature": e.temperature,
             "max_new_tokens": e.max_new_tokens, "seed": exp.cfg.run.seed, "checkpoints": list(e.checkpoints),
-            "members": e.members}
+            "members": e.members, "curve_limit": e.curve_limit, "heldout_seed": e.heldout_seed}
 
 
 def arm_rows(arm: Arm) -> list[dict]:
@@ -85,88 +76,3 @@ def checkpoint_targets(exp: Experiment, arm: Arm, budget: float | None) -> dict[
             out.setdefault(label(adapter_id, version), step)
     return out
 
-
-def evaluate_arm(exp: Experiment, arm: Arm, benchmark: str, targets: dict[str, int], with_start: bool) -> dict:
-    """The arm's adapter versions named in `targets` on `benchmark`, greedy unless eval.temperature says otherwise,
-    in one multi-LoRA batch (spec 15); with `with_start`, the warm-start adapter every arm began from too (spec 13:
-    identical in all arms, so it is scored once). The members' scores are also recorded in the arm's league, as
-    `populora eval --run` records them. Returns the layout `populora eval --out` writes, with the tokens the
-    evaluation generated and their FLOPs (2N each; off the training budget, spec 14)."""
-    from coordinator.experiment.evaluate import expected_cache, open_eval_services, record, scores_of
-    from populora.evals import EvalTarget, evaluate
-    from populora.evals.progress import progress_text
-    from populora.rpc import ServiceError
-    from populora.store import ArtifactStore
-
-    cfg, settings = arm.cfg, eval_settings(exp)
-    store = ArtifactStore(cfg.store_root)
-    services = open_eval_services(cfg, league=True)
-    generated = []
-
-    def progress(event: str, info: dict) -> None:
-        if line := progress_text(event, info):
-            log.info("evaluating %s on %s: %s", arm.run_id, benchmark, line)
-        elif event == "generated":
-            generated.append(info.get("tokens", 0))
-
-    try:
-        chosen = []
-        for name in targets:
-            adapter_id, _, version = name.rpartition("@v")
-            ref = store.ref(adapter_id, int(version))
-            chosen.append(EvalTarget(name, adapter_id, ref.version, str(store.path_of(ref))))
-        warm = f"{arm.run_id}.warm"
-        if with_start and store.versions(warm):
-            ref = store.latest(warm)
-            chosen.insert(0, EvalTarget(WARM, warm, ref.version, str(store.path_of(ref))))
-        results = evaluate(services, chosen, benchmark, limit=eval_limit(exp, benchmark), samples=exp.samples,
-                           temperature=settings["temperature"], seed=settings["seed"], data=cfg.eval.data or None,
-                           max_new_tokens=settings["max_new_tokens"], chat=cfg.model.chat_template,
-                           code_f_inputs=cfg.tasks.code_f_inputs, timeout_s=cfg.eval.timeout_s, run_id=arm.run_id,
-                           cache=expected_cache(cfg), progress=progress)
-        members = [r for r in results if r.adapter_id != warm]
-        try:
-            record(services.league, arm.run_id, benchmark, scores_of(members),
-                   {n.rpartition("@v")[0]: step for n, step in targets.items()})
-        except ServiceError as e:  # a member retired since its checkpoint is no longer in the league
-            log.warning("scores of %s on %s not recorded in the league: %s", arm.run_id, benchmark, e.message)
-    finally:
-        services.close()
-    n_problems = max((r.n_problems for r in results), default=0)
-    tokens = sum(generated)
-    size = model_size(cfg)
-    # every target answers the same problems: their tokens are charged at the mean of their N (spec 9, "Mixed ranks")
-    sizes = [size.with_rank(store.rank(t.adapter_id)) for t in chosen] if len(cfg.ranks) > 1 else []
-    n = sum(sizes) // len(sizes) if sizes else size.with_adapter
-    return {"benchmark": benchmark, "limit": eval_limit(exp, benchmark) or n_problems, "samples": exp.samples,
-            "settings": settings, "targets": targets, "generated_tokens": tokens,
-            "flops": FORWARD_FLOPS_PER_PARAM * n * tokens,
-            "results": [r.to_json() for r in results]}
-
-
-def evaluate_arms(exp: Experiment, seeds: list[int] | None = None) -> list[Path]:
-    """Every arm (of `seeds`, when given) on every benchmark at every checkpoint (the experiment's first arm's
-    evaluation also scores the warm start); a scores file made with the same settings, of the arm trained as far as
-    it is now, at the same budget, is not redone. Returns the files written by this call."""
-    written = []
-    budget = experiment_budget(exp, seeds)
-    for i, arm in enumerate(exp.arms):
-        if seeds is not None and arm.seed not in seeds:
-            continue
-        trained = arm_state(arm)
-        for benchmark in exp.benchmarks:
-            path = eval_path(exp.out_dir, arm.run_id, benchmark)
-            if path.exists():
-                done = json.loads(path.read_text())
-                if (done.get("settings"), done.get("trained"), done.get("budget")) == (eval_settings(exp), trained,
-                                                                                       budget):
-                    log.info("evaluation of %s on %s done before, not redone", arm.run_id, benchmark)
-                    continue
-            targets = checkpoint_targets(exp, arm, budget)
-            log.info("evaluating %s on %s: %d adapter versions", arm.run_id, benchmark, len(targets))
-            start = time.perf_counter()
-            scores = evaluate_arm(exp, arm, benchmark, targets, i == 0)
-            scores.update({"trained": trained, "budget": budget, "seconds": time.perf_counter() - start})
-            write_json(path, scores)
-            written.append(path)
-    return written

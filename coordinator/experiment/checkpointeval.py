@@ -1,7 +1,8 @@
 """The arms at equal compute (spec 14): which step of each arm stands at each compute checkpoint, which adapter
 versions were its population then, the split of the held-out problems into a validation part (the best and worst
-members are chosen there) and a scoring part (everything reported is scored there), and the paired comparison of
-the population mean with the baseline at every checkpoint, with its bootstrap interval over problems and seeds.
+members are chosen there) and a scoring part (everything reported is scored there), and the comparison of the
+population mean with the baseline at every checkpoint (coordinator/experiment/headline.py: its intervals over seeds
+and problem families, and the families of the generated benchmark left out or listed).
 
 Pure functions over the arms' metrics rows and evaluation files; coordinator/experiment/armeval.py runs the evaluations.
 """
@@ -12,8 +13,8 @@ from collections.abc import Mapping, Sequence
 from statistics import mean
 
 from coordinator.experiment.armdynamics import compute_axis
+from coordinator.experiment.headline import headline, kept
 from populora.analysis.checkpoints import DEFAULT_FRACTIONS, equal_compute_checkpoints
-from populora.analysis.intervals import paired_bootstrap
 
 # Every VALIDATION_EVERY-th problem (in the benchmark's own order) is a validation problem: held out from the
 # reported scores, it only chooses the best and worst members. The held-out benchmark cycles through its three task
@@ -22,7 +23,6 @@ VALIDATION_EVERY = 5
 # Held-out problems an experiment generates when --limit does not say: 380, so 304 are scored after the validation
 # fifth is set apart (at least 300, spec 14).
 HELDOUT_PROBLEMS = 380
-HELDOUT = "heldout"  # the project's generated benchmark (populora.evals), always scored by an experiment
 WARM = "warm start"  # the label of the warm-start adapter, every arm's state before its first step
 
 
@@ -82,9 +82,10 @@ def label(adapter_id: str, version: int) -> str:
 
 
 def per_problem(scores: dict) -> tuple[list[str], dict[str, dict[str, float]]]:
-    """An evaluation file's problem ids in order, and {target label: {problem: passed / n}}."""
+    """An evaluation file's problem ids in the benchmark's order (its longest result's: the curve's versions answer
+    only its first problems), and {target label: {problem: passed / n}}."""
     results = scores.get("results", [])
-    ids = [p["id"] for p in results[0]["problems"]] if results else []
+    ids = [p["id"] for p in max(results, key=lambda r: len(r["problems"]))["problems"]] if results else []
     return ids, {r["label"]: {p["id"]: p["passed"] / p["n"] for p in r["problems"]} for r in results}
 
 
@@ -100,11 +101,12 @@ def _state(values: dict[str, dict[str, float]], population: dict[str, int] | Non
 def compare_at_checkpoints(seeds: Sequence[int], rows: Mapping[tuple[str, int], list[dict]],
                            evals: Mapping[tuple[str, int], dict], budget: float, *, n_resamples: int = 10_000,
                            fractions: Sequence[float] = DEFAULT_FRACTIONS, members: str = "all",
-                           arms: tuple[str, str] = ("population", "baseline")) -> list[dict]:
+                           arms: tuple[str, str] = ("population", "baseline"), benchmark: str = "",
+                           removed: Mapping[str, Sequence[str]] | None = None) -> list[dict]:
     """Per checkpoint on one benchmark: the arms' steps and gaps per seed; the population mean, best and worst
-    member (chosen on the validation problems), and the baseline, on the scoring problems, as means over seeds; the
-    difference population mean - baseline with its 95% paired bootstrap interval over (seed, problem) and the
-    paired counts (spec 14). `rows[(arm, seed)]` are an arm run's metrics, `evals[(arm, seed)]` its evaluation file;
+    member (chosen on the validation problems), and the baseline, on the scoring problems every scored version
+    answered, as means over seeds; the difference population mean - baseline with its intervals and the paired counts
+    (headline; spec 14, revised), without the families of `benchmark` whose templates `removed` names. `rows[(arm, seed)]` are an arm run's metrics, `evals[(arm, seed)]` its evaluation file;
     `members` says which of the population's members are scored (population_at). `arms` names the two compared,
     (population, baseline) by default; the second may be a population too (the mixed-rank population against the
     uniform one, spec 9), whose value on a problem is then its scored members' mean, as the baseline's one
@@ -114,7 +116,7 @@ def compare_at_checkpoints(seeds: Sequence[int], rows: Mapping[tuple[str, int], 
     per_seed = {s: checkpoints_of({a: rows[(a, s)] for a in arms}, budget, fractions) for s in seeds}
     warm = next((per_problem(e)[1].get(WARM) for e in evals.values() if WARM in per_problem(e)[1]), None)
     for i, fraction in enumerate(fractions):
-        pop, base, where, best, worst, pmeans, bmeans = {}, {}, {}, [], [], [], []
+        pop, base, where, best, worst = {}, {}, {}, [], []
         for s in seeds:
             cp = per_seed[s][i]
             where[s] = {a: {"step": st.step, "flops": st.flops, "gap": st.gap} for a, st in cp.arms.items()}
@@ -126,24 +128,19 @@ def compare_at_checkpoints(seeds: Sequence[int], rows: Mapping[tuple[str, int], 
             b_state = _state(bv, population_at(rows[(second, s)], cp.arms[second].step, members), warm)
             if not p_state or not b_state:
                 continue
-            validation, scoring = split(ids)
+            answered = set.intersection(*(set(v) for v in [*p_state.values(), *b_state.values()]))
+            validation, scoring = ([p for p in part if p in answered] for part in split(ids))
             pop[s] = {p: [m[p] for m in p_state.values()] for p in scoring}
             # the baseline's one adapter (a students-only choice keeps it: it plays both roles), or a population's mean
             base[s] = {p: mean(m[p] for m in b_state.values()) for p in scoring}
-            if validation:  # a benchmark of fewer than VALIDATION_EVERY problems has no best or worst member
+            validation, scoring = kept(validation, benchmark, removed), kept(scoring, benchmark, removed)
+            if validation and scoring:  # fewer than VALIDATION_EVERY problems: no best or worst member
                 b, w = choose(p_state, validation)
                 best.append(mean(p_state[b][p] for p in scoring))
                 worst.append(mean(p_state[w][p] for p in scoring))
-            pmeans.append(mean(mean(v) for v in pop[s].values()))
-            bmeans.append(mean(base[s].values()))
         row = {"fraction": fraction, "flops": fraction * budget, "arms": where, "seeds": sorted(pop)}
         if pop:
-            d = paired_bootstrap(pop, base, n_resamples=n_resamples)
-            row.update({"population_mean": mean(pmeans), "best_member": mean(best) if best else None,
-                        "worst_member": mean(worst) if worst else None,
-                        "baseline": mean(bmeans), "difference": d.difference, "low": d.low, "high": d.high,
-                        "confidence": d.confidence, "n_pairs": d.n_pairs,
-                        "counts": {"both": d.counts.both, "only_population": d.counts.only_population,
-                                   "only_baseline": d.counts.only_baseline, "neither": d.counts.neither}})
+            row.update(headline(benchmark, pop, base, warm, removed, n_resamples=n_resamples))
+            row.update({"best_member": mean(best) if best else None, "worst_member": mean(worst) if worst else None})
         out.append(row)
     return out

@@ -377,13 +377,13 @@ compute it left unspent (the gap). The population's scored members: {'every memb
 else 'its students (eval.members)'}; checkpoints {', '.join(f'{f:.0%}' for f in exp.cfg.eval.checkpoints)}.
 Scores on the scoring split of each benchmark; the best and worst members are
 chosen on the separate validation split (every {VALIDATION_EVERY}th problem), never on the problems they are scored
-on. The difference is population mean minus baseline with a 95% paired bootstrap interval over (seed, problem);
-the counts pair every member with its seed's baseline on each problem.</p>
+on. The difference is population mean minus baseline with a 95% hierarchical bootstrap interval (seeds, then problem
+families; the per-seed values and the t interval over seeds below); the counts pair each member with its baseline.</p>
 {checkpoint_table(exp, scores["checkpoints"])}{checkpoints_img}{mixed_rank_section(exp, scores) if mixed else ""}
 <h2>Dynamics against compute</h2>
-<p>Complexity trend of valid proposals (slope of the per-step mean against FLOPs, 95% bootstrap interval; spec 11),
-coverage, the students' solve-rate oscillation, the teachers' behavioural diversity and the members' weight
-distance.</p>{trend_table(dyn)}<img src="dynamics.png">
+<p>Complexity trend of valid proposals (slope of the per-step mean against FLOPs; 95% t interval over 2-4 seeds, with
+each seed's slope; spec 11), coverage, oscillation, the active teachers' behavioural diversity (the baseline: its own
+proposals split in two) and the members' weight distance.</p>{trend_table(dyn)}<img src="dynamics.png">
 <h2>Summary</h2>{_table(exp, scores)}
 <h2>Held-out scores against compute</h2>{evals_img}
 <h2>Solve and valid rates</h2><img src="rates.png">

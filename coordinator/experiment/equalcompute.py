@@ -10,7 +10,8 @@ from pathlib import Path
 
 from coordinator.experiment.armdynamics import arm_dynamics, complexity_values
 from coordinator.experiment.checkpointeval import compare_at_checkpoints
-from coordinator.experiment.evalfiles import write_json
+from coordinator.experiment.evalfiles import removed_templates, write_json
+from coordinator.experiment.headline import headline_html
 from coordinator.figures import plt, save_figure
 from populora.analysis.dynamics import COMPLEXITY_METRICS
 from populora.analysis.intervals import trend
@@ -33,7 +34,8 @@ def checkpoint_section(exp, metrics: dict[str, list[dict]], evals: dict[str, dic
         if not seeds or len(budgets) != 1:
             continue
         out[b] = compare_at_checkpoints(seeds, rows, files, budgets.pop(), fractions=exp.cfg.eval.checkpoints,
-                                        members=exp.cfg.eval.members, arms=arms)
+                                        members=exp.cfg.eval.members, arms=arms, benchmark=b,
+                                        removed=removed_templates(exp.out_dir))
     return out
 
 
@@ -92,7 +94,8 @@ def plot_dynamics(exp, dyn: dict, path: Path) -> None:
                                                                                for c in d["coverage"]])),
               ("AST node types used (cumulative)", lambda d: (d["flops"], [c["node_types"] for c in d["coverage"]])),
               ("new-shape rate", lambda d: (d["flops"], [c["new_shape_rate"] for c in d["coverage"]])),
-              ("teachers' behavioural diversity", lambda d: (d["flops"], d["behavioural_diversity"])),
+              ("behavioural diversity (a baseline: its proposals split in two)",
+               lambda d: (d["flops"], d.get("behavioural_reference") or d["behavioural_diversity"])),
               ("members' weight distance (relative)", lambda d: ([w["flops"] for w in d["weight_diversity"]],
                                                                  [w["distance"] for w in d["weight_diversity"]])))
     fig, axes = plt.subplots(2, 3, figsize=(13, 6))
@@ -163,7 +166,7 @@ def checkpoint_table(exp, section: dict, arms: tuple[str, str] = ("population", 
                      " / ".join(str(k.get(x, "-")) for x in ("both", "only_population", "only_baseline", "neither"))]
             rows.append("<tr>" + "".join(f"<td>{html.escape(x)}</td>" for x in cells) + "</tr>")
     return ("<table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in head) + "</tr>" + "".join(rows)
-            + "</table>")
+            + "</table>" + headline_html(section))
 
 
 MIXED_VS_UNIFORM = ("mixed-rank", "population")

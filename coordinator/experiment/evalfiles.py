@@ -12,6 +12,18 @@ def eval_path(out_dir: Path, run_id: str, benchmark: str) -> Path:
     return out_dir / "evals" / f"{run_id}.{benchmark}.json"
 
 
+OVERLAP_FILE = "heldout_overlap.json"  # which held-out templates share behaviour with the warm start (evals.overlap)
+
+
+def removed_templates(out_dir: Path) -> dict[str, list[str]]:
+    """{held-out template: the warm-start templates (or the seed) it shares behaviour with} of the experiment, from
+    its OVERLAP_FILE: its families are left out of the `heldout` headline; {} when the file is not there."""
+    path = out_dir / OVERLAP_FILE
+    if not path.exists():
+        return {}
+    return {k: v for k, v in json.loads(path.read_text())["shared"].items() if v}
+
+
 def write_json(path: Path, data: dict) -> None:
     """`data` as indented, key-sorted JSON, replacing `path` in one rename, so a stop never leaves half a file."""
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -17,8 +17,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from coordinator.experiment.checkpointeval import HELDOUT
 from coordinator.experiment.comparison import ArmRun, ComparisonInput
+from coordinator.experiment.headline import HELDOUT
 from coordinator.stepmetrics import read_metrics
 from coordinator.train import as_baseline
 from populora.config import Config, ConfigError, config_from_yaml
@@ -153,9 +153,11 @@ def plan(cfg: Config, experiment_id: str, seeds: list[int], benchmarks: list[str
     if samples > 1 and cfg.eval.temperature == 0:
         raise ConfigError(f"--samples {samples} with eval.temperature 0 would score the same greedy answer "
                           f"{samples} times: set --set eval.temperature=0.8 for pass@k")
+    benchmarks = list(cfg.eval.benchmarks) + list(benchmarks)  # the config's published benchmarks, then --benchmark
     for name in benchmarks:
         if name not in BENCHMARKS:
-            raise ConfigError(f"--benchmark {name!r}: unknown; allowed: {', '.join(BENCHMARKS)}")
+            raise ConfigError(f"--benchmark {name!r}: unknown (a --benchmark or an eval.benchmarks entry); allowed: "
+                              f"{', '.join(BENCHMARKS)}")
     base = Config.model_validate(cfg.model_dump())
     base.run.mode, base.run.run_id = "population", ""
     names = [HELDOUT] + [b for b in benchmarks if b != HELDOUT]

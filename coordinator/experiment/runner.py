@@ -15,7 +15,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from coordinator.experiment.armeval import evaluate_arms
 from coordinator.experiment.comparison import write_comparison
 from coordinator.experiment.evalfiles import write_json
 from coordinator.experiment.plan import (
@@ -27,6 +26,7 @@ from coordinator.experiment.plan import (
     parse_seeds,
     plan,
 )
+from coordinator.experiment.seedeval import ensure_overlap, evaluate_arms
 from coordinator.journal import JournalDB
 from coordinator.stepmetrics import read_metrics
 from coordinator.train import _apply_limits, budget_spent, run_training
@@ -161,6 +161,7 @@ def run_experiment(exp: Experiment, db: JournalDB, *, workers: int = 1, jobs: in
             if after_arm is not None:
                 after_arm(arm)
         evaluated = evaluate_arms(exp)
+    ensure_overlap(exp)  # the held-out families the comparison leaves out, found once for the experiment
     report, scores = write_comparison(exp.comparison_input())
     return Outcome(trained, evaluated, report, scores)
 

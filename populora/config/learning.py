@@ -151,6 +151,17 @@ class EvalConfig(Section):
     members: Literal["all", "students"] = "all"
     """`populora experiment`: the population members scored at each checkpoint: every member, or only the students
     (the members trained to solve); the population mean, best and worst member are over these."""
+    benchmarks: list[str] = Field(default_factory=lambda: ["cruxeval-o", "cruxeval-i"])
+    """`populora experiment`: the published benchmarks scored besides `heldout` (always scored); `--benchmark`
+    adds more (humaneval, mbpp-plus). CRUXEval-O and -I, in the formats of code_o and code_i, are the headline: the
+    benchmark the Absolute Zero work reports (docs/experiment.md)."""
+    curve_limit: int = Field(0, ge=0)
+    """`populora experiment`: problems of each benchmark scored at the checkpoints before the last (its first N,
+    the same at every checkpoint: the curve); the last checkpoint scores every problem (or --limit). Scoring every
+    version on every problem is most of an experiment's cost. 0 = every checkpoint on every problem."""
+    heldout_seed: int = Field(0, ge=0)
+    """`populora experiment`: the generator seed of its `heldout` problems (`populora eval` always uses 0). A seed no
+    earlier evaluation used keeps the problems unseen by whoever chose the design."""
 
     @field_validator("checkpoints")
     @classmethod

@@ -185,7 +185,12 @@ class Dynamics(Model):
                                                                   "proposals")
     coverage: list[StepCoverageOut]
     behavioural_diversity: list[float | None] = Field(
-        description="1 - mean Jaccard overlap of the teachers' program shapes over the last 3 steps")
+        description="1 - mean Jaccard overlap of the program shapes of the teachers with a valid proposal in the last "
+                    "3 steps")
+    behavioural_reference: list[float | None] = Field(
+        default_factory=list, description="a run of one adapter (the baseline): the same measure of its own valid "
+                                          "proposals split in two halves at random, the reference a population's "
+                                          "teachers are read against; empty for a population")
     solve_rate: dict[str, list[float | None]] = Field(description="per student, its solve rate at each step")
     oscillation: dict[str, float | None] = Field(
         description="per student, sign changes of its solve rate's first difference over (steps - 2)")

@@ -34,7 +34,9 @@ def test_arms_share_warm_start_seeds_and_budget(tmp_path):
     assert [(a.name, a.seed, a.run_id) for a in exp.arms] == [
         ("population", 1, "e1-population-s1"), ("baseline", 1, "e1-baseline-s1"),
         ("population", 2, "e1-population-s2"), ("baseline", 2, "e1-baseline-s2")]
-    assert exp.benchmarks == ["heldout", "humaneval"]  # heldout always, first, once
+    # heldout always, first, once; then eval.benchmarks (CRUXEval-O and -I unless the config says otherwise)
+    assert exp.benchmarks == ["heldout", "cruxeval-o", "cruxeval-i", "humaneval"]
+    assert plan(_cfg(tmp_path, "eval.benchmarks=[]"), "e1", [1], ["humaneval"]).benchmarks == ["heldout", "humaneval"]
     pop, base = exp.arms[0].cfg, exp.arms[1].cfg
     assert (pop.run.mode, pop.population.n_teachers, pop.rewards.teacher_reward) == ("population", 2, "inverse_solve")
     assert (base.run.mode, base.population.n_teachers, base.population.n_students,
@@ -223,7 +225,8 @@ def test_an_arm_is_finished_when_its_metrics_reach_its_limits(tmp_path):
 
 
 def test_a_done_evaluation_is_read_back_not_redone(tmp_path):
-    from coordinator.experiment.armeval import arm_state, eval_settings, evaluate_arms, experiment_budget
+    from coordinator.experiment.armeval import arm_state, eval_settings, experiment_budget
+    from coordinator.experiment.seedeval import evaluate_arms
     from coordinator.experiment.evalfiles import eval_path
 
     exp = plan(_cfg(tmp_path), "e1", [1], ["humaneval"], limit=2)

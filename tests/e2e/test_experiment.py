@@ -65,6 +65,11 @@ def test_experiment_runs_both_arms_and_resumes_after_stops(tmp_path, echo_model)
 
     scores = json.loads((exp.out_dir / "scores.json").read_text())
     assert set(scores["arms"]) == {pop, base} and scores["budget"]["flops"] == 250_000_000_000
+    # the published benchmarks of eval.benchmarks are scored with heldout, from the shipped files, in kept parts
+    assert set(scores["benchmarks"]) == {"heldout", "cruxeval-o", "cruxeval-i"}
+    assert {p.name for p in (exp.out_dir / "evalparts").iterdir()} == {
+        f"s{cfg.run.seed}.{b}.000.json" for b in ("heldout", "cruxeval-o", "cruxeval-i")}
+    assert json.loads((exp.out_dir / "evals" / f"{pop}.cruxeval-o.json").read_text())["limit"] == 3
     for run_id, n in scores["arms"].items():
         metrics = [json.loads(x) for x in (tmp_path / "runs" / run_id / "metrics.jsonl").read_text().splitlines()]
         spent = metrics[-1]["compute_cumulative"]
@@ -110,7 +115,9 @@ def test_experiment_runs_both_arms_and_resumes_after_stops(tmp_path, echo_model)
 def test_seeds_run_in_processes_of_their_own_with_the_scoring_chosen(tmp_path, echo_model, capfd):
     """`--jobs 2`: two seeds trained and scored at once, each in a spawned process; eval.members and eval.checkpoints
     say which versions are scored. A rerun with the same jobs does nothing again."""
-    sets = e2e_overrides(tmp_path, echo_model) + ["run.steps=2", "eval.members=students", "eval.checkpoints=[0.5,1.0]"]
+    # heldout alone: the first test scores the published benchmarks too, and each costs minutes on a loaded machine
+    sets = e2e_overrides(tmp_path, echo_model) + ["run.steps=2", "eval.members=students", "eval.checkpoints=[0.5,1.0]",
+                                                  "eval.benchmarks=[]"]
     argv = ["experiment", "--preset", "cpu-tiny", "--budget", "flops=2.5e11", "--id", "par", "--limit", "5",
             "--seeds", "1,2"]
     for s in sets:

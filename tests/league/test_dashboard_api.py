@@ -80,7 +80,8 @@ def test_adapter_page_and_overview_without_a_journal(rest, league):
     assert scored["revision"] != after["revision"] and scored["league"]["evals"] == 1
     assert rest.get("/v1/runs/r1/dynamics").json() == {
         "run_id": "r1", "steps": [], "flops": [], "complexity": {"ast_depth": [], "cyclomatic": [], "lines_of_code": []},
-        "coverage": [], "behavioural_diversity": [], "solve_rate": {}, "oscillation": {}, "weight_diversity": []}
+        "coverage": [], "behavioural_diversity": [], "behavioural_reference": [], "solve_rate": {}, "oscillation": {},
+        "weight_diversity": []}
     for path in ("overview", "steps", "tasks", "ratings", "lineage", "dynamics"):
         assert rest.get(f"/v1/runs/nope/{path}").status_code == 404
     assert rest.get("/v1/adapters/nope").status_code == 404
