@@ -47,21 +47,23 @@ def answers_per_seed(versions: int, checkpoints: int, problems: int, curve: int)
 
 
 def design_table(pilot: dict, sizes: dict, seeds: list[int], budgets: list[float], *, students: int,
-                 checkpoints: int, curve: int, sd_seed: float, sd_problem: dict, jobs: int) -> list[dict]:
-    """One row per (budget, seeds): steps and machine hours of training and scoring, and each benchmark's MDD."""
+                 checkpoints: int, curve: int, sd_seed: float | dict, sd_problem: dict, jobs: int) -> list[dict]:
+    """One row per (budget, seeds): steps and machine hours of training and scoring, and each benchmark's MDD. A
+    benchmark the pilot did not score is costed at the mean of the ones it did; `sd_seed` may be one value or one
+    per benchmark."""
     arms = pilot["training"]["arms"]
+    measured = [m["seconds_per_answer"] for m in pilot["scoring"]["benchmarks"].values() if m.get("seconds_per_answer")]
     rows = []
     for budget in budgets:
         steps = {a: budget / c["flops_per_step"] for a, c in arms.items() if c.get("steps")}
         train_s = sum(steps[a] * arms[a]["seconds_per_step"] for a in steps)
         score_s, mdd = 0.0, {}
         for b, n in sizes.items():
-            cost = pilot["scoring"]["benchmarks"].get(b, {}).get("seconds_per_answer")
-            if cost is None:
-                continue
+            cost = pilot["scoring"]["benchmarks"].get(b, {}).get("seconds_per_answer") or sum(measured) / len(measured)
             score_s += answers_per_seed(students + 1, checkpoints, n, curve) * cost
             scoring_problems = n - n // 5  # every fifth chooses the best member (checkpointeval.split)
-            mdd[b] = {s: minimal_detectable_difference(s, scoring_problems, sd_seed, sd_problem[b]) for s in seeds}
+            sd = sd_seed[b] if isinstance(sd_seed, dict) else sd_seed
+            mdd[b] = {s: minimal_detectable_difference(s, scoring_problems, sd, sd_problem[b]) for s in seeds}
         for s in seeds:
             speed = JOBS_SPEEDUP if jobs > 1 else 1.0
             hours = s * (train_s + score_s) / speed / 3600
@@ -85,6 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jobs", type=int, default=3)
     p.add_argument("--sd-seed", type=float, default=None, help="default: the spread result's heldout sd_seed")
     p.add_argument("--sd-problem", type=float, default=None, help="default: from the pilot's pass rates")
+    p.add_argument("--heldout", type=int, default=380, help="heldout problems (costed at the pilot's mean answer, "
+                                                               "its spread the measured one; 0: left out)")
     p.add_argument("--target", type=float, default=0.03, help="a difference to find the seeds for (default 0.03)")
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args(argv)
@@ -101,9 +105,13 @@ def main(argv: list[str] | None = None) -> int:
         sd_problem[b] = args.sd_problem if args.sd_problem is not None else math.sqrt(max(2 * rate * (1 - rate), 0.01))
     seeds = [int(s) for s in args.seeds.split(",")]
     budgets = args.budget or [6.8e13]
+    sd_seeds = dict.fromkeys(sizes, sd_seed)
+    if args.heldout and held:  # the generated benchmark's own spread, measured over seeds
+        sizes["heldout"], sd_seeds["heldout"], sd_problem["heldout"] = args.heldout, held["sd_seed_means"], held[
+            "sd_problem"]
     rows = design_table(pilot, sizes, seeds, budgets, students=args.students, checkpoints=args.checkpoints,
-                        curve=args.curve, sd_seed=sd_seed, sd_problem=sd_problem, jobs=args.jobs)
-    needed = {b: seeds_needed(args.target, n - n // 5, sd_seed, sd_problem[b]) for b, n in sizes.items()}
+                        curve=args.curve, sd_seed=sd_seeds, sd_problem=sd_problem, jobs=args.jobs)
+    needed = {b: seeds_needed(args.target, n - n // 5, sd_seeds[b], sd_problem[b]) for b, n in sizes.items()}
     out = {"pilot": str(args.pilot), "spread": measured, "sd_seed": sd_seed, "sd_problem": sd_problem,
            "sizes": sizes, "designs": rows, "target": args.target, "seeds_for_target": needed}
     print(f"spread measured in {args.spread}: {json.dumps(measured)}")
