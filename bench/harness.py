@@ -141,21 +141,23 @@ def reset_peak() -> None:
 # ---------------------------------------------------------------- workloads
 
 
-def random_adapters(store, model, targets: list[str], rank: int, n: int, prefix: str, base_model: str = "",
-                    meta: dict | None = None, dtype=None) -> list:
-    """`n` random LoRA adapters of `rank` on `targets` of `model`, saved to `store` as <prefix><i> (seed i, both
-    factors nonzero with std 0.01, alpha 2 x rank, in `dtype` when given); their refs. A bench that compares
-    engines or modes gives each the same adapters, and a second run the same ones again."""
+def random_adapters(store, model, targets: list[str], rank: int | list[int], n: int, prefix: str,
+                    base_model: str = "", meta: dict | None = None, dtype=None) -> list:
+    """`n` random LoRA adapters of `rank` (or of ranks[i % len], a population of mixed ranks) on `targets` of
+    `model`, saved to `store` as <prefix><i> (seed i, both factors nonzero with std 0.01, alpha 2 x rank, in `dtype`
+    when given); their refs. A bench that compares engines or modes gives each the same adapters, and a second run
+    the same ones again."""
     from populora.lora import random_lora_weights
     from populora.store import lora_config_dict
 
-    config = lora_config_dict(rank, 2.0 * rank, targets, base_model)
+    ranks = rank if isinstance(rank, list) else [rank]
     refs = []
     for i in range(n):
-        weights = random_lora_weights(model, targets, rank, seed=i, std=0.01)
+        r = ranks[i % len(ranks)]
+        weights = random_lora_weights(model, targets, r, seed=i, std=0.01)
         if dtype is not None:
             weights = {key: t.to(dtype) for key, t in weights.items()}
-        refs.append(store.save(f"{prefix}{i}", weights, config, meta=meta))
+        refs.append(store.save(f"{prefix}{i}", weights, lora_config_dict(r, 2.0 * r, targets, base_model), meta=meta))
     return refs
 
 

@@ -28,6 +28,11 @@ Every engine runs the same warm-up batch (the small propose batch, 4 new tokens)
                               the ratio in each round, the spread of the measurement
   rows, tokens, finished_early   rows of the workload (requests x n), tokens mixed generated, and the share of its
                               rows that ended on eos or a stop string before their budget
+  mixed_rank_tokens_per_s_ratio   spec 9, "Mixed ranks": the hf backend on the same batches (the small workload
+                              when it runs, else the large) with adapters of ranks 8, 16, 32, 64 (twice) over the
+                              same with rank 30 everywhere (the same total rank), each with the slot banks a run of
+                              its ranks has (64 and 32 wide); mixed_rank_tokens_per_s, uniform_rank_tokens_per_s,
+                              alternating --rounds rounds (mixed_rank_ratio_rounds)
   prefill_mfu, decode_roofline_fraction (targets >= 0.5), prefill_s, decode_s, decode_tokens_per_s and
                               decode_roofline_tokens_per_s: the hf backend's prompt pass and decode steps against the
                               peak and the roofline measured in this process (bench/inference_roofline.py; peak_gflops,
@@ -35,7 +40,8 @@ Every engine runs the same warm-up batch (the small propose batch, 4 new tokens)
 and rss_mb_1_adapter, rss_mb_8_adapters, adapter_mb (one adapter's tensors), rss_mb_per_extra_adapter. Threads are
 torch's default unless --threads; `loop_threads` is the loop's (-1: the cores other processes leave free, measured
 before each batch). `targets_met` checks lora_overhead <= 1.25, lora_overhead_small <= 1.6, mixed_vs_peft(_small)
->= 1.2, rss_mb_per_extra_adapter <= 1.2 adapter_mb and loop_vs_bench(_small) >= 0.8. When .venv-vllm exists
+>= 1.2, rss_mb_per_extra_adapter <= 1.2 adapter_mb, loop_vs_bench(_small) >= 0.8 and
+mixed_rank_tokens_per_s_ratio >= 0.9. When .venv-vllm exists
 (make test-vllm), vllm_cpu_mixed_tokens_per_s: vLLM for CPU, bf16, the large workload.
 
 This module is the entry (its options, the targets, vLLM in its own virtualenv); the batches are built in
@@ -52,7 +58,14 @@ import tempfile
 from pathlib import Path
 
 from bench.harness import ChildFailed, emit, load_average, module_command, run_json
-from bench.inference_engines import bench_hf, bench_loop, bench_memory, bench_peft, run_backend
+from bench.inference_engines import (
+    bench_hf,
+    bench_loop,
+    bench_memory,
+    bench_mixed_rank,
+    bench_peft,
+    run_backend,
+)
 from bench.inference_roofline import bench_fractions
 from bench.inference_workload import (
     N_ADAPTERS,
@@ -117,6 +130,7 @@ TARGETS = {  # name -> (key, check)
     "loop_vs_bench_small>=0.8": ("loop_vs_bench_small", lambda v: v >= 0.8),
     **{f"{key}{sfx}>=0.5": (f"{key}{sfx}", lambda v: v is not None and v >= 0.5)
        for key in ("prefill_mfu", "decode_roofline_fraction") for sfx in ("", "_small")},
+    "mixed_rank_tokens_per_s_ratio>=0.9": ("mixed_rank_tokens_per_s_ratio", lambda v: v >= 0.9),
 }
 
 
@@ -176,6 +190,9 @@ def main(argv: list[str] | None = None) -> int:
         bench_memory(base, store, refs, out)
         bench_hf(base, store, refs, workloads, out, rounds=args.rounds)
         bench_fractions(base, store, refs, workloads, out, args.model, rounds=args.rounds)
+        ranked = "small" if "small" in workloads else "large"
+        out["mixed_rank_workload"] = ranked
+        bench_mixed_rank(base, Path(tmp), workloads[ranked], warmup_batch(workloads[ranked]), out, rounds=args.rounds)
         loop_run = None
 
         def run_of():

@@ -1,6 +1,6 @@
 """The engines bench.inference times on the same batches: the hf backend (batched LoRA, its gather variant, one
-adapter at a time, no adapter), the training loop's own generation phases, plain PEFT, and the resident memory
-each adapter costs. Each writes its figures into the result object as it takes them."""
+adapter at a time, no adapter, a population of mixed ranks against one of a single rank), the training loop's own
+generation phases, plain PEFT, and the resident memory each adapter costs. Each writes its figures into the result object as it takes them."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import dataclasses
 import time
 from dataclasses import dataclass
 
-from bench.harness import progress, rss_mb
+from bench.harness import progress, random_adapters, rss_mb
 from bench.inference_workload import (
     N_ADAPTERS,
     RANK,
@@ -18,6 +18,10 @@ from bench.inference_workload import (
     warmup_batch,
     without_adapters,
 )
+
+MIXED_RANKS = [8, 16, 32, 64]
+UNIFORM_RANK = 30  # 8 x 30 = 2 x (8 + 16 + 32 + 64): the same total rank as the mixed population
+SERVED_RANK = 32  # generation.max_lora_rank's default, which Config.serving_rank raises to a run's largest rank
 
 
 @dataclass
@@ -93,6 +97,41 @@ def bench_hf(base, store, refs, workloads: dict, out: dict, rounds: int = 2) -> 
             backend.host.multi.mode = "segments"
     finally:
         backend.host.multi.restore()
+
+
+def bench_mixed_rank(base, root, batches: list[list], warm: list, out: dict, rounds: int = 2) -> None:
+    """Spec 9, "Mixed ranks": the same batches served by a population of ranks 8, 16, 32, 64 (twice over the 8
+    adapters) and by one of rank 30 everywhere, the same total rank; each as a run of its ranks serves it, the hf
+    backend's slot banks as wide as Config.serving_rank makes them (64 and 32), so a smaller adapter is zero-padded to
+    them. The sides alternate (mixed, uniform, uniform, mixed, ...) and each figure is over all of its rounds."""
+    from populora.config import ALL_TARGET_MODULES
+    from populora.store import ArtifactStore
+    from services.inference.hf import HfBackend
+
+    sides = {}
+    for name, ranks in (("mixed", MIXED_RANKS), ("uniform", [UNIFORM_RANK])):
+        store = ArtifactStore(root / f"ranks-{name}")
+        refs = random_adapters(store, base.model, ALL_TARGET_MODULES, ranks, N_ADAPTERS, "bench-")
+        sides[name] = (store, refs, max(SERVED_RANK, *ranks))
+    runs: dict[str, list[Measured]] = {"mixed": [], "uniform": []}
+    for k in range(rounds):
+        for name in ("mixed", "uniform") if k % 2 == 0 else ("uniform", "mixed"):
+            store, refs, width = sides[name]
+            backend = HfBackend(base, store, ALL_TARGET_MODULES, max_rank=width, max_resident=N_ADAPTERS)
+            try:
+                for ref in refs:
+                    backend.load_adapter(ref)
+                run_backend(backend, [warm])
+                runs[name].append(run_backend(backend, batches))
+            finally:
+                backend.host.multi.restore()
+    measure(out, "mixed_rank_tokens_per_s", over_runs(runs["mixed"]))
+    measure(out, "uniform_rank_tokens_per_s", over_runs(runs["uniform"]))
+    out["mixed_rank_tokens_per_s_ratio"] = out["mixed_rank_tokens_per_s"] / out["uniform_rank_tokens_per_s"]
+    out["mixed_rank_ratio_rounds"] = [round(m.tokens_per_s / u.tokens_per_s, 3)
+                                      for m, u in zip(runs["mixed"], runs["uniform"], strict=True)]
+    out["mixed_rank_ranks"] = {"mixed": MIXED_RANKS, "uniform": [UNIFORM_RANK], "bank_width": {
+        name: side[2] for name, side in sides.items()}}
 
 
 def bench_loop(run_of, refs, workloads: dict, plans: dict, out: dict) -> None:

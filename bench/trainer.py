@@ -27,6 +27,11 @@ update_mfu (target >= 0.5, with the memory settings on, as every mode runs): 6N 
 update processed (every row's prompt and response) per second over the peak of the model's products measured in this
 process on its threads (bench.roofline); update_mfu_sequential / _batched per mode, update_mfu_saving_1k /
 update_mfu_plain_1k for the 1,024-token probes (their own processes, the same thread count); peak_gflops.
+
+mixed_rank_update_ratio (spec 9, "Mixed ranks"; target >= 0.9): response tokens per second of a batched update of 4
+adapters of ranks 8, 16, 32, 64 over the same of 4 adapters of rank 30 (the same total rank), on the same rollouts in
+one trainer, the two alternating (mixed_rank_update_rounds: each round's ratio; mixed_rank_update_load_average_1m:
+the machine's load before and after). Not with --skip-modes.
 """
 
 from __future__ import annotations
@@ -43,7 +48,16 @@ from pathlib import Path
 
 import torch
 
-from bench.harness import emit, module_command, peak_mb, reset_peak, rss_mb, run_json, update_workload_parser
+from bench.harness import (
+    emit,
+    load_average,
+    module_command,
+    peak_mb,
+    reset_peak,
+    rss_mb,
+    run_json,
+    update_workload_parser,
+)
 
 
 def _rollouts(n_adapters: int, per_adapter: int, tokens: int, vocab: int, seed: int = 0, prompt_share: float = 0.25):
@@ -133,12 +147,60 @@ def run_mode(mode: str, args, workdir: Path, measure_memory: bool) -> dict:
     return out
 
 
+MIXED_RANKS = [8, 16, 32, 64]
+UNIFORM_RANK = 30  # 4 x 30 = 8 + 16 + 32 + 64: the same total rank as the mixed population
+
+
+def run_mixed_rank(args, workdir: Path) -> dict:
+    """Spec 9, "Mixed ranks": the batched update of 4 adapters of ranks 8, 16, 32, 64 against 4 of rank 30 (the same
+    total rank) on the same rollouts, in one trainer (one model, one process), one lora_alpha as a run gives its
+    members; the two UpdateBatch calls alternate for 1 + args.repeats rounds, the first (Adam state, lazy imports)
+    not counted. Response tokens per second of update compute, each over all its counted rounds."""
+    from populora.config import load_config
+    from populora.models import load_base_model
+    from populora.pb import trainer_pb2
+    from populora.store import ArtifactStore
+    from services.trainer.service import TrainerService
+
+    cfg = load_config(overrides=[f"model.name={args.model}", "lora.rank=32", "lora.alpha=64",
+                                 "trainer.batch_mode=batched", "trainer.lr=1e-5",
+                                 f"trainer.micro_batch_tokens={max(4096, 4 * args.tokens * args.rollouts)}"], env=False)
+    store = ArtifactStore(workdir / "ranks")
+    svc = TrainerService.from_config(cfg, base=load_base_model(args.model, device=args.device), store=store)
+    rows = _rollouts(len(MIXED_RANKS), args.rollouts, args.tokens, svc.pool.host.vocab_size, seed=3)
+    sides = {"mixed": MIXED_RANKS, "uniform": [UNIFORM_RANK] * len(MIXED_RANKS)}
+    refs = {name: [svc.InitAdapter(trainer_pb2.InitAdapterRequest(adapter_id=f"{name}{i}", role="student", seed=i,
+                                                                  rank=r)).adapter for i, r in enumerate(ranks)]
+            for name, ranks in sides.items()}
+    seconds: dict[str, list[float]] = {name: [] for name in sides}
+    tokens: dict[str, list[int]] = {name: [] for name in sides}
+    for rep in range(1 + args.repeats):
+        for name in ("mixed", "uniform") if rep % 2 == 0 else ("uniform", "mixed"):
+            resp = svc.UpdateBatch(trainer_pb2.UpdateBatchRequest(updates=[
+                trainer_pb2.UpdateRequest(adapter=ref, rollouts=rows[i], seed=rep, step=rep + 1)
+                for i, ref in enumerate(refs[name])]))
+            refs[name] = [r.adapter for r in resp.results]
+            _prune(store.root, refs[name])
+            if rep:
+                seconds[name].append(max(r.stats.seconds for r in resp.results))
+                tokens[name].append(sum(r.stats.tokens for r in resp.results))
+    rate = {name: sum(tokens[name]) / sum(seconds[name]) for name in sides}
+    svc = None
+    gc.collect()
+    return {"mixed_rank_update_tokens_per_s": rate["mixed"], "uniform_rank_update_tokens_per_s": rate["uniform"],
+            "mixed_rank_update_ratio": rate["mixed"] / rate["uniform"],
+            "mixed_rank_update_rounds": [round((tm / sm) / (tu / su), 3) for tm, sm, tu, su in zip(
+                tokens["mixed"], seconds["mixed"], tokens["uniform"], seconds["uniform"], strict=True)],
+            "mixed_rank_update_ranks": sides, "mixed_rank_update_mode": "batched"}
+
+
 MEMORY_ADAPTERS = 4
 TARGETS = {"mb_per_1k_tokens<=400": ("mb_per_1k_tokens", lambda v: v <= 400),
            "max_abs_logprob_diff<=1e-5": ("max_abs_logprob_diff", lambda v: v <= 1e-5),
            # the memory settings must lower the peak, and the memory model must predict what they leave
            "peak_mb_1k<peak_mb_1k_plain": ("saving_over_plain_1k", lambda v: v < 1),
-           "memory_model_error<=0.25": ("memory_model_error", lambda v: v <= 0.25)}
+           "memory_model_error<=0.25": ("memory_model_error", lambda v: v <= 0.25),
+           "mixed_rank_update_ratio>=0.9": ("mixed_rank_update_ratio", lambda v: v >= 0.9)}
 
 
 def memory_overrides(saving: bool, micro_batch_tokens: int) -> list[str]:
@@ -295,6 +357,11 @@ def main(argv: list[str] | None = None) -> int:
               "rollouts_per_adapter": args.rollouts, "tokens_per_rollout": args.tokens,
               "torch_threads": torch.get_num_threads(), "default_mode": default}
     result.update(memory(args))
+    if not args.skip_modes:
+        start = load_average()
+        with tempfile.TemporaryDirectory(prefix="bench-trainer-ranks-") as tmp:
+            result.update(run_mixed_rank(args, Path(tmp)))
+        result["mixed_rank_update_load_average_1m"] = [start, load_average()]
     result["targets_met"] = {name: check(result[key]) for name, (key, check) in TARGETS.items() if key in result}
     if args.skip_modes:
         emit(result, indent=None if args.json else 2)

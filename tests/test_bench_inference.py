@@ -88,9 +88,15 @@ def test_the_bench_runs_on_the_tiny_model_and_counts_every_figure():
                           ("mixed_vs_peft_small", "mixed_tokens_per_s_small", "peft_mixed_tokens_per_s_small"),
                           ("loop_vs_bench_small", "loop_tokens_per_s_small", "mixed_tokens_per_s_small")]:
         assert out[key] == pytest.approx(out[num] / out[den], rel=1e-2)
+    # spec 9, "Mixed ranks": ranks 8, 16, 32, 64 against 30 everywhere, on the same batches, rounds alternating
+    assert out["mixed_rank_workload"] == "small" and len(out["mixed_rank_ratio_rounds"]) == 2
+    assert out["mixed_rank_ranks"]["bank_width"] == {"mixed": 64, "uniform": 32}
+    assert out["mixed_rank_tokens_per_s_ratio"] == pytest.approx(
+        out["mixed_rank_tokens_per_s"] / out["uniform_rank_tokens_per_s"], rel=1e-2)
     assert set(out["targets_met"]) == {"lora_overhead_small<=1.6", "mixed_vs_peft_small>=1.2",
                                        "rss_mb_per_extra_adapter<=1.2x_adapter_mb", "loop_vs_bench_small>=0.8",
-                                       "prefill_mfu_small>=0.5", "decode_roofline_fraction_small>=0.5"}
+                                       "mixed_rank_tokens_per_s_ratio>=0.9", "prefill_mfu_small>=0.5",
+                                       "decode_roofline_fraction_small>=0.5"}
     # the prompt pass against the peak measured in the bench's process (bench/inference_roofline.py)
     assert finite_number(out["prefill_mfu_small"]) and out["prefill_mfu_small"] > 0 and out["peak_gflops"] > 0
     assert out["prefill_tokens_small"] > 0 and out["prefill_s_small"] > 0

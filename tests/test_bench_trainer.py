@@ -42,3 +42,13 @@ def test_the_settings_on_peak_lower_than_off_and_as_the_memory_model_predicts():
     assert on["response_tokens"] == off["response_tokens"] == 384
     assert on["peak_mb"] < off["peak_mb"] and on["extra_mb"] <= 0.8 * off["extra_mb"], (on, off)
     assert abs(on["predicted_extra_mb"] - on["extra_mb"]) <= 0.25 * on["extra_mb"], on
+
+
+@pytest.mark.slow
+def test_the_mixed_rank_update_ratio_compares_ranks_8_to_64_with_30_on_the_same_rollouts(tmp_path):
+    out = trainer.run_mixed_rank(_args(adapters=4, rollouts=2, tokens=32, repeats=2), tmp_path)
+    assert out["mixed_rank_update_ranks"] == {"mixed": [8, 16, 32, 64], "uniform": [30] * 4}
+    assert len(out["mixed_rank_update_rounds"]) == 2 and out["mixed_rank_update_mode"] == "batched"
+    assert out["mixed_rank_update_ratio"] == pytest.approx(
+        out["mixed_rank_update_tokens_per_s"] / out["uniform_rank_update_tokens_per_s"])
+    assert out["mixed_rank_update_tokens_per_s"] > 0 and out["uniform_rank_update_tokens_per_s"] > 0
