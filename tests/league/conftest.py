@@ -58,7 +58,8 @@ class ShortRun:
 @pytest.fixture(scope="session")
 def short_run(tmp_path_factory) -> ShortRun:
     """The cpu-tiny end-to-end run (the tiny model fitted to write valid proposals, tests/e2e): 2 of its 3 steps,
-    with one evolution at step 2. Built once per session (about a minute and a half on 2 cores)."""
+    with one evolution at step 2, its members at ranks 8 and 16 (teachers) and 32 and 64 (students), so every view
+    shows several (spec 9, "Mixed ranks"). Built once per session (about a minute and a half on 2 cores)."""
     from coordinator.journal import JournalDB
     from coordinator.train import run_training
     from populora.config import load_config
@@ -66,7 +67,9 @@ def short_run(tmp_path_factory) -> ShortRun:
     from tests.e2e.echo_model import echo_model_dir
 
     root = tmp_path_factory.mktemp("short-run")
-    cfg = load_config(preset="cpu-tiny", overrides=e2e_overrides(root, str(echo_model_dir())), env=False)
+    cfg = load_config(preset="cpu-tiny", overrides=[*e2e_overrides(root, str(echo_model_dir())),
+                                                    "lora.teacher_ranks=[8, 16]", "lora.student_ranks=[32, 64]"],
+                      env=False)
     state = JournalDB(cfg.league_db_url)
     state.create_run("e2e", cfg.run.mode, cfg.to_yaml())
     cfg.run.steps = 2

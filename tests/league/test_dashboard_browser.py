@@ -116,12 +116,13 @@ def test_leaderboard_rows_equal_the_rest_leaderboard(page, site):
     def check(shown: list[list[str]], expected: list[dict]) -> None:
         assert [c[1] for c in shown] == [r["adapter_id"] for r in expected]
         for c, r in zip(shown, expected):
-            assert c[0] == str(r["rank"]) and c[2] == r["role"] and c[3] == r["status"]
-            assert close(c[4], r["mu"]) and close(c[5], r["sigma"]) and close(c[6], r["conservative_skill"])
-            assert [int(x) for x in c[7:11]] == [r["wins"], r["losses"], r["draws"], r["matches"]]
-            assert c[11] == (r["operator"] or "–") and c[12] == (", ".join(r["parents"]) or "–")
+            assert c[0] == str(r["rank"]) and c[2] == r["role"] and c[3] == str(r["lora_rank"]) and c[4] == r["status"]
+            assert close(c[5], r["mu"]) and close(c[6], r["sigma"]) and close(c[7], r["conservative_skill"])
+            assert [int(x) for x in c[8:12]] == [r["wins"], r["losses"], r["draws"], r["matches"]]
+            assert c[12] == (r["operator"] or "–") and c[13] == (", ".join(r["parents"]) or "–")
 
     check(_rows(page), rest)
+    assert len({r["lora_rank"] for r in rest}) > 1  # the run's members hold several ranks (tests/league/conftest.py)
     shot(page, "leaderboard")
     # sortable: mu - k sigma descending is the rank order, ascending its reverse
     page.click("th[data-key='conservative_skill']")
@@ -216,13 +217,18 @@ def test_lineage_has_a_node_per_adapter_and_an_edge_per_parent_link(page, site):
     page.wait(lambda: page.texts("#lineage-detail h3") == [child], what="the node's history panel")
     page.wait(lambda: page.js("return window.populora.charts.lineageHistory !== undefined"), what="its history")
     assert child in page.texts(".lineage-node.selected .node-id")[0]
-    assert rest["edges"][0]["parent_id"] in page.texts("#lineage-detail dd")[6]
+    assert rest["edges"][0]["parent_id"] in page.texts("#lineage-detail dd")[7]
+    node = next(n for n in rest["nodes"] if n["adapter_id"] == child)
+    assert page.texts("#lineage-rank") == [str(node["lora_rank"])]
+    assert all(f"r {n['lora_rank']} ·" in t for n, t in zip(
+        rest["nodes"], [page.js(f"return document.querySelector(\".lineage-node[data-adapter='{n['adapter_id']}'] "
+                                f".node-sub\").textContent") for n in rest["nodes"]], strict=True))
     # each child's relative change from its parent, as the step that made it recorded it, on its edge and its panel
     made = {e["child"]: e["relative_change"] for st in get(site, f"/v1/runs/{RUN}/steps")["steps"]
             for e in st.get("evolution") or []}
     assert made and {e["child_id"]: e["relative_change"] for e in rest["edges"]} == made
     assert {n["adapter_id"]: n["relative_change"] for n in rest["nodes"] if n["operator"]} == made
-    shown = page.texts("#lineage-detail dd")[8]
+    shown = page.texts("#lineage-detail dd")[9]
     if made[child] is None:  # a parent whose update is still zero has no relative change (cpu-tiny's first steps)
         assert shown == "–"
     else:
@@ -250,6 +256,7 @@ def test_adapter_page_shows_versions_path_matches_and_samples(page, site, short_
     rest = get(site, f"/v1/adapters/{teacher}")
     view(page, site, f"adapter/{teacher}")
     page.wait(lambda: page.texts("#adapter-id") == [teacher], what="the adapter page")
+    assert page.texts("#adapter-rank .card-value") == [str(rest["adapter"]["rank"])]
     page.wait(lambda: page.texts("#store-path") == [rest["store_path"]], what="the stored version's path")
     path = Path(rest["store_path"])
     assert path.name == f"v{rest['versions'][-1]['version']}" and (path / "adapter_model.safetensors").exists()

@@ -20,6 +20,7 @@
       h("h1", { class: "adapter-title" }, h("span", { id: "adapter-id", text: a.adapter_id }), " ", roleBadge(a.role), " ", badge(a.status, a.status)),
       h("div", { class: "cards" }, card("μ − kσ", fmt(a.conservative_skill), `μ ${fmt(a.mu)} · σ ${fmt(a.sigma)}`),
         card("record", `${a.wins}W ${a.losses}L ${a.draws}D`, `${a.matches} matches`),
+        card("LoRA rank", String(a.rank || "–"), "r of ΔW = (α / r)·B·A", "adapter-rank"),
         card("born", `step ${a.created_step}`, a.operator ? `by ${a.operator} from ${a.parents.join(" + ")}` : "initial member"),
         card("retired", a.retired_step === null ? "–" : `step ${a.retired_step}`, ""),
         card("versions", String(page.versions.length || "–"), page.versions.length ? `latest v${page.versions[page.versions.length - 1].version}` : "")),

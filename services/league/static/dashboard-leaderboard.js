@@ -7,7 +7,8 @@
 
   // -- leaderboard
   const LB_COLUMNS = [
-    ["rank", "#", "num"], ["adapter_id", "adapter", ""], ["role", "role", ""], ["status", "status", ""],
+    ["rank", "#", "num"], ["adapter_id", "adapter", ""], ["role", "role", ""], ["lora_rank", "r", "num"],
+    ["status", "status", ""],
     ["mu", "μ", "num"], ["sigma", "σ", "num"], ["conservative_skill", "μ − kσ", "num"], ["wins", "W", "num"],
     ["losses", "L", "num"], ["draws", "D", "num"], ["matches", "matches", "num"], ["operator", "operator", ""],
     ["parents", "parents", ""], ["created_step", "born", "num"], ["retired_step", "retired", "num"],
@@ -37,6 +38,7 @@
     };
     const body = rows.map((r) => h("tr", { class: `lb-row ${r.status}`, "data-adapter": r.adapter_id },
       h("td", { class: "num", text: r.rank }), h("td", {}, adapterLink(r.adapter_id)), h("td", {}, roleBadge(r.role)),
+      h("td", { class: "num lora-rank", title: "LoRA rank", text: r.lora_rank ?? "–" }),
       h("td", {}, badge(r.status, r.status)), h("td", { class: "num", text: fmt(r.mu) }),
       h("td", { class: "num", text: fmt(r.sigma) }), h("td", { class: "num strong", text: fmt(r.conservative_skill) }),
       h("td", { class: "num", text: r.wins }), h("td", { class: "num", text: r.losses }),

@@ -65,7 +65,7 @@
         on: { click: () => selectNode(n, data), keydown: (ev) => { if (ev.key === "Enter") selectNode(n, data); } } },
       s("rect", { width: NODE_W, height: NODE_H, rx: 7 }),
       s("text", { x: 10, y: 15, class: "node-id" }, label),
-      s("text", { x: 10, y: 29, class: "node-sub" }, `${n.role} · μ−kσ ${fmt(n.conservative_skill, 1)}${n.status === "retired" ? ` · retired at ${n.retired_step}` : ""}`),
+      s("text", { x: 10, y: 29, class: "node-sub" }, `${n.role} · r ${n.lora_rank ?? "–"} · μ−kσ ${fmt(n.conservative_skill, 1)}${n.status === "retired" ? ` · retired at ${n.retired_step}` : ""}`),
       s("title", {}, n.adapter_id));
       graph.append(g);
     }
@@ -88,6 +88,7 @@
     side.replaceChildren(h("h3", {}, adapterLink(node.adapter_id)),
       h("dl", { class: "facts" },
         h("dt", { text: "role" }), h("dd", {}, roleBadge(node.role)), h("dt", { text: "status" }), h("dd", { text: node.status }),
+        h("dt", { text: "LoRA rank" }), h("dd", { id: "lineage-rank", text: node.lora_rank ?? "–" }),
         h("dt", { text: "μ / σ" }), h("dd", { text: `${fmt(node.mu)} / ${fmt(node.sigma)}` }),
         h("dt", { text: "μ − kσ" }), h("dd", { text: fmt(node.conservative_skill) }),
         h("dt", { text: "born" }), h("dd", { text: `step ${node.created_step}${node.operator ? ` by ${node.operator}` : ""}` }),
