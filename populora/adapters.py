@@ -105,12 +105,24 @@ class AdapterHost(ABC):
         """The LM head (hidden -> vocabulary logits), a linear layer shared by every adapter."""
         return self.causal_lm.get_output_embeddings()
 
-    def prepack(self):
-        """Lay the base's linear weights out for the CPU's matmul library, for passes without gradients
-        (populora.lora.prepack). Returns its PackStats."""
+    def prepack(self, dtype: torch.dtype = torch.float32):
+        """Lay the base's linear weights out for the CPU's matmul library, for passes without gradients, their
+        products in `dtype` (populora.lora.prepack). Returns its PackStats."""
         from populora.lora.prepack import PackStats
 
         return PackStats(skipped=f"the {self.kind} host runs its own layers")
+
+    def lower_products(self, dtype: torch.dtype):
+        """The base's products in `dtype` in every pass, gradients included (model.base_matmul). Returns PackStats."""
+        from populora.lora.prepack import PackStats
+
+        return PackStats(skipped=f"the {self.kind} host runs its own layers")
+
+    @contextmanager
+    def native_products(self) -> Iterator[None]:
+        """Inside, the base's products run in its weights' dtype whatever `lower_products` set (the warm start's
+        fit, whose cached adapter other runs reuse)."""
+        yield
 
     def _cache_kw(self, cache) -> dict:
         # no cache asked for: none is built (a training pass needs none, and a checkpointed layer that appended to
@@ -213,10 +225,27 @@ class BatchedHost(AdapterHost):
         with self.multi.use_rows(names):
             return self.causal_lm(**kw)
 
-    def prepack(self):
+    def prepack(self, dtype: torch.dtype = torch.float32):
         from populora.lora.prepack import pack
 
-        return pack(self.multi.layers.values(), self.output_layer())
+        return pack(self.multi.layers.values(), self.output_layer(), dtype)
+
+    def lower_products(self, dtype: torch.dtype):
+        from populora.lora.prepack import lower
+
+        return lower(self.multi.layers.values(), dtype)
+
+    @contextmanager
+    def native_products(self) -> Iterator[None]:
+        layers = list(self.multi.layers.values())
+        low = [layer.low for layer in layers]
+        for layer in layers:
+            layer.low = None
+        try:
+            yield
+        finally:
+            for layer, w in zip(layers, low, strict=True):
+                layer.low = w
 
     def hidden_states(self, names: list[str], input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
                       cache=None) -> torch.Tensor:

@@ -38,3 +38,14 @@ def test_update_mfu_is_6n_tokens_per_second_over_the_peak(monkeypatch):
     assert got["update_mfu_batched"] == pytest.approx(0.6)
     assert got["update_mfu_saving_1k"] == pytest.approx(6e8 * 1024 / 2.0 / 100e9)
     assert "update_mfu_plain_1k" not in got
+
+
+@pytest.mark.slow
+def test_the_products_bench_compares_both_settings_on_the_tiny_model():
+    proc = subprocess.run([sys.executable, "-m", "bench.products", "--json", "--model", "tiny", "--new-tokens", "3",
+                           "--rounds", "1"], cwd=ROOT, capture_output=True, text=True, timeout=1200)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    for key in ("generation_speedup", "prefill_speedup", "update_speedup"):
+        assert out[key] > 0, key
+    assert 0 <= out["greedy_same"] <= 1 and out["max_logprob_diff"] >= 0 and -1 <= out["update_cosine"] <= 1

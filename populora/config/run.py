@@ -64,6 +64,14 @@ class ModelConfig(Section):
     """Base model: `tiny`, `smollm2-135m`, or a path to a local Hugging Face model directory."""
     dtype: Literal["float32", "bfloat16", "float16", "auto"] = "float32"
     """Weights' dtype; `auto` = bfloat16 on GPU, float32 on CPU."""
+    base_matmul: Literal["native", "bfloat16"] = "native"
+    """[choice] The frozen base's matrix products (its seven projections per layer; not the LM head, the attention
+    or the adapters), in inference and in updates: `native`, in the weights' dtype; `bfloat16`, inputs and weights
+    rounded to bfloat16 and accumulated in float32 by oneDNN, the results back in the weights' dtype, on a float32
+    base on a CPU that multiplies bfloat16 natively (AVX-512 BF16, AMX; elsewhere ignored with a warning). About
+    twice the float32 peak, and it moves results: on SmolLM2 a chosen token's log-probability by up to about 0.1,
+    and a greedy answer can differ from its first token (docs/performance.md has the measurements). The warm start
+    fits in the native dtype either way, so its cached adapter is shared."""
     device: str = "auto"
     """`auto`, `cpu`, `cuda`, `cuda:N`."""
     cache_dir: str = ""

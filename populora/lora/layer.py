@@ -44,6 +44,7 @@ class MultiLoraLinear(nn.Module):
         self.bank_at: torch.Tensor | None = None
         self.bank_bt: torch.Tensor | None = None
         self.packed = None  # the base weight packed for oneDNN (populora.lora.prepack): passes without gradients
+        self.low: torch.Tensor | None = None  # the base weight in bfloat16 for every pass (model.base_matmul)
 
     @property
     def in_features(self) -> int:
@@ -60,6 +61,10 @@ class MultiLoraLinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.packed is not None and not torch.is_grad_enabled():
             y = self.packed(x)  # (B, ..., d_out): the shared base matmul
+        elif self.low is not None:  # products in the low dtype, accumulated in float32, the rest in x's dtype
+            y = torch.nn.functional.linear(x.to(self.low.dtype), self.low).to(x.dtype)
+            if self.base.bias is not None:
+                y = y + self.base.bias
         else:
             y = self.base(x)
         owner = self._owner[0]

@@ -39,7 +39,7 @@ class HfBackend(InferenceBackend):
 
     def __init__(self, base: BaseModel, store: ArtifactStore | None, target_modules: list[str], max_rank: int,
                  max_batch: int = 256, max_resident: int = 32, host: str = "batched",
-                 chat_template: bool = True, threads: int = 0, prepack: bool = True):
+                 chat_template: bool = True, threads: int = 0, prepack: bool = True, base_matmul: str = "native"):
         self.base = base
         self.threads = threads
         self.base_model = base.name
@@ -47,7 +47,11 @@ class HfBackend(InferenceBackend):
         self.max_batch, self.max_resident = max_batch, max_resident
         self.chat_template = chat_template
         self.host = make_host(host, base.model, target_modules, max_rank)
-        self.packing = self.host.prepack() if prepack else None  # before any adapter or request
+        # before any adapter or request: the base's weights laid out for the CPU's matmul, in the products' dtype
+        low = torch.bfloat16 if base_matmul == "bfloat16" else None
+        self.packing = self.host.prepack(low or torch.float32) if prepack else None
+        if low is not None and (self.packing is None or not self.packing.packed):
+            self.packing = self.host.lower_products(low)  # not packed: products in bfloat16 all the same
         self._model_lock = threading.Lock()
         self.resident = ResidentAdapters(max_resident, store, self._load, self._unload)
         device = next(base.model.parameters()).device
@@ -60,7 +64,8 @@ class HfBackend(InferenceBackend):
         g = cfg.generation
         return cls(base, store, list(cfg.lora.target_modules), cfg.serving_rank,
                    max_batch=g.max_batch, max_resident=g.max_resident_adapters, host=host_kind(cfg.lora.host, "inference"),
-                   chat_template=cfg.model.chat_template, threads=g.threads, prepack=g.prepack_weights)
+                   chat_template=cfg.model.chat_template, threads=g.threads, prepack=g.prepack_weights,
+                   base_matmul=cfg.model.base_matmul)
 
     # ---- adapters
     def _load(self, ref: AdapterRef) -> None:

@@ -113,6 +113,11 @@ class TrainerService:
         device = next(base.model.parameters()).device
         mode = resolve_batch_mode(cfg.trainer.batch_mode, device)
         host = trainer_host(mode, base.model, cfg)
+        if cfg.model.base_matmul == "bfloat16":
+            if host.kind != "batched":
+                raise ValueError("model.base_matmul=bfloat16 needs the batched adapter host (lora.host=batched, or "
+                                 "trainer.batch_mode=batched)")
+            host.lower_products(torch.bfloat16)
         t = cfg.trainer
         pool = AdapterPool(host, store or ArtifactStore(cfg.store_root),
                            OptimizerSettings(lr=t.lr, betas=tuple(t.betas), weight_decay=t.weight_decay),
@@ -163,7 +168,9 @@ class TrainerService:
         # Across processes too (the seeds of `populora experiment --jobs`): a second trainer waits for the first
         # one's fit and then finds it in the cache, instead of fitting the same adapter at the same time.
         fit_lock = build_lock(self._cache_root() / "fit") if cache is not None else contextlib.nullcontext()
-        with self._lock, fit_lock, _as_service_errors(), torch_threads(self.cfg.trainer.threads):
+        # in the weights' dtype whatever model.base_matmul: the cache key does not hold it, and runs share the fit
+        with self._lock, fit_lock, _as_service_errors(), torch_threads(self.cfg.trainer.threads), \
+                self.pool.host.native_products():
             ref, cached, record = self.pool.warm_start(req.adapter_id, rows, settings, identity, cache)
         seconds = time.perf_counter() - start
         losses = record.get("losses", [])
