@@ -226,8 +226,8 @@ def test_an_arm_is_finished_when_its_metrics_reach_its_limits(tmp_path):
 
 def test_a_done_evaluation_is_read_back_not_redone(tmp_path):
     from coordinator.experiment.armeval import arm_state, eval_settings, experiment_budget
-    from coordinator.experiment.seedeval import evaluate_arms
     from coordinator.experiment.evalfiles import eval_path
+    from coordinator.experiment.seedeval import evaluate_arms
 
     exp = plan(_cfg(tmp_path), "e1", [1], ["humaneval"], limit=2)
     for arm in exp.arms:
