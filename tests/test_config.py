@@ -124,6 +124,17 @@ def test_partial_service_endpoint_keeps_defaults():
     assert cfg.services.inference.metrics_port == 9101
 
 
+def test_a_reproducible_run_takes_no_thread_count_from_the_load():
+    """run.reproducible: -1 (the free cores, which follow the load) becomes one thread; fixed counts stay."""
+    assert load_config(preset="cpu-smol", env=False).generation.threads == -1
+    cfg = load_config(preset="cpu-smol", env=False, overrides=["run.reproducible=true", "trainer.threads=-1"])
+    assert (cfg.generation.threads, cfg.trainer.threads) == (1, 1)
+    cfg = load_config(preset="cpu-smol", env=False, overrides=["run.reproducible=true", "generation.threads=2",
+                                                             "trainer.threads=0"])
+    assert (cfg.generation.threads, cfg.trainer.threads) == (2, 0)
+    assert load_config(preset="cpu-smol-experiment", env=False).run.reproducible
+
+
 def test_members_may_start_at_ranks_of_their_role_and_every_rank_is_known_at_the_start():
     """Spec 9, "Mixed ranks": per-role ranks cycled over the members, the run's ranks (the initial ones, the warm
     start's lora.rank, evolution.ranks) and the serving rank; R1 needs a second rank; one rank stays the default."""
@@ -145,14 +156,3 @@ def test_members_may_start_at_ranks_of_their_role_and_every_rank_is_known_at_the
         load_config(preset="cpu-tiny", env=False, overrides=["evolution.crossover_rank=widest"])
     assert [load_config(env=False, overrides=[f"evolution.crossover_rank={rule}"]).evolution.crossover_child_rank(
         [16, 64, 8]) for rule in ("first", "larger", "smaller")] == [16, 64, 8]
-
-
-def test_a_reproducible_run_takes_no_thread_count_from_the_load():
-    """run.reproducible: -1 (the free cores, which follow the load) becomes one thread; fixed counts stay."""
-    assert load_config(preset="cpu-smol", env=False).generation.threads == -1
-    cfg = load_config(preset="cpu-smol", env=False, overrides=["run.reproducible=true", "trainer.threads=-1"])
-    assert (cfg.generation.threads, cfg.trainer.threads) == (1, 1)
-    cfg = load_config(preset="cpu-smol", env=False, overrides=["run.reproducible=true", "generation.threads=2",
-                                                             "trainer.threads=0"])
-    assert (cfg.generation.threads, cfg.trainer.threads) == (2, 0)
-    assert load_config(preset="cpu-smol-experiment", env=False).run.reproducible

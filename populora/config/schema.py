@@ -62,14 +62,14 @@ class Config(Section):
             raise ValueError("evolution.epsilon_max must be >= evolution.epsilon_min")
         if self.run.deployment == "distributed" and "max_staleness" not in self.loop.model_fields_set:
             self.loop.max_staleness = 1  # distributed, each role has its own machines: overlap unless told not to
-        if self.evolution.operator_mix.get("R1", 0) > 0 and len(self.ranks) < 2:
-            raise ValueError(f"evolution.operator_mix gives R1 (the rank change) a weight, but every member has rank "
-                             f"{self.lora.rank}: name other ranks in evolution.ranks (e.g. [16, 64]) or in "
-                             "lora.teacher_ranks / lora.student_ranks, or give R1 no weight")
         if self.run.reproducible:  # a count that no load changes (run.reproducible)
             for section in (self.generation, self.trainer):
                 if section.threads < 0:
                     section.threads = 1
+        if self.evolution.operator_mix.get("R1", 0) > 0 and len(self.ranks) < 2:
+            raise ValueError(f"evolution.operator_mix gives R1 (the rank change) a weight, but every member has rank "
+                             f"{self.lora.rank}: name other ranks in evolution.ranks (e.g. [16, 64]) or in "
+                             "lora.teacher_ranks / lora.student_ranks, or give R1 no weight")
         unknown = sorted(set(self.sandbox.verifiers) - set(TASK_TYPES))
         if unknown:
             raise ValueError(f"sandbox.verifiers: unknown task type(s) {unknown}; allowed: {list(TASK_TYPES)}")
