@@ -235,6 +235,10 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--seed", type=int, default=0)
     e.add_argument("--param", action="append", default=[], metavar="NAME=VALUE", help="operator parameter")
     e.set_defaults(func=cmd_evolve)
+
+    from populora.certs import add_parser as add_certs_parser
+
+    add_certs_parser(sub)
     return p
 
 

@@ -24,7 +24,8 @@ from google.protobuf.message_factory import GetMessageClass
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from populora import names
-from populora.pb import common_pb2, evolver_pb2, inference_pb2, league_pb2, sandbox_pb2, trainer_pb2
+from populora.contracts import CONTRACTS, SERVICE_NAMES, is_read_only  # noqa: F401 - their home for callers
+from populora.pb import common_pb2
 from populora.retry import Backoff, retrying, service_unavailable
 from populora.service_errors import (  # noqa: F401
     ServiceError,
@@ -41,15 +42,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 MAX_MESSAGE_BYTES = 256 * 1024 * 1024
 
-# The one list of services: config name -> its gRPC contract (proto/<name>.proto).
-CONTRACTS: dict[str, ServiceDescriptor] = {
-    "inference": inference_pb2.DESCRIPTOR.services_by_name["Inference"],
-    "trainer": trainer_pb2.DESCRIPTOR.services_by_name["Trainer"],
-    "league": league_pb2.DESCRIPTOR.services_by_name["League"],
-    "sandbox": sandbox_pb2.DESCRIPTOR.services_by_name["Sandbox"],
-    "evolver": evolver_pb2.DESCRIPTOR.services_by_name["Evolver"],
-}
-SERVICE_NAMES = tuple(CONTRACTS)
 
 
 def ref_to_pb(ref: AdapterRef) -> common_pb2.AdapterRef:
@@ -89,11 +81,6 @@ def nul_field(message, path: str = "") -> str:
                 if inner := nul_field(item, prefix):
                     return inner
     return ""
-
-
-def is_read_only(method) -> bool:
-    """Whether a contract method is marked `option (populora.v1.read_only) = true` (proto/common.proto)."""
-    return bool(method.GetOptions().Extensions[common_pb2.read_only])
 
 
 def token_matches(given: str, token: str) -> bool:
