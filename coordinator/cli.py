@@ -68,7 +68,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     setup_logging(json_lines=os.environ.get("POPULORA_LOG_JSON", "1") == "1")
     return int(serve(args.service, load_cli_config(args), port=args.port, bind=args.bind,
-                     metrics_port=args.metrics_port) or 0)
+                     metrics_port=args.metrics_port, insecure=args.insecure) or 0)
 
 
 def check_run_flag(value: str | None, flag: str) -> None:
@@ -157,6 +157,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="/metrics port (default: services.<name>.metrics_port; one per replica on one host)")
     s.add_argument("--bind", default=None,
                    help="listen address (default: services.<name>.bind, loopback unless the config says otherwise)")
+    s.add_argument("--insecure", action="store_true",
+                   help="serve plaintext gRPC on a non-loopback address (refused without it unless services.tls is "
+                        "on; said in the log)")
     _config_args(s, default_preset=None)
     s.set_defaults(func=cmd_serve)
 

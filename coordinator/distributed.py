@@ -17,6 +17,7 @@ import yaml
 from populora.config import load_config
 from populora.ports import free_port
 from populora.rpc import SERVICE_NAMES, wait_ready
+from populora.tls import tls_files
 
 DEFAULT_PG = "postgresql+psycopg://postgres@127.0.0.1:5432/populora"
 
@@ -113,7 +114,8 @@ class LocalCluster:
                 tail = (self.logs / f"{name}.log").read_text()[-3000:]
                 raise RuntimeError(f"service {name} exited with {proc.returncode}:\n{tail}")
             try:
-                wait_ready(self.address(name), timeout=min(5.0, max(0.5, deadline - time.monotonic())))
+                wait_ready(self.address(name), timeout=min(5.0, max(0.5, deadline - time.monotonic())),
+                           tls=tls_files(self.cfg.services.tls), server_name=self.replicas[name][0])
                 return
             except TimeoutError:
                 if time.monotonic() > deadline:

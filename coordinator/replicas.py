@@ -34,6 +34,7 @@ from populora.pb import inference_pb2, trainer_pb2
 from populora.placement import balanced, owner
 from populora.retry import Backoff, retrying
 from populora.rpc import ServiceError, connect, health_check
+from populora.tls import tls_files
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -83,6 +84,7 @@ class Replicas:
         ep = getattr(cfg.services, service)
         self._addresses = addresses or (lambda: replica_addresses(ep))
         self.backoff = Backoff.from_config(cfg)
+        self.tls = tls_files(cfg.services.tls)
         self.remotes: dict[str, Any] = {}  # name -> Remote
         self.address: dict[str, str] = {}
         self.dead: set[str] = set()
@@ -93,7 +95,7 @@ class Replicas:
     def _connect(self, address: str) -> Any:
         s = self.cfg.services
         # no retrying in the Remote: a replica that does not answer is replaced by the others at once
-        return connect(self.service, address, s.token, s.grpc_timeout_s, s.grpc_retries, None)
+        return connect(self.service, address, s.token, s.grpc_timeout_s, s.grpc_retries, None, self.tls)
 
     def refresh(self) -> None:
         """Resolve the replicas again; probe the ones taken as dead, which rejoin when they answer. A name that does
@@ -142,7 +144,7 @@ class Replicas:
 
     def _answers(self, name: str) -> bool:
         try:
-            return health_check(self.address[name], timeout=2.0) == "SERVING"
+            return health_check(self.address[name], timeout=2.0, tls=self.tls, server_name=self.service) == "SERVING"
         except grpc.RpcError:
             return False
 

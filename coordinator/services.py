@@ -11,6 +11,7 @@ from populora.config import Config
 from populora.config.deployment import PLACED
 from populora.retry import Backoff
 from populora.rpc import SERVICE_NAMES, connect, run_server
+from populora.tls import TlsFiles, tls_files
 
 if TYPE_CHECKING:
     from services.evolver.service import EvolverService
@@ -55,6 +56,12 @@ def build(name: str, cfg: Config) -> Any:
     return service_type(name).from_config(cfg)
 
 
+def client_tls(cfg: Config) -> TlsFiles | None:
+    """The certificate files this process presents as a client (services.tls; the coordinator's identity unless
+    services.tls.identity names another), or None without TLS."""
+    return tls_files(cfg.services.tls)
+
+
 def remote(name: str, cfg: Config) -> Any:
     """The service `name` over gRPC at cfg.services.<name>, with the run's token, deadline and retries. A trainer or
     inference with several replicas (`replicas`, or `resolve` of a DNS name) is one object over all of them, each
@@ -65,7 +72,7 @@ def remote(name: str, cfg: Config) -> Any:
 
         return placed(name, cfg)
     return connect(name, f"{ep.host}:{ep.port}", cfg.services.token, cfg.services.grpc_timeout_s,
-                   cfg.services.grpc_retries, Backoff.from_config(cfg))
+                   cfg.services.grpc_retries, Backoff.from_config(cfg), client_tls(cfg))
 
 
 def open_services(cfg: Config) -> Services:
@@ -75,17 +82,24 @@ def open_services(cfg: Config) -> Services:
 
 
 def serve(name: str, cfg: Config, port: int | None = None, bind: str | None = None,
-          metrics_port: int | None = None) -> int:
+          metrics_port: int | None = None, insecure: bool = False) -> int:
     """`populora serve NAME`: build the service, then serve its contract over gRPC on cfg.services.<name>.port
-    (bound to cfg.services.<name>.bind unless `bind` says otherwise), its REST app where it has one, /metrics."""
-    service = build(name, cfg)
+    (bound to cfg.services.<name>.bind unless `bind` says otherwise; mutual TLS as services.tls says, plaintext on
+    a non-loopback address only when `insecure` or services.tls.insecure), its REST app where it has one, /metrics.
+    TLS settings that cannot work fail before the service is built."""
+    from populora.tls import check_bind
+
     ep = getattr(cfg.services, name)
+    tls = tls_files(cfg.services.tls, name)
+    insecure = insecure or cfg.services.tls.insecure
+    check_bind(name, bind or ep.bind, tls, insecure)
+    service = build(name, cfg)
     rest_app = importlib.import_module(_REST[name]).create_app(service) if name in _REST else None
     try:
         return run_server(name, service, ep.port if port is None else port, bind or ep.bind, cfg.services.token,
                           metrics_port=ep.metrics_port if metrics_port is None else metrics_port,
                           rest_app=rest_app, rest_port=ep.rest_port,
-                          max_workers=getattr(service, "GRPC_WORKERS", 16))
+                          max_workers=getattr(service, "GRPC_WORKERS", 16), tls=tls, insecure=insecure)
     finally:
         close = getattr(service, "close", None)
         if close is not None:

@@ -35,6 +35,7 @@ from populora.service_errors import (  # noqa: F401
     not_found,
     precondition,
 )
+from populora.tls import TlsFiles, channel_credentials, check_bind, server_credentials
 
 if TYPE_CHECKING:
     from populora.store import AdapterRef
@@ -186,11 +187,11 @@ def contract_of(service: object) -> ServiceDescriptor:
 
 
 def make_server(services: Iterable[object], port: int, host: str = "127.0.0.1", token: str = "",
-                max_workers: int = 16, interceptors: Iterable[grpc.ServerInterceptor] = ()
-                ) -> tuple[grpc.Server, int, health.HealthServicer]:
+                max_workers: int = 16, interceptors: Iterable[grpc.ServerInterceptor] = (),
+                tls: TlsFiles | None = None) -> tuple[grpc.Server, int, health.HealthServicer]:
     """A started gRPC server for `services` (objects with a CONTRACT), with the token interceptor and the
-    standard health service (SERVING for "" and each contract's name). Returns (server, bound port, health);
-    port 0 binds a free port."""
+    standard health service (SERVING for "" and each contract's name), over mutual TLS with `tls` (a client
+    certificate signed by its CA required). Returns (server, bound port, health); port 0 binds a free port."""
     services = list(services)
     contracts = [contract_of(s) for s in services]
     opts = [("grpc.max_send_message_length", MAX_MESSAGE_BYTES), ("grpc.max_receive_message_length",
@@ -200,7 +201,8 @@ def make_server(services: Iterable[object], port: int, host: str = "127.0.0.1", 
     server.add_generic_rpc_handlers([_handler(s, c) for s, c in zip(services, contracts)])
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    bound = server.add_insecure_port(f"{host}:{port}")
+    address = f"{host}:{port}"
+    bound = server.add_secure_port(address, server_credentials(tls)) if tls else server.add_insecure_port(address)
     if bound == 0:
         raise OSError(f"cannot listen on {host}:{port} (in use?)")
     server.start()
@@ -210,16 +212,20 @@ def make_server(services: Iterable[object], port: int, host: str = "127.0.0.1", 
 
 
 def run_server(name: str, service: object, port: int, host: str, token: str, metrics_port: int = 0,
-               rest_app=None, rest_port: int = 0, max_workers: int = 16) -> int:
-    """Serve one service over gRPC (token, health, metrics interceptor), its /metrics (on the REST app when it has
-    one, else on metrics_port) and its REST app, then block until SIGTERM/SIGINT. Used by `populora serve`."""
+               rest_app=None, rest_port: int = 0, max_workers: int = 16, tls: TlsFiles | None = None,
+               insecure: bool = False) -> int:
+    """Serve one service over gRPC (token, health, metrics interceptor; mutual TLS with `tls`), its /metrics (on the
+    REST app when it has one, else on metrics_port) and its REST app, then block until SIGTERM/SIGINT. Without TLS
+    on an address other than loopback only when `insecure`. Used by `populora serve`."""
     import signal
 
     from populora.metrics import MetricsInterceptor, start_metrics_server
 
+    check_bind(name, host, tls, insecure)
     server, bound, health_servicer = make_server([service], port, host, token, max_workers,
-                                                 interceptors=[MetricsInterceptor(name)])
-    log.info("%s gRPC listening on %s:%d%s", name, host, bound, "" if token else " (no token: writes refused)")
+                                                 interceptors=[MetricsInterceptor(name)], tls=tls)
+    log.info("%s gRPC listening on %s:%d%s%s", name, host, bound, f" (mutual TLS as {tls.identity})" if tls else
+             " (plaintext)", "" if token else " (no token: writes refused)")
     uv = None
     if rest_app is not None and rest_port:
         import uvicorn
@@ -243,10 +249,12 @@ def run_server(name: str, service: object, port: int, host: str, token: str, met
 
 
 # ----------------------------------------------------------------------------------------------------- client
-def channel(address: str, retries: int = 0) -> grpc.Channel:
+def channel(address: str, retries: int = 0, tls: TlsFiles | None = None, server_name: str = "") -> grpc.Channel:
     """A channel with large messages; round_robin spreads calls over every address a name resolves to (a headless
     k8s Service of replicas: "dns:///sandbox:50054"). With retries > 0, calls that fail UNAVAILABLE (a server
-    restarting) are retried with backoff by gRPC itself; every write of the contracts is idempotent."""
+    restarting) are retried with backoff by gRPC itself; every write of the contracts is idempotent. With `tls`,
+    mutual TLS: this side presents its certificate and the server's must name `server_name` (the service's identity,
+    whatever address it is reached at)."""
     opts: list[tuple[str, Any]] = [("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
                                    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                                    ("grpc.lb_policy_name", "round_robin")]
@@ -255,7 +263,11 @@ def channel(address: str, retries: int = 0) -> grpc.Channel:
                   "backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE"]}
         opts += [("grpc.enable_retries", 1),
                  ("grpc.service_config", json.dumps({"methodConfig": [{"name": [{}], "retryPolicy": policy}]}))]
-    return grpc.insecure_channel(address, options=opts)
+    if tls is None:
+        return grpc.insecure_channel(address, options=opts)
+    if server_name:
+        opts.append(("grpc.ssl_target_name_override", server_name))
+    return grpc.secure_channel(address, channel_credentials(tls), options=opts)
 
 
 def _service_error(e: grpc.RpcError) -> ServiceError:
@@ -270,11 +282,12 @@ class Remote:
     iterator, as the service's own do."""
 
     def __init__(self, contract: ServiceDescriptor, address: str, token: str = "", timeout: float | None = 600.0,
-                 retries: int = 3, backoff: Backoff | None = None):
+                 retries: int = 3, backoff: Backoff | None = None, tls: TlsFiles | None = None):
         self.contract, self.address, self.timeout = contract, address, timeout
         self.backoff = backoff  # a call answered UNAVAILABLE is tried again for this long (None: not at all)
         self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
-        self._channel = channel(address, retries)
+        server_name = next((n for n, c in CONTRACTS.items() if c is contract), "")
+        self._channel = channel(address, retries, tls, server_name)
         for m in contract.methods:
             path = f"/{contract.full_name}/{m.name}"
             request, response = GetMessageClass(m.input_type), GetMessageClass(m.output_type)
@@ -326,22 +339,23 @@ class Remote:
 
 
 def connect(name: str, address: str, token: str = "", timeout: float | None = 600.0, retries: int = 3,
-            backoff: Backoff | None = None) -> Any:
+            backoff: Backoff | None = None, tls: TlsFiles | None = None) -> Any:
     """The remote `name` service (a key of CONTRACTS) at `address`. Callers hold it under the service's own type
     (coordinator.services.Services), so call sites are checked against the service's method signatures."""
-    return Remote(CONTRACTS[name], address, token, timeout, retries, backoff)
+    return Remote(CONTRACTS[name], address, token, timeout, retries, backoff, tls)
 
 
 # ----------------------------------------------------------------------------------------------------- health
-def health_check(address: str, service: str = "", timeout: float = 5.0) -> str:
+def health_check(address: str, service: str = "", timeout: float = 5.0, tls: TlsFiles | None = None,
+                 server_name: str = "") -> str:
     """The health status name of a server ("SERVING", ...); raises grpc.RpcError when it does not answer."""
-    with channel(address) as ch:
+    with channel(address, tls=tls, server_name=server_name) as ch:
         stub = health_pb2_grpc.HealthStub(ch)
         resp = stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=timeout)
         return health_pb2.HealthCheckResponse.ServingStatus.Name(resp.status)
 
 
-def wait_ready(address: str, timeout: float = 60.0) -> None:
+def wait_ready(address: str, timeout: float = 60.0, tls: TlsFiles | None = None, server_name: str = "") -> None:
     """Block until a server answers SERVING (used by tests and the distributed launcher)."""
     import time
 
@@ -349,7 +363,7 @@ def wait_ready(address: str, timeout: float = 60.0) -> None:
     last: Exception | None = None
     while time.monotonic() < deadline:
         try:
-            if health_check(address, timeout=2.0) == "SERVING":
+            if health_check(address, timeout=2.0, tls=tls, server_name=server_name) == "SERVING":
                 return
         except grpc.RpcError as e:
             last = e

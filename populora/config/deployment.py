@@ -109,6 +109,27 @@ PLACED = ("trainer", "inference")  # the services that hold adapters, so each re
 UNPLACED = ("league", "sandbox", "evolver")
 
 
+class TlsConfig(Section):
+    enabled: bool = False
+    """Mutual TLS on every gRPC connection: each server presents its identity's certificate and requires a client
+    certificate signed by the CA, each client presents its own and checks the server's name. Off: plaintext, which
+    a server binding a non-loopback address refuses unless `insecure` (`populora certs` writes the files)."""
+    dir: str = ""
+    """Directory `populora certs --dir` wrote: ca.pem, NAME.pem and NAME-key.pem per identity."""
+    ca: str = ""
+    """The CA certificate(s) a peer's certificate must be signed by (PEM; several for a CA rotation); default
+    dir/ca.pem."""
+    cert: str = ""
+    """This process's certificate (PEM); default dir/IDENTITY.pem."""
+    key: str = ""
+    """This process's private key (PEM); default dir/IDENTITY-key.pem."""
+    identity: str = ""
+    """The identity (populora.scopes.IDENTITIES) of a process that serves no contract (default coordinator; a
+    dashboard reader says dashboard); a service always presents its own name's certificate."""
+    insecure: bool = False
+    """Let a server bind a non-loopback address without TLS (`populora serve --insecure`); said in its log."""
+
+
 class ServicesConfig(Section):
     inference: ServiceEndpoint = ServiceEndpoint(port=50051, metrics_port=9101)
     """Inference service endpoint."""
@@ -124,6 +145,8 @@ class ServicesConfig(Section):
     """Deadline of one gRPC call from the coordinator."""
     grpc_retries: int = Field(3, ge=0, le=4)
     """Retries of a gRPC call that finds its server UNAVAILABLE (restarting); every write is idempotent."""
+    tls: TlsConfig = TlsConfig()
+    """Mutual TLS between the services (off by default: embedded runs and loopback clusters stay plaintext)."""
     token: str = ""
     """Bearer token every write needs, gRPC (`authorization` metadata) and REST (`Authorization` header) alike; read
     from $POPULORA_TOKEN (or the file $POPULORA_TOKEN_FILE names) when that is set. A server with no token refuses
