@@ -99,7 +99,8 @@ def serve(name: str, cfg: Config, port: int | None = None, bind: str | None = No
         return run_server(name, service, ep.port if port is None else port, bind or ep.bind, cfg.services.token,
                           metrics_port=ep.metrics_port if metrics_port is None else metrics_port,
                           rest_app=rest_app, rest_port=ep.rest_port,
-                          max_workers=getattr(service, "GRPC_WORKERS", 16), tls=tls, insecure=insecure)
+                          max_workers=getattr(service, "GRPC_WORKERS", 16), tls=tls, insecure=insecure,
+                          tokens=cfg.services.tokens)
     finally:
         close = getattr(service, "close", None)
         if close is not None:

@@ -9,7 +9,6 @@ messages, so a caller cannot tell the two apart: both raise `ServiceError` on fa
 
 from __future__ import annotations
 
-import hmac
 import json
 import logging
 import threading
@@ -24,6 +23,7 @@ from google.protobuf.message_factory import GetMessageClass
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from populora import names
+from populora.access import Access, AccessInterceptor, bearer, token_matches  # noqa: F401 - their home for callers
 from populora.contracts import CONTRACTS, SERVICE_NAMES, is_read_only  # noqa: F401 - their home for callers
 from populora.pb import common_pb2
 from populora.retry import Backoff, retrying, service_unavailable
@@ -84,17 +84,6 @@ def nul_field(message, path: str = "") -> str:
     return ""
 
 
-def token_matches(given: str, token: str) -> bool:
-    """Constant-time comparison of a presented bearer token; never true while no token is configured."""
-    return bool(token) and hmac.compare_digest(given.encode(), token.encode())
-
-
-def bearer(header: str) -> str:
-    """The token of an `authorization: Bearer <token>` value ("" when the scheme is not Bearer)."""
-    scheme, _, value = header.partition(" ")
-    return value.strip() if scheme.lower() == "bearer" else ""
-
-
 def check_names(request) -> None:
     """Every run, adapter and child id in a request against the one rule (populora.names): INVALID_ARGUMENT naming
     the field, before the service sees the request."""
@@ -146,39 +135,6 @@ def _handler(service: object, contract: ServiceDescriptor) -> grpc.GenericRpcHan
     return grpc.method_handlers_generic_handler(contract.full_name, handlers)
 
 
-class TokenInterceptor(grpc.ServerInterceptor):
-    """Every method of the served contracts not marked read-only needs `authorization: Bearer <token>` metadata;
-    without it (or with a wrong one, or while the server has no token configured) the call ends UNAUTHENTICATED
-    before the service sees it, so it changes nothing. The health service and read-only methods are open."""
-
-    def __init__(self, token: str, contracts: Iterable[ServiceDescriptor]):
-        self.token = token
-        self.guarded = {f"/{c.full_name}/{m.name}": m.server_streaming
-                        for c in contracts for m in c.methods if not is_read_only(m)}
-
-    def intercept_service(self, continuation, details):
-        streaming = self.guarded.get(details.method)
-        if streaming is None:
-            return continuation(details)
-        given = bearer(dict(details.invocation_metadata or ()).get("authorization", ""))
-        if token_matches(given, self.token):
-            return continuation(details)
-        why = ("this server has no token configured, so it refuses every write: set services.token (or "
-               "$POPULORA_TOKEN) on it" if not self.token else
-               "this call needs the metadata 'authorization: Bearer <services.token>'")
-
-        def deny(request, context):
-            context.abort(grpc.StatusCode.UNAUTHENTICATED, why)
-
-        if streaming:
-            def deny_stream(request, context):
-                deny(request, context)
-                yield  # pragma: no cover - abort raised
-
-            return grpc.unary_stream_rpc_method_handler(deny_stream)
-        return grpc.unary_unary_rpc_method_handler(deny)
-
-
 def contract_of(service: object) -> ServiceDescriptor:
     contract = getattr(service, "CONTRACT", None)
     if not isinstance(contract, ServiceDescriptor):
@@ -188,16 +144,18 @@ def contract_of(service: object) -> ServiceDescriptor:
 
 def make_server(services: Iterable[object], port: int, host: str = "127.0.0.1", token: str = "",
                 max_workers: int = 16, interceptors: Iterable[grpc.ServerInterceptor] = (),
-                tls: TlsFiles | None = None) -> tuple[grpc.Server, int, health.HealthServicer]:
-    """A started gRPC server for `services` (objects with a CONTRACT), with the token interceptor and the
-    standard health service (SERVING for "" and each contract's name), over mutual TLS with `tls` (a client
+                tls: TlsFiles | None = None, tokens: dict[str, str] | None = None
+                ) -> tuple[grpc.Server, int, health.HealthServicer]:
+    """A started gRPC server for `services` (objects with a CONTRACT), with the scope check of every call
+    (populora.access: the client certificate's identity, or the deployment's `token` or a scoped one of `tokens`)
+    and the standard health service (SERVING for "" and each contract's name), over mutual TLS with `tls` (a client
     certificate signed by its CA required). Returns (server, bound port, health); port 0 binds a free port."""
     services = list(services)
     contracts = [contract_of(s) for s in services]
     opts = [("grpc.max_send_message_length", MAX_MESSAGE_BYTES), ("grpc.max_receive_message_length",
                                                                     MAX_MESSAGE_BYTES)]
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers), options=opts,
-                         interceptors=[TokenInterceptor(token, contracts), *interceptors])
+                         interceptors=[AccessInterceptor(Access(token, tokens, tls is not None), contracts), *interceptors])
     server.add_generic_rpc_handlers([_handler(s, c) for s, c in zip(services, contracts)])
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
@@ -213,7 +171,7 @@ def make_server(services: Iterable[object], port: int, host: str = "127.0.0.1", 
 
 def run_server(name: str, service: object, port: int, host: str, token: str, metrics_port: int = 0,
                rest_app=None, rest_port: int = 0, max_workers: int = 16, tls: TlsFiles | None = None,
-               insecure: bool = False) -> int:
+               insecure: bool = False, tokens: dict[str, str] | None = None) -> int:
     """Serve one service over gRPC (token, health, metrics interceptor; mutual TLS with `tls`), its /metrics (on the
     REST app when it has one, else on metrics_port) and its REST app, then block until SIGTERM/SIGINT. Without TLS
     on an address other than loopback only when `insecure`. Used by `populora serve`."""
@@ -223,9 +181,9 @@ def run_server(name: str, service: object, port: int, host: str, token: str, met
 
     check_bind(name, host, tls, insecure)
     server, bound, health_servicer = make_server([service], port, host, token, max_workers,
-                                                 interceptors=[MetricsInterceptor(name)], tls=tls)
+                                                 interceptors=[MetricsInterceptor(name)], tls=tls, tokens=tokens)
     log.info("%s gRPC listening on %s:%d%s%s", name, host, bound, f" (mutual TLS as {tls.identity})" if tls else
-             " (plaintext)", "" if token else " (no token: writes refused)")
+             " (plaintext)", "" if token or tokens or tls else " (no token: writes refused)")
     uv = None
     if rest_app is not None and rest_port:
         import uvicorn

@@ -151,6 +151,11 @@ class ServicesConfig(Section):
     """Bearer token every write needs, gRPC (`authorization` metadata) and REST (`Authorization` header) alike; read
     from $POPULORA_TOKEN (or the file $POPULORA_TOKEN_FILE names) when that is set. A server with no token refuses
     every write; reads stay open."""
+    tokens: dict[str, str] = Field(default_factory=dict)
+    """Scoped tokens where TLS is off: identity (populora.scopes.IDENTITIES) -> its own token. A call presenting one
+    may call only that identity's scope (docs/operations.md, Who may call what); with scoped tokens set, reads need
+    a token too. A server reads them (e.g. from $POPULORA__SERVICES__TOKENS_FILE, a YAML mapping); a client presents
+    services.token, so give each client its own token there. Never stored with a run."""
 
     @model_validator(mode="before")
     @classmethod
@@ -166,6 +171,9 @@ class ServicesConfig(Section):
 
     @model_validator(mode="after")
     def _placed_only(self) -> ServicesConfig:
+        from populora.scopes import check_tokens
+
+        check_tokens(self.tokens)
         for name in UNPLACED:
             ep = getattr(self, name)
             if ep.replicas or ep.resolve:

@@ -107,9 +107,10 @@ class Config(Section):
         return self.generation.teacher_max_new_tokens or self.generation.max_new_tokens
 
     def to_yaml(self) -> str:
-        """The config as YAML, as runs store it; secrets (services.token) are left out."""
+        """The config as YAML, as runs store it; secrets (services.token, services.tokens) are left out."""
         tree = self.model_dump(mode="json")
         tree["services"]["token"] = ""
+        tree["services"]["tokens"] = {}
         return yaml.safe_dump(tree, sort_keys=False, width=110)
 
 

@@ -1,0 +1,138 @@
+"""Who is calling, and may they: the gRPC servers' one check of a call's credential against the scope table
+(populora.scopes), before the service sees the call.
+
+The caller's identity is the one its client certificate names (mutual TLS); without TLS, the identity whose scoped
+token (`services.tokens`) the call presents as `authorization: Bearer <token>`. The deployment-wide token
+(`services.token`) stands for every identity at once, as it always has. A call without a credential it needs ends
+UNAUTHENTICATED; an identity calling outside its scope ends PERMISSION_DENIED; either way the service never sees it.
+Reads need no credential only on a plaintext server with no scoped tokens (as before scopes existed); the health
+service is always open.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Iterable
+
+import grpc
+from google.protobuf.descriptor import ServiceDescriptor
+
+from populora.contracts import CONTRACTS, is_read_only
+from populora.scopes import IDENTITIES, allowed, check_tokens, kind, scope_of
+from populora.tls import peer_identity
+
+EVERY = "*"  # the identity of the deployment-wide token: every method of every service
+
+
+def token_matches(given: str, token: str) -> bool:
+    """Constant-time comparison of a presented bearer token; never true while no token is configured."""
+    return bool(token) and hmac.compare_digest(given.encode(), token.encode())
+
+
+def bearer(header: str) -> str:
+    """The token of an `authorization: Bearer <token>` value ("" when the scheme is not Bearer)."""
+    scheme, _, value = header.partition(" ")
+    return value.strip() if scheme.lower() == "bearer" else ""
+
+
+class Refused(Exception):
+    def __init__(self, code: grpc.StatusCode, message: str):
+        super().__init__(message)
+        self.code, self.message = code, message
+
+
+class Access:
+    """The credentials a server accepts: its deployment-wide token, the scoped tokens, and (with TLS) the identity
+    of each client certificate."""
+
+    def __init__(self, token: str = "", tokens: dict[str, str] | None = None, tls: bool = False):
+        tokens = dict(tokens or {})
+        check_tokens(tokens)
+        self.token, self.tls = token, tls
+        self.scoped = {t: identity for identity, t in tokens.items() if t}
+        self.open_reads = not tls and not self.scoped  # a plaintext server without scoped tokens: reads are open
+
+    def _token_identity(self, given: str) -> str:
+        if token_matches(given, self.token):
+            return EVERY
+        found = ""
+        for t, identity in self.scoped.items():  # every one compared, so the time does not say which matched
+            if hmac.compare_digest(given.encode(), t.encode()):
+                found = identity
+        return found
+
+    def identity(self, authorization: str, certificate_identity: str, read_only: bool) -> str:
+        """The identity of a call (EVERY for the deployment-wide token, "" for an open read); Refused
+        (UNAUTHENTICATED) when it has no credential this server takes."""
+        if certificate_identity:
+            if certificate_identity not in IDENTITIES:
+                raise Refused(grpc.StatusCode.UNAUTHENTICATED,
+                              f"the client certificate names {certificate_identity!r}, no identity of this "
+                              f"deployment ({', '.join(IDENTITIES)})")
+            return certificate_identity
+        given = bearer(authorization)
+        found = self._token_identity(given) if given else ""
+        if found:
+            return found
+        if read_only and self.open_reads:
+            return ""
+        if not self.token and not self.scoped:
+            why = ("this server has no token configured, so it refuses every write: set services.token (or "
+                   "$POPULORA_TOKEN) on it")
+        elif not self.scoped:
+            why = "this call needs the metadata 'authorization: Bearer <services.token>'"
+        else:
+            why = ("this call needs the metadata 'authorization: Bearer <token>' with the caller's own token "
+                   "(services.tokens) or the deployment's (services.token)")
+        raise Refused(grpc.StatusCode.UNAUTHENTICATED, why)
+
+    def check(self, service: str, method: str, authorization: str, certificate_identity: str) -> str:
+        """The identity of a call that may go ahead; Refused otherwise."""
+        identity = self.identity(authorization, certificate_identity, kind(service, method) == "read")
+        if identity in (EVERY, "") or allowed(identity, service, method):
+            return identity
+        scope = ", ".join(scope_of(identity)) or "nothing"
+        raise Refused(grpc.StatusCode.PERMISSION_DENIED,
+                      f"{identity} may not call {CONTRACTS[service].name}.{method} (a {kind(service, method)}); "
+                      f"it may call: {scope}")
+
+
+class AccessInterceptor(grpc.ServerInterceptor):
+    """Checks every call of the served contracts (not the health service) with `Access` before the service sees it."""
+
+    def __init__(self, access: Access, contracts: Iterable[ServiceDescriptor]):
+        self.access = access
+        names = {c.full_name: n for n, c in CONTRACTS.items()}
+        self.methods = {f"/{c.full_name}/{m.name}": (names[c.full_name], m.name, is_read_only(m))
+                        for c in contracts for m in c.methods}
+
+    def intercept_service(self, continuation, details):
+        entry = self.methods.get(details.method)
+        handler = continuation(details)
+        if entry is None or handler is None:
+            return handler
+        service, method, _ = entry
+        authorization = dict(details.invocation_metadata or ()).get("authorization", "")
+
+        def check(context: grpc.ServicerContext) -> None:
+            try:
+                self.access.check(service, method, authorization, peer_identity(context))
+            except Refused as e:
+                context.abort(e.code, e.message)
+
+        if handler.unary_stream is not None:
+            inner_stream = handler.unary_stream
+
+            def stream(request, context):
+                check(context)
+                yield from inner_stream(request, context)
+
+            return grpc.unary_stream_rpc_method_handler(stream, handler.request_deserializer,
+                                                        handler.response_serializer)
+        inner = handler.unary_unary
+
+        def unary(request, context):
+            check(context)
+            return inner(request, context)
+
+        return grpc.unary_unary_rpc_method_handler(unary, handler.request_deserializer, handler.response_serializer)
