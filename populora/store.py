@@ -289,7 +289,8 @@ class ArtifactStore:
 
     # ---- PEFT
     def load_into_peft(self, model, ref: AdapterRef, adapter_name: str | None = None):
-        """Load a version into a transformers model as a PEFT adapter named `adapter_name` (default: ref.key).
+        """Load a version into a transformers model as a PEFT adapter named `adapter_name` (default: ref.key with its
+        dots as underscores: torch refuses module names with a dot, and every member's id has one).
 
         `model` is either a plain transformers model (a PeftModel is made) or a PeftModel (an adapter is added).
         """
@@ -297,7 +298,7 @@ class ArtifactStore:
 
         path = self.path_of(ref)
         self.read(ref)  # clear errors for missing or corrupt files before PEFT sees them
-        name = adapter_name or ref.key
+        name = adapter_name or ref.key.replace(".", "_")
         if isinstance(model, PeftModel):
             model.load_adapter(str(path), adapter_name=name, is_trainable=False)
             return model
