@@ -237,29 +237,50 @@ def _service_error(e: grpc.RpcError) -> ServiceError:
 class Remote:
     """A service over gRPC: one attribute per method of its contract, same names and messages as the service
     object, with the deadline, the token and the error mapping applied in one place. Streaming methods return an
-    iterator, as the service's own do."""
+    iterator, as the service's own do. With TLS, a call that finds the certificate files changed (renewed, a new CA
+    bundle) opens a new channel with them first; calls in flight finish on the old one."""
 
     def __init__(self, contract: ServiceDescriptor, address: str, token: str = "", timeout: float | None = 600.0,
                  retries: int = 3, backoff: Backoff | None = None, tls: TlsFiles | None = None):
         self.contract, self.address, self.timeout = contract, address, timeout
         self.backoff = backoff  # a call answered UNAVAILABLE is tried again for this long (None: not at all)
         self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
-        server_name = next((n for n, c in CONTRACTS.items() if c is contract), "")
-        self._channel = channel(address, retries, tls, server_name)
+        self._retries, self._tls = retries, tls
+        self._server_name = next((n for n, c in CONTRACTS.items() if c is contract), "")
+        self._stamp = tls.stamp() if tls else None
+        self._lock, self._old = threading.Lock(), []
+        self._open()
         for m in contract.methods:
-            path = f"/{contract.full_name}/{m.name}"
+            setattr(self, m.name, self._streaming(m.name) if m.server_streaming else self._unary(m.name))
+
+    def _open(self) -> None:
+        self._channel = channel(self.address, self._retries, self._tls, self._server_name)
+        self._rpcs = {}
+        for m in self.contract.methods:
             request, response = GetMessageClass(m.input_type), GetMessageClass(m.output_type)
             kind = self._channel.unary_stream if m.server_streaming else self._channel.unary_unary
-            rpc = kind(path, request_serializer=request.SerializeToString, response_deserializer=response.FromString)
-            setattr(self, m.name, self._streaming(rpc, m.name) if m.server_streaming else self._unary(rpc, m.name))
+            self._rpcs[m.name] = kind(f"/{self.contract.full_name}/{m.name}", request_serializer=request.SerializeToString,
+                                      response_deserializer=response.FromString)
+
+    def _rpc(self, name: str):
+        """The method's callable on the current channel, after opening a new one if the TLS files changed."""
+        if self._tls is not None and self._tls.stamp() != self._stamp:
+            with self._lock:
+                stamp = self._tls.stamp()
+                if stamp != self._stamp and self._tls.pair_ok():
+                    log.info("%s: certificate files changed, new connections use them", self._what(name))
+                    self._old.append(self._channel)
+                    self._stamp = stamp
+                    self._open()
+        return self._rpcs[name]
 
     def _what(self, rpc_name: str) -> str:
         return f"{self.contract.name}.{rpc_name} at {self.address}"
 
-    def _unary(self, rpc, name: str) -> Callable:
+    def _unary(self, name: str) -> Callable:
         def once(request):
             try:
-                return rpc(request, timeout=self.timeout, metadata=self._metadata)
+                return self._rpc(name)(request, timeout=self.timeout, metadata=self._metadata)
             except grpc.RpcError as e:
                 raise _service_error(e) from None
 
@@ -269,11 +290,11 @@ class Remote:
 
         return invoke
 
-    def _streaming(self, rpc, name: str) -> Callable:
+    def _streaming(self, name: str) -> Callable:
         def invoke(request) -> Iterator:
             # repeated only while nothing has arrived: a stream cut in the middle is the caller's to handle
             def start():
-                stream = rpc(request, timeout=self.timeout, metadata=self._metadata)
+                stream = self._rpc(name)(request, timeout=self.timeout, metadata=self._metadata)
                 try:
                     return stream, next(stream)
                 except StopIteration:
@@ -293,7 +314,8 @@ class Remote:
         return invoke
 
     def close(self) -> None:
-        self._channel.close()
+        for ch in (*self._old, self._channel):
+            ch.close()
 
 
 def connect(name: str, address: str, token: str = "", timeout: float | None = 600.0, retries: int = 3,

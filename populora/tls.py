@@ -56,6 +56,15 @@ class TlsFiles:
             out.append(data)
         return out[0], out[1], out[2]
 
+    def pair_ok(self) -> bool:
+        """Whether the files can be read and the certificate and key belong together (not so for a moment while
+        one of them is replaced and the other not yet)."""
+        try:
+            _, cert, key = self.read()
+        except TlsError:
+            return False
+        return _pair_matches(cert, key)
+
     def stamp(self) -> tuple:
         """What changes when any of the three files is replaced (modification time, size, inode)."""
         out = []
