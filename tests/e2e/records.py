@@ -84,15 +84,20 @@ def write_golden(records: dict, model_dir: str | Path) -> None:
     GOLDEN_MODEL.write_text(model_fingerprint(model_dir) + "\n")
 
 
-def reference_records(echo_model: str | Path, make=None) -> dict:
-    """The records a run must equal: GOLDEN where it was made with this machine's echo model, else those of
-    `make(workdir)` (default: the seeded embedded run's records), made once per model and source tree."""
-    if golden_applies(echo_model):
+def reference_records(echo_model: str | Path, make=None, run_id: str = "e2e", steps: int = 2,
+                      extra: tuple[str, ...] = ()) -> dict:
+    """The records a run must equal: those of the seeded embedded run of `run_id` for `steps` steps with the
+    overrides `extra` after e2e_overrides (`make(workdir)` makes them instead where given). For the default run,
+    GOLDEN where it was made with this machine's echo model; else made here once per model, source tree and run
+    shape, and kept in the cache."""
+    default = run_id == "e2e" and steps == 2 and not extra
+    if default and golden_applies(echo_model):
         return normal(json.loads(GOLDEN.read_text()), LONG_LIST)  # as a run's records are compared now
     from populora.models import atomic_dir, cache_dir
 
-    make = make or (lambda work: seeded_records(work, str(echo_model)))
-    key = f"{model_fingerprint(echo_model)[:16]}-{source_fingerprint()[:16]}"
+    make = make or (lambda work: seeded_records(work, str(echo_model), run_id, steps, extra))
+    shape = "" if default else "-" + hashlib.sha256(json.dumps([run_id, steps, *extra]).encode()).hexdigest()[:12]
+    key = f"{model_fingerprint(echo_model)[:16]}-{source_fingerprint()[:16]}{shape}"
 
     def build(tmp: Path) -> None:
         with tempfile.TemporaryDirectory(prefix="e2e-reference-") as work:
@@ -106,21 +111,42 @@ def train(cfg, run_id: str, steps: int):
     from coordinator.journal import JournalDB
     from coordinator.train import run_training
 
+    cfg.run.steps = steps  # before the run is created: the run is recorded with the config it trains with
     state = JournalDB(cfg.league_db_url)
     state.create_run(run_id, cfg.run.mode, cfg.to_yaml())
-    cfg.run.steps = steps
     return state, run_training(cfg, run_id, state)
 
 
-def seeded_run(workdir: Path, echo_model: str, steps: int = 2):
-    """The seeded cpu-tiny embedded run of GOLDEN (run id "e2e") in `workdir`: (config, journal, run directory)."""
+def seeded_run(workdir: Path, echo_model: str, steps: int = 2, run_id: str = "e2e", extra: tuple[str, ...] = ()):
+    """The seeded cpu-tiny embedded run (GOLDEN's: run id "e2e", two steps, lock-step) in `workdir`, with the
+    overrides `extra` after e2e_overrides: (config, journal, run directory)."""
     from populora.config import load_config
     from tests.e2e.conftest import e2e_overrides
 
-    cfg = load_config(preset="cpu-tiny", overrides=e2e_overrides(workdir, echo_model), env=False)
-    return (cfg, *train(cfg, "e2e", steps))
+    cfg = load_config(preset="cpu-tiny", overrides=[*e2e_overrides(workdir, echo_model), *extra], env=False)
+    return (cfg, *train(cfg, run_id, steps))
 
 
-def seeded_records(workdir: Path, echo_model: str) -> dict:
-    cfg, state, _ = seeded_run(workdir, echo_model)
-    return run_records(state, cfg.league_db_url, "e2e")
+def seeded_records(workdir: Path, echo_model: str, run_id: str = "e2e", steps: int = 2,
+                   extra: tuple[str, ...] = ()) -> dict:
+    cfg, state, _ = seeded_run(workdir, echo_model, steps, run_id, extra)
+    return run_records(state, cfg.league_db_url, run_id)
+
+
+def learning_signal(records: dict) -> dict[int, set[str]]:
+    """Per step of a run's records, the roles ("teacher", "student") of which some adapter's update had a learning
+    signal: a non-zero mean |advantage|, a non-zero gradient and trained tokens."""
+    phases = records["phases"]
+    roles = {a: m["role"] for a, m in phases["0/init"]["population"].items()}
+    out: dict[int, set[str]] = {}
+    for key, update in sorted(phases.items()):
+        step, phase = key.split("/")
+        if phase != "update":
+            continue
+        roles.update({a: m["role"] for a, m in update["population"].items()})
+        out[int(step)] = {roles[a] for a, st in update["stats"].items()
+                          if st["mean_abs_advantage"] > 0 and st["grad_norm"] > 0 and st["tokens"] > 0}
+        evolved = phases.get(f"{step}/evolve")
+        if evolved:
+            roles.update({a: m["role"] for a, m in evolved["population"].items()})
+    return out

@@ -14,7 +14,9 @@ from populora.store import ArtifactStore
 from services.league.db import LeagueDB
 from tests.e2e.conftest import e2e_overrides
 from tests.e2e.records import (
+    GOLDEN,
     differences,
+    learning_signal,
     reference_records,
     run_records,
     seeded_run,
@@ -43,12 +45,17 @@ def test_population_run_agrees_with_itself(tmp_path, echo_model):
                 (1, "account"), *((2, p) for p in STEP_PHASES), (2, "evolve"), (2, "account")]
     assert _done(state, "e2e") == expected
 
-    # the echo model's proposals are valid, so students were matched against real tasks
+    # the echo model writes valid and invalid proposals, right and wrong answers: students were matched against
+    # real tasks, and every step's updates, of teachers and students, had something to learn from
     propose = [state.get("e2e", s, "propose") for s in (1, 2)]
     validate = [state.get("e2e", s, "validate") for s in (1, 2)]
-    n_valid = sum(v["valid"] for val in validate for v in val["verdicts"].values())
-    assert n_valid >= 1, [v["reason"] for val in validate for v in val["verdicts"].values()]
-    assert sum(len(p["proposals"]) for p in propose) == 2 * 2 * 3  # 2 teachers x 3 task types x 1, two steps
+    for val in validate:
+        assert {v["valid"] for v in val["verdicts"].values()} == {True, False}, val["verdicts"]
+    assert sum(len(p["proposals"]) for p in propose) == 2 * 2 * 3 * 4  # 2 teachers x 3 task types x 4, two steps
+    for s in (1, 2):
+        assert set(state.get("e2e", s, "check")["outcomes"].values()) == {"correct", "wrong"}
+    got = run_records(state, cfg.league_db_url, "e2e")
+    assert learning_signal(got) == {1: {"teacher", "student"}, 2: {"teacher", "student"}}
 
     engine = sa.create_engine(cfg.league_db_url)
     with engine.connect() as c:
@@ -83,11 +90,18 @@ def test_population_run_agrees_with_itself(tmp_path, echo_model):
         assert adapters[ev["child"]].status == "active" and adapters[ev["child"]].operator == ev["operator"]
         assert json.loads(adapters[ev["child"]].parents_json) == ev["parents"]
 
-    # adapter versions in the store = 1 (init) + updates applied
+    # adapter versions in the store = 1 (init) + updates applied; the records' digests are the stored versions',
+    # and an update with a gradient moved the weights and the optimizer state
     updates: dict[str, int] = {}
     for s in (1, 2):
-        for a in state.get("e2e", s, "update")["stats"]:
+        update = state.get("e2e", s, "update")
+        for a, st in update["stats"].items():
             updates[a] = updates.get(a, 0) + 1
+            version = update["population"][a]["version"]
+            before, after = (store.digests(store.ref(a, v)) for v in (version - 1, version))
+            digest = update["digests"][a]
+            assert (digest["weights_digest"], digest["optimizer_digest"]) == after, a
+            assert st["grad_norm"] == 0 or (after[0] != before[0] and after[1] != before[1]), a
     for a in state.get("e2e", 0, "init")["population"]:
         assert store.versions(a)[-1] == 1 + updates.get(a, 0), a
     final = state.get("e2e", 2, "evolve")["population"]
@@ -108,10 +122,11 @@ def test_population_run_agrees_with_itself(tmp_path, echo_model):
     assert "lineage.png" in report.read_text()
 
     # and it is the run it always was: the same records as the ones kept where they were made with this machine's
-    # echo model, else as a second seeded run on this machine (tests/e2e/records.py says why, and when to renew)
-    got = run_records(state, cfg.league_db_url, "e2e")
+    # echo model, else as a second seeded run on this machine (tests/e2e/records.py says why, and when to renew);
+    # the committed records train in every step too
     if os.environ.get("POPULORA_UPDATE_GOLDEN"):
         write_golden(got, echo_model)
+    assert learning_signal(json.loads(GOLDEN.read_text())) == {1: {"teacher", "student"}, 2: {"teacher", "student"}}
     diff = differences(reference_records(echo_model), got)
     assert not diff, "the seeded run's records changed:\n" + "\n".join(diff)
 

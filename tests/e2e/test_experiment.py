@@ -16,6 +16,8 @@ from coordinator.train import parse_budget, run_training
 from populora.config import load_config
 from tests.e2e.conftest import e2e_overrides
 
+BUDGET = 2e12  # a population step is ~9e11 FLOPs here (four proposals a teacher), a baseline step about half
+
 
 class Stopped(Exception):  # noqa: N818 - the stand-in for a stop (Ctrl-C, a killed process) between two arms
     pass
@@ -23,7 +25,7 @@ class Stopped(Exception):  # noqa: N818 - the stand-in for a stop (Ctrl-C, a kil
 
 def test_experiment_runs_both_arms_and_resumes_after_stops(tmp_path, echo_model):
     sets = e2e_overrides(tmp_path, echo_model) + ["run.steps=5"]
-    budget = "flops=2.5e11"  # a population step is ~1.3e11 FLOPs here, a baseline step about half
+    budget = f"flops={BUDGET:.2e}"
     argv = ["experiment", "--preset", "cpu-tiny", "--budget", budget, "--id", "exp", "--limit", "3"]
     for s in sets:
         argv += ["--set", s]
@@ -64,7 +66,7 @@ def test_experiment_runs_both_arms_and_resumes_after_stops(tmp_path, echo_model)
     assert all(r["attempts"] == 1 for r in base_rows)
 
     scores = json.loads((exp.out_dir / "scores.json").read_text())
-    assert set(scores["arms"]) == {pop, base} and scores["budget"]["flops"] == 250_000_000_000
+    assert set(scores["arms"]) == {pop, base} and scores["budget"]["flops"] == BUDGET
     # the published benchmarks of eval.benchmarks are scored with heldout, from the shipped files, in kept parts
     assert set(scores["benchmarks"]) == {"heldout", "cruxeval-o", "cruxeval-i"}
     assert {p.name for p in (exp.out_dir / "evalparts").iterdir()} == {
@@ -73,13 +75,13 @@ def test_experiment_runs_both_arms_and_resumes_after_stops(tmp_path, echo_model)
     for run_id, n in scores["arms"].items():
         metrics = [json.loads(x) for x in (tmp_path / "runs" / run_id / "metrics.jsonl").read_text().splitlines()]
         spent = metrics[-1]["compute_cumulative"]
-        assert n["budget_flops"] == spent["budget_flops"] >= 2.5e11  # stopped by the budget
+        assert n["budget_flops"] == spent["budget_flops"] >= BUDGET  # stopped by the budget
         assert spent["flops"] == spent["budget_flops"] + spent["phase_flops"].get("warm_start", 0)
         assert metrics[-1]["stopped"].startswith("budget: flops") and n["steps"] == len(metrics) - 1
         held = n["evals"]["heldout"]
         # the members scored are the population at the last checkpoint (the last step not past the budget)
         at = scores["checkpoints"]["heldout"][-1]["arms"][str(cfg.run.seed)][n["arm"]]["step"]
-        assert at == len(metrics) - 2 and metrics[at]["compute_cumulative"]["budget_flops"] <= 2.5e11
+        assert at == len(metrics) - 2 and metrics[at]["compute_cumulative"]["budget_flops"] <= BUDGET
         assert held["n_problems"] == 3 and set(held["members"]) == set(metrics[at]["population"])
         assert all(0.0 <= m["pass_at_1"] <= 1.0 for m in held["members"].values())
     raw = json.loads((exp.out_dir / "evals" / f"{base}.heldout.json").read_text())
@@ -118,7 +120,7 @@ def test_seeds_run_in_processes_of_their_own_with_the_scoring_chosen(tmp_path, e
     # heldout alone: the first test scores the published benchmarks too, and each costs minutes on a loaded machine
     sets = e2e_overrides(tmp_path, echo_model) + ["run.steps=2", "eval.members=students", "eval.checkpoints=[0.5,1.0]",
                                                   "eval.benchmarks=[]"]
-    argv = ["experiment", "--preset", "cpu-tiny", "--budget", "flops=2.5e11", "--id", "par", "--limit", "5",
+    argv = ["experiment", "--preset", "cpu-tiny", "--budget", f"flops={BUDGET:.2e}", "--id", "par", "--limit", "5",
             "--seeds", "1,2"]
     for s in sets:
         argv += ["--set", s]
@@ -126,7 +128,7 @@ def test_seeds_run_in_processes_of_their_own_with_the_scoring_chosen(tmp_path, e
     err = capfd.readouterr().err  # the spawned processes write to the same stderr, each line tagged with its seed
     assert "[seed 1]" in err and "[seed 2]" in err
     cfg = load_config(preset="cpu-tiny", overrides=sets)
-    cfg.run.budget_flops = parse_budget("flops=2.5e11")["flops"]
+    cfg.run.budget_flops = parse_budget(f"flops={BUDGET:.2e}")["flops"]
     exp = plan(cfg, "par", [1, 2], [], limit=5)
     db = JournalDB(cfg.league_db_url)
     assert all(db.get_run(a.run_id)["status"] == "finished" for a in exp.arms)

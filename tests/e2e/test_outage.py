@@ -25,10 +25,16 @@ from populora.retry import Backoff, OutageError
 from populora.rpc import ServiceError, connect
 from tests.conftest import TEST_TOKEN, served
 from tests.e2e.conftest import e2e_overrides
+from tests.e2e.records import differences, reference_records, run_records
 from tests.e2e.servers import OwnPostgres, OwnRedis, need_binaries
 
 TIMEOUT = 600.0  # generous: CI runs the whole suite at once on two cores
 STEP_PHASES = ["match", "propose", "validate", "solve", "check", "rate", "update"]
+
+
+def _first_step(records: dict) -> dict:
+    """A run's phase records of steps 0 and 1."""
+    return {k: v for k, v in records["phases"].items() if int(k.split("/")[0]) <= 1}
 
 
 def _own(server_class):
@@ -74,7 +80,7 @@ def test_a_distributed_run_waits_out_postgres_and_redis(tmp_path, echo_model, ow
     over += ["queue.claim_idle_ms=2000", "sandbox.workers=1", "outage.wait_s=300", "outage.backoff_initial_s=0.2",
              "outage.backoff_max_s=1.0"]
     cluster = LocalCluster(tmp_path, "cpu-tiny", over, db_url=pg.url, redis_url=rd.url)
-    run_id = "outage-e2e"
+    run_id = "e2e"  # the golden run's id and seeds: its first step must come out the same
     train_log, worker_log = cluster.logs / "train.log", cluster.logs / "worker-a.log"
     league_rest = f"http://127.0.0.1:{cluster.cfg.services.league.rest_port}"
     sandbox_rest = f"http://127.0.0.1:{cluster.cfg.services.sandbox.rest_port}"
@@ -126,7 +132,7 @@ def test_a_distributed_run_waits_out_postgres_and_redis(tmp_path, echo_model, ow
                                   "student_id": population[0], "task_type": "code_o", "step": 1, "rhos": [1.0]}]}
             r = http.post(f"{league_rest}/v1/runs/{run_id}/matches", json=probe, headers=auth)
             assert r.status_code == 503 and "does not answer" in r.json()["detail"], r.text
-            r = http.get(f"{sandbox_rest}/v1/verifiers")
+            r = http.get(f"{sandbox_rest}/v1/verifiers", headers=auth)
             assert r.status_code == 503 and "database is unavailable" in r.json()["detail"], r.text
             r = http.post(f"{sandbox_rest}/v1/verifiers", headers=auth,
                           json={"name": "outage-probe", "url": "http://127.0.0.1:9/v", "task_types": ["code_o"]})
@@ -163,7 +169,11 @@ def test_a_distributed_run_waits_out_postgres_and_redis(tmp_path, echo_model, ow
     rated = state.get(run_id, 1, "rate")["ratings"]
     members = state.get(run_id, 0, "init")["population"]
     updated = state.get(run_id, 1, "update")["stats"]
+    # the one-process run's step 0 and 1, weights and optimizer states included, whatever went away in between
+    got = run_records(state, pg.url, run_id)
     state.close()
+    diff = differences(*(_first_step(r) for r in (reference_records(echo_model), got)))
+    assert not diff, "\n".join(diff)
     assert reported
     engine = sa.create_engine(pg.url)
     with engine.connect() as c:

@@ -14,10 +14,12 @@ from coordinator.journal import JournalDB
 from coordinator.train import run_training
 from populora.config import load_config
 from tests.e2e.conftest import e2e_overrides
-from tests.e2e.records import differences, run_records
+from tests.e2e.faults import span
+from tests.e2e.records import differences, reference_records, run_records
 
 RUN = "ov"
 STEPS = 3  # cpu-tiny evolves at step 2 (every_k=2): step 3's games wait for it
+OVERLAP = ("loop.max_staleness=1",)  # the run's shape beside e2e_overrides, as tests/e2e/records.py makes it
 SCRIPT = textwrap.dedent("""
     import sys
     from coordinator.journal import JournalDB
@@ -31,22 +33,25 @@ SCRIPT = textwrap.dedent("""
 
 
 def _overrides(tmp_path, echo_model):
-    return e2e_overrides(tmp_path, echo_model) + ["loop.max_staleness=1", f"run.steps={STEPS}"]
+    return e2e_overrides(tmp_path, echo_model) + [*OVERLAP, f"run.steps={STEPS}"]
 
 
-def _without(value, keys=("served_ms", "reused")):
-    """Records compared across a kill: what a clock measured (served_ms) and which adapters a killed update had
-    already written (reused: the same versions, recognised instead of trained again) are left out."""
+def overlap_reference(echo_model, run=None) -> dict:
+    """The records of the seeded embedded overlapped run (this file's, run id "ov", three steps): made once per
+    model and source tree, by whichever test gets there first (`run`: records of such a run it made already)."""
+    make = (lambda _work: run) if run is not None else None
+    return reference_records(echo_model, make, run_id=RUN, steps=STEPS, extra=OVERLAP)
+
+
+def _without(value, keys=("served_ms", "reused", "duplicates")):
+    """Records compared across a kill, without what only says how the phases were delivered: a clock (served_ms),
+    the versions a killed update had already written (reused: recognised instead of trained again) and the matches a
+    killed rate phase had already reported (duplicates: the league applied each once either way)."""
     if isinstance(value, dict):
         return {k: _without(v, keys) for k, v in value.items() if k not in keys}
     if isinstance(value, list):
         return [_without(v, keys) for v in value]
     return value
-
-
-def _span(state, step, phase):
-    row = next(r for r in state.phase_rows(RUN, step) if r["phase"] == phase)
-    return row["finished_at"] - row["seconds"], row["finished_at"]
 
 
 def test_overlapped_run_and_a_kill_during_the_overlap(tmp_path, echo_model):
@@ -71,8 +76,8 @@ def test_overlapped_run_and_a_kill_during_the_overlap(tmp_path, echo_model):
              for s in (1, 2, 3)}
     assert stale == {1: {"0"}, 2: {"1"}, 3: {"0"}}, stale
     # the overlap happened: step 2's games started before step 1's update ended; step 3's waited for evolution
-    assert _span(state, 2, "match")[0] < _span(state, 1, "update")[1]
-    assert _span(state, 3, "match")[0] >= _span(state, 2, "evolve")[1]
+    assert span(state, RUN, 2, "match")[0] < span(state, RUN, 1, "update")[1]
+    assert span(state, RUN, 3, "match")[0] >= span(state, RUN, 2, "evolve")[1]
     # ratings in step order, each match once
     rated = [r["step"] for r in state.phase_rows(RUN) if r["phase"] == "rate"]
     assert rated == [1, 2, 3]
@@ -82,6 +87,8 @@ def test_overlapped_run_and_a_kill_during_the_overlap(tmp_path, echo_model):
     assert {s["phase"] for s in rows[2]["timeline"]} >= {"match", "propose", "solve", "update"}
     assert set(rows[2]["idle_fraction"]) == {"trainer", "inference"}
     expected = run_records(state, cfg.league_db_url, RUN)
+    diff = differences(overlap_reference(echo_model, expected), expected)
+    assert not diff, "the overlapped run's records are not the reference's:\n" + "\n".join(diff)
 
     # the same run, killed (SIGKILL) while step 2's games run beside step 1's update, then resumed
     over = _overrides(tmp_path / "b", echo_model)
@@ -94,16 +101,19 @@ def test_overlapped_run_and_a_kill_during_the_overlap(tmp_path, echo_model):
     try:
         while time.monotonic() < deadline and proc.poll() is None:
             done = {(r["step"], r["phase"]) for r in state_b.phase_rows(RUN)}
-            if (2, "match") in done:  # step 2's games have begun: step 1's update runs beside them, or just ended
+            if (2, "match") in done:  # step 2's games have begun while step 1's update trains (seconds)
                 in_flight = (1, "update") not in done
                 break
-            time.sleep(0.05)
+            time.sleep(0.01)
     finally:
         os.kill(proc.pid, signal.SIGKILL)
+        killed = time.time()
         proc.wait()
-    assert (2, "match") in {(r["step"], r["phase"]) for r in state_b.phase_rows(RUN)}
+    # the kill hit two steps in flight: step 2's games had begun and step 1's update had not been stored
+    assert in_flight, "step 1's update ended before step 2's games were seen: the kill missed the overlap"
     assert (3, "account") not in {(r["step"], r["phase"]) for r in state_b.phase_rows(RUN)}
     run_training(cfg_b, RUN, state_b)
+    assert span(state_b, RUN, 1, "update")[1] > killed  # step 1's update was made after the kill, by the resume
     got = run_records(state_b, cfg_b.league_db_url, RUN)
     diff = differences(_without(expected), _without(got))
-    assert not diff, f"killed at an overlap ({in_flight=}), the resumed run's records differ:\n" + "\n".join(diff)
+    assert not diff, "killed with two steps in flight, the resumed run's records differ:\n" + "\n".join(diff)

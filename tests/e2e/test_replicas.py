@@ -1,7 +1,8 @@
 """End-to-end, distributed with two trainer and two inference replicas on loopback: each adapter placed on one of
-them (spec 17), the run's records the same as the seeded one-process run's (tests/e2e/golden), and a trainer replica
-killed with SIGKILL in the middle of an update phase: its adapters go to the other replica, and the run finishes
-with nothing lost or applied twice."""
+them (spec 17), one of each stopped between the steps (the run goes on with one: their adapters move), and a trainer
+replica killed with SIGKILL in the middle of an update phase (its adapters go to the other replica). Each time the
+run's records, the weights and optimizer states of every version included, are the seeded one-process run's
+(tests/e2e/golden): nothing lost, applied twice, or resumed without its optimizer state."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from coordinator.journal import JournalDB
 from populora.placement import owner
 from populora.store import ArtifactStore
 from tests.e2e.conftest import e2e_overrides
+from tests.e2e.faults import span, updates_made
 from tests.e2e.records import differences, reference_records, run_records
 
 RUN_ID = "e2e"  # the golden run's id: the seeds derive from it
@@ -46,28 +48,48 @@ def _check(cluster: LocalCluster, state: JournalDB, pg_url: str, echo_model: str
         assert store.versions(a)[-1] == 1 + updates[a], a
 
 
-def _updated(cluster: LocalCluster, name: str) -> bool:
-    """Whether trainer replica `name` updated an adapter (it logs each update)."""
-    return "updated " in (cluster.logs / f"{name}.log").read_text()
+def _made_by(cluster: LocalCluster, names) -> dict[tuple[str, int], str]:
+    """(adapter, version made) -> the trainer replica whose log says it made that update; each update once."""
+    made = [(u, n) for n in names for u in updates_made(cluster.logs / f"{n}.log")]
+    assert len({u for u, _ in made}) == len(made), f"an update was applied twice: {sorted(made)}"
+    return dict(made)
 
 
-def test_two_trainers_and_two_inference_replicas_give_the_one_process_records(tmp_path, echo_model, pg_url,
-                                                                              redis_url):
+def test_two_replicas_each_then_one_give_the_one_process_records(tmp_path, echo_model, pg_url, redis_url):
+    """Step 1 on two trainer and two inference replicas; between the steps trainer-1 and inference-1 stop, and step
+    2 runs on the others, which take their adapters from the store (weights and optimizer state)."""
     cluster = _cluster(tmp_path, echo_model, pg_url, redis_url)
     state = JournalDB(pg_url)
+    trainers = {f"127.0.0.1:{cluster.replicas[n][1]}": n for n in ("trainer-0", "trainer-1")}
     try:
         cluster.start()
         train = _train(cluster)
+        deadline = time.monotonic() + 900
+        while state.get(RUN_ID, 1, "account") is None:
+            assert train.poll() is None, (cluster.logs / "train.log").read_text()[-3000:]
+            assert time.monotonic() < deadline, "step 1 never finished"
+            time.sleep(0.02)
+        train.send_signal(signal.SIGSTOP)  # the coordinator waits between the steps while the replicas go
+        try:
+            stopped = time.time()
+            for name in ("trainer-1", "inference-1"):
+                cluster.kill(name, signal.SIGTERM)
+        finally:
+            train.send_signal(signal.SIGCONT)
         assert train.wait(900) == 0, (cluster.logs / "train.log").read_text()[-3000:]
     finally:
         cluster.stop()
     _check(cluster, state, pg_url, echo_model)
-    # each update ran on its adapter's owner: a trainer updated adapters exactly when placement gave it some that
-    # had rollouts (on free ports the split differs from run to run)
-    trainers = {f"127.0.0.1:{cluster.replicas[n][1]}": n for n in ("trainer-0", "trainer-1")}
-    updated = {a for s in (1, 2) for a in state.get(RUN_ID, s, "update")["stats"]}
-    owners = {trainers[owner(a, sorted(trainers))] for a in updated}
-    assert {n for n in trainers.values() if _updated(cluster, n)} == owners
+    assert span(state, RUN_ID, 2, "propose")[0] > stopped  # the rescale came between the steps
+    # each update ran on its adapter's owner over the replicas live at its step: placement over both in step 1,
+    # trainer-0 alone in step 2 (the adapters that were trainer-1's moved there)
+    made = _made_by(cluster, trainers.values())
+    expected = {}
+    for step, live in ((1, sorted(trainers)), (2, [cluster.address("trainer-0")])):
+        update = state.get(RUN_ID, step, "update")
+        for a in update["stats"]:
+            expected[(a, update["population"][a]["version"])] = trainers[owner(a, live)]
+    assert made == expected
 
 
 def test_a_trainer_replica_killed_during_an_update_loses_nothing(tmp_path, echo_model, pg_url, redis_url):
@@ -92,10 +114,16 @@ def test_a_trainer_replica_killed_during_an_update_loses_nothing(tmp_path, echo_
         while "-> v2" not in (cluster.logs / f"{other}.log").read_text() and time.monotonic() - frozen < 10:
             time.sleep(0.01)
         assert state.get(RUN_ID, 1, "update") is None
+        killed = time.time()
         cluster.kill(victim)
         assert train.wait(900) == 0, (cluster.logs / "train.log").read_text()[-3000:]
     finally:
         cluster.stop()
+    start, end = span(state, RUN_ID, 1, "update")
+    assert start < killed < end, "the replica was not killed while step 1's update was in flight"
+    # the victim made none of step 1's updates (frozen, then killed, with its part sent); the other made them all
+    made = _made_by(cluster, trainers.values())
+    assert {a for (a, v), n in made.items() if n == victim and v == 2} == set()
     lost = [json.loads(line) for line in (cluster.logs / "train.log").read_text().splitlines()
             if "does not answer" in line and line.startswith("{")]
     assert [(w["step"], victim in {trainers[a] for a in trainers if a in w["msg"]}) for w in lost] == [(1, True)]
