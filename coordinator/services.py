@@ -94,7 +94,8 @@ def serve(name: str, cfg: Config, port: int | None = None, bind: str | None = No
     insecure = insecure or cfg.services.tls.insecure
     check_bind(name, bind or ep.bind, tls, insecure)
     service = build(name, cfg)
-    rest_app = importlib.import_module(_REST[name]).create_app(service) if name in _REST else None
+    rest_app = (importlib.import_module(_REST[name]).create_app(service, tokens=cfg.services.tokens)
+                if name in _REST else None)
     try:
         return run_server(name, service, ep.port if port is None else port, bind or ep.bind, cfg.services.token,
                           metrics_port=ep.metrics_port if metrics_port is None else metrics_port,

@@ -18,7 +18,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
 from populora import names
-from populora.rpc import ServiceError, token_matches
+from populora.access import EVERY, Access, Refused
+from populora.rpc import ServiceError
+from populora.scopes import allowed, scope_of
 
 HTTP_STATUS = {grpc.StatusCode.INVALID_ARGUMENT: 400, grpc.StatusCode.NOT_FOUND: 404,
                grpc.StatusCode.FAILED_PRECONDITION: 409, grpc.StatusCode.ALREADY_EXISTS: 409,
@@ -40,24 +42,36 @@ def error_response(e: ServiceError, detail: str) -> JSONResponse:
 
 # The one security scheme of both REST apps: what the OpenAPI documents declare on every operation that needs it.
 BEARER = HTTPBearer(scheme_name="bearerToken", auto_error=False,
-                    description="The server's `services.token` (or `$POPULORA_TOKEN`), sent as "
-                                "`Authorization: Bearer <token>`; the same token as gRPC writes. A server without one "
+                    description="The server's `services.token` (or `$POPULORA_TOKEN`), or the caller's own scoped "
+                                "token (`services.tokens`) where its scope allows the operation, sent as "
+                                "`Authorization: Bearer <token>`; the same tokens as gRPC. A server without any "
                                 "refuses these operations (403).")
 
 
-def require_token(token: Callable[[], str]) -> Callable[..., None]:
-    """A FastAPI dependency for the operations that need the credential: 403 while the server has no token (they
-    are disabled), 401 without `Authorization: Bearer <token>` matching it."""
+def require_token(token: Callable[[], str], tokens: dict[str, str] | None = None, service: str = "",
+                  method: str = "") -> Callable[..., None]:
+    """A FastAPI dependency for the operations that need the credential: 403 while the server has neither its token
+    nor scoped ones (they are disabled), 401 without `Authorization: Bearer <token>` matching the server's token
+    or a scoped one of `tokens` (identity -> token), 403 for a scoped token whose identity may not call
+    `service`.`method`, the gRPC method the operation runs (populora.scopes); an operation that runs none takes the
+    server's token only."""
 
     def check(credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(BEARER)]) -> None:
-        expected = token()
-        if not expected:
+        access = Access(token(), tokens)
+        if not access.token and not access.scoped:
             raise ServiceError(grpc.StatusCode.PERMISSION_DENIED,
                                "writes are disabled: set services.token (or $POPULORA_TOKEN) on the server")
-        if not token_matches(credentials.credentials if credentials else "", expected):
+        given = credentials.credentials if credentials else ""
+        try:
+            identity = access.identity(f"Bearer {given}", "", read_only=False)
+        except Refused:
             raise ServiceError(grpc.StatusCode.UNAUTHENTICATED,
                                "this operation needs the header 'Authorization: Bearer <token>' with the server's "
-                               "services.token")
+                               "services.token" + (" or the caller's own (services.tokens)" if access.scoped else "")) from None
+        if identity != EVERY and not (method and allowed(identity, service, method)):
+            what = f"{service}.{method}" if method else "this operation (the server's services.token only)"
+            raise ServiceError(grpc.StatusCode.PERMISSION_DENIED, f"{identity} may not call {what}; it may call: "
+                                                                 f"{', '.join(scope_of(identity)) or 'nothing'}")
 
     return check
 

@@ -35,7 +35,7 @@ from populora.service_errors import (  # noqa: F401
     not_found,
     precondition,
 )
-from populora.tls import TlsFiles, channel_credentials, check_bind, server_credentials
+from populora.tls import TlsFiles, channel_credentials, check_bind, server_credentials, uvicorn_ssl
 
 if TYPE_CHECKING:
     from populora.store import AdapterRef
@@ -188,9 +188,10 @@ def run_server(name: str, service: object, port: int, host: str, token: str, met
     if rest_app is not None and rest_port:
         import uvicorn
 
-        uv = uvicorn.Server(uvicorn.Config(rest_app, host=host, port=rest_port, log_level="warning"))
+        uv = uvicorn.Server(uvicorn.Config(rest_app, host=host, port=rest_port, log_level="warning",
+                                           **(uvicorn_ssl(tls) if tls else {})))
         threading.Thread(target=uv.run, daemon=True, name=f"{name}-rest").start()
-        log.info("%s REST (and /metrics) on %s:%d", name, host, rest_port)
+        log.info("%s REST (and /metrics) on %s://%s:%d", name, "https" if tls else "http", host, rest_port)
     elif metrics_port:
         start_metrics_server(metrics_port, host)
         log.info("%s /metrics on %s:%d", name, host, metrics_port)

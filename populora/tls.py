@@ -145,6 +145,17 @@ def channel_credentials(files: TlsFiles) -> grpc.ChannelCredentials:
     return grpc.ssl_channel_credentials(root_certificates=ca, private_key=key, certificate_chain=cert)
 
 
+def uvicorn_ssl(files: TlsFiles) -> dict:
+    """uvicorn.Config's arguments for HTTPS with this identity's certificate: a client certificate is checked
+    against the CA when one is presented, and not required (a browser, an operator's curl), since the REST
+    operations take their credential from the Authorization header (populora.http). Read when the server starts."""
+    import ssl
+
+    files.read()
+    return {"ssl_certfile": str(files.cert), "ssl_keyfile": str(files.key), "ssl_ca_certs": str(files.ca),
+            "ssl_cert_reqs": ssl.CERT_OPTIONAL}
+
+
 def peer_identity(context: grpc.ServicerContext) -> str:
     """The identity on the client's certificate (its common name; "" on a connection without TLS)."""
     auth = context.auth_context() or {}

@@ -44,9 +44,10 @@ def _finite(value: object) -> object:
     return value
 
 
-def create_app(service: LeagueService, read_only: bool = False) -> FastAPI:
+def create_app(service: LeagueService, read_only: bool = False, tokens: dict[str, str] | None = None) -> FastAPI:
     """The REST app over a LeagueService (served beside the gRPC server by `serve`, or alone by uvicorn); with
-    `read_only` it has no write endpoints (the dashboard beside a run)."""
+    `read_only` it has no write endpoints (the dashboard beside a run). A write takes the service's token, or a
+    scoped token of `tokens` whose identity may call its gRPC method (populora.scopes)."""
     app = FastAPI(title="PopuLoRA league", version="1",
                   description="TrueSkill leaderboard, lineage, match log, payoff matrix and the phase journal of "
                               "PopuLoRA runs, and the web dashboard at `/`.", max_body_size=MAX_BODY_BYTES,
@@ -86,7 +87,8 @@ def create_app(service: LeagueService, read_only: bool = False) -> FastAPI:
                                 status_code=503, headers={"Retry-After": "5"})
         return JSONResponse({"detail": f"database error: {type(e.orig).__name__}"}, status_code=500)
 
-    token_check = require_token(lambda: service.token)
+    def token_check(method: str):
+        return require_token(lambda: service.token, tokens, "league", method)
 
     @app.get("/healthz", tags=["ops"], response_model=Health)
     def healthz() -> dict:

@@ -16,23 +16,25 @@ from services.league.rest_validation import AdaptersIn, ChildIn, MatchesIn, RunI
 from services.league.service import LeagueService
 
 
-def add_write_routes(app: FastAPI, service: LeagueService, token_check: Callable) -> None:
-    """The write endpoints on `app`, each behind `token_check`."""
-    auth = [Depends(token_check)]
+def add_write_routes(app: FastAPI, service: LeagueService, token_check: Callable[[str], Callable]) -> None:
+    """The write endpoints on `app`, each behind `token_check(its gRPC method)`."""
+    def auth(method: str) -> list:
+        return [Depends(token_check(method))]
+
     errors = responses(400, 401, 403, 404, 409, 413)
 
-    @app.post("/v1/runs", tags=["write"], dependencies=auth, responses=responses(400, 401, 403, 409, 413))
+    @app.post("/v1/runs", tags=["write"], dependencies=auth("CreateRun"), responses=responses(400, 401, 403, 409, 413))
     def create_run(body: RunIn) -> dict:
         resp = service.CreateRun(league_pb2.CreateRunRequest(**body.model_dump()))
         return {"run_id": resp.run_id, "created": resp.created}
 
-    @app.post("/v1/runs/{run_id}/adapters", tags=["write"], dependencies=auth, responses=errors)
+    @app.post("/v1/runs/{run_id}/adapters", tags=["write"], dependencies=auth("RegisterAdapters"), responses=errors)
     def register(run_id: RunPath, body: AdaptersIn) -> dict:
         resp = service.RegisterAdapters(league_pb2.RegisterAdaptersRequest(
             run_id=run_id, adapters=[league_pb2.AdapterSpec(**a.model_dump()) for a in body.adapters]))
         return {"registered": [r.adapter_id for r in resp.ratings]}
 
-    @app.post("/v1/runs/{run_id}/matches", tags=["write"], dependencies=auth, responses=errors)
+    @app.post("/v1/runs/{run_id}/matches", tags=["write"], dependencies=auth("ReportMatches"), responses=errors)
     def report(run_id: RunPath, body: MatchesIn) -> dict:
         """Apply played matches (idempotent by match id); answers the new ratings of the adapters involved."""
         resp = service.ReportMatches(league_pb2.ReportMatchesRequest(
@@ -41,7 +43,7 @@ def add_write_routes(app: FastAPI, service: LeagueService, token_check: Callable
                 "ratings": [{"adapter_id": r.adapter_id, "mu": r.mu, "sigma": r.sigma,
                              "conservative_skill": r.conservative_skill} for r in resp.ratings]}
 
-    @app.post("/v1/runs/{run_id}/children", tags=["write"], dependencies=auth, responses=errors)
+    @app.post("/v1/runs/{run_id}/children", tags=["write"], dependencies=auth("RecordChild"), responses=errors)
     def record_child(run_id: RunPath, body: ChildIn) -> dict:
         fields = body.model_dump(exclude={"params"})
         resp = service.RecordChild(league_pb2.RecordChildRequest(

@@ -195,8 +195,10 @@ def external_verifier_contract(body: ExternalRequest) -> None:  # pragma: no cov
     marks the attempts `verifier_error` (excluded from rewards)."""
 
 
-def create_app(service: SandboxService) -> FastAPI:
-    """The REST app over a SandboxService (served beside the gRPC server by `serve`, or alone by uvicorn)."""
+def create_app(service: SandboxService, tokens: dict[str, str] | None = None) -> FastAPI:
+    """The REST app over a SandboxService (served beside the gRPC server by `serve`, or alone by uvicorn). Running
+    and checking take the service's token or a scoped token of `tokens` whose identity may call Execute or
+    CheckAnswers (populora.scopes); the verifier registry takes the service's token only."""
     app = FastAPI(title="PopuLoRA sandbox", version="1",
                   description="Isolated execution of untrusted Python, AZR answer checking, external verifiers.")
 
@@ -227,7 +229,9 @@ def create_app(service: SandboxService) -> FastAPI:
         return Response(json.dumps(jsonable_encoder({"detail": issues})), status_code=422,
                         media_type="application/json")
 
-    token_check = require_token(lambda: service.token)
+    token_check = require_token(lambda: service.token, tokens)  # the registry: the server's token only
+    may_execute = require_token(lambda: service.token, tokens, "sandbox", "Execute")
+    may_check = require_token(lambda: service.token, tokens, "sandbox", "CheckAnswers")
 
     def registry():
         if service.registry is None:
@@ -243,7 +247,7 @@ def create_app(service: SandboxService) -> FastAPI:
     def metrics() -> Response:
         return Response(generate_latest(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
-    @app.post("/v1/execute", tags=["run"], response_model=ExecuteOut, dependencies=[Depends(token_check)],
+    @app.post("/v1/execute", tags=["run"], response_model=ExecuteOut, dependencies=[Depends(may_execute)],
               responses=_errors(400, 401, 403, 422, 429))
     def execute(body: ExecuteIn) -> ExecuteOut:
         """Run programs in the sandbox; one result per job, in order."""
@@ -256,7 +260,7 @@ def create_app(service: SandboxService) -> FastAPI:
                                                  cpu_seconds=r.cpu_seconds)
                                    for r in res.results])
 
-    @app.post("/v1/check", tags=["run"], response_model=CheckResponse, dependencies=[Depends(token_check)],
+    @app.post("/v1/check", tags=["run"], response_model=CheckResponse, dependencies=[Depends(may_check)],
               responses=_errors(400, 401, 403, 422, 429))
     def check(body: CheckIn) -> CheckResponse:
         """Check student attempts (spec 2) in the sandbox or through the configured external verifier."""

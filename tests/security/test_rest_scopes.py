@@ -1,0 +1,141 @@
+"""The REST writes of the league and the sandbox under scoped tokens, generated from the scope table: each write
+takes the server's token, or a scoped token whose identity may call the gRPC method the write runs; any other is
+403 and changes nothing, no token 401. The verifier registry takes the server's token only. Over TLS (`populora
+serve` with services.tls on), REST answers HTTPS with the service's certificate, and plaintext is refused."""
+
+from __future__ import annotations
+
+import os
+import ssl
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+
+from populora import rpc
+from populora.config import SandboxConfig, TasksConfig, load_config
+from populora.pb import league_pb2
+from populora.ports import free_port
+from populora.scopes import IDENTITIES, allowed
+from services.league.rest import create_app as league_app
+from services.league.service import LeagueService
+from services.sandbox.rest import create_app as sandbox_app
+from services.sandbox.service import SandboxService
+from tests.conftest import TEST_TOKEN
+from tests.security.conftest import files
+from tests.security.test_scopes import TOKENS
+
+# each league REST write: (path, body, the gRPC method it runs)
+RUN = {"run_id": "r1", "mode": "population"}
+WRITES = [("/v1/runs", RUN, "CreateRun"),
+          ("/v1/runs/r0/adapters", {"adapters": [{"adapter_id": "T9", "role": "teacher", "rank": 8}]},
+           "RegisterAdapters"),
+          ("/v1/runs/r0/matches", {"matches": [{"match_id": "m1", "teacher_id": "T0", "student_id": "S0",
+                                                "task_type": "code_o", "step": 1, "rhos": [1.0]}]},
+           "ReportMatches"),
+          ("/v1/runs/r0/children", {"child_id": "T8", "role": "teacher", "parent_ids": ["T0"], "operator": "M1",
+                                    "step": 1}, "RecordChild")]
+
+
+def _bearer(token: str) -> dict:
+    return {"Authorization": f"Bearer {token}"}
+
+
+@pytest.fixture
+def league(tmp_path):
+    service = LeagueService.from_config(load_config(env=False, overrides=[f"run.output_dir={tmp_path}"]))
+    service.CreateRun(league_pb2.CreateRunRequest(run_id="r0", mode="population"))
+    service.RegisterAdapters(league_pb2.RegisterAdaptersRequest(run_id="r0", adapters=[
+        league_pb2.AdapterSpec(adapter_id="T0", role="teacher", rank=8),
+        league_pb2.AdapterSpec(adapter_id="S0", role="student", rank=8)]))
+    yield service
+    service.close()
+
+
+def _state(service) -> tuple:
+    ratings = service.GetRatings(league_pb2.GetRatingsRequest(run_id="r0")).SerializeToString()
+    return service.db.run_exists("r1"), ratings  # a new run, a new adapter or child, a match's rating change
+
+
+@pytest.mark.parametrize("identity", IDENTITIES)
+def test_each_scoped_token_writes_only_within_its_scope_on_the_league(league, identity):
+    with TestClient(league_app(league, tokens=TOKENS)) as client:
+        for path, body, method in WRITES:
+            before = _state(league)
+            resp = client.post(path, json=body, headers=_bearer(TOKENS[identity]))
+            if allowed(identity, "league", method):
+                assert resp.status_code in (200, 201), (identity, path, resp.text)
+                continue
+            assert resp.status_code == 403, (identity, path, resp.text)
+            assert f"{identity} may not call league.{method}" in resp.json()["detail"]
+            assert _state(league) == before, (identity, path)
+
+
+def test_the_league_without_a_credential_is_401_and_the_servers_token_opens_all(league):
+    with TestClient(league_app(league, tokens=TOKENS)) as client:
+        for path, body, _ in WRITES:
+            for headers in ({}, _bearer("not-a-token")):
+                resp = client.post(path, json=body, headers=headers)
+                assert resp.status_code == 401 and "services.tokens" in resp.json()["detail"], resp.text
+        assert not league.db.run_exists("r1")
+    league.token = TEST_TOKEN
+    with TestClient(league_app(league, tokens=TOKENS)) as client:
+        for path, body, _ in WRITES:
+            assert client.post(path, json=body, headers=_bearer(TEST_TOKEN)).status_code in (200, 201), path
+
+
+def test_the_sandbox_rest_takes_scoped_tokens_for_running_and_the_servers_for_its_registry():
+    service = SandboxService(None, TasksConfig(timeout_s=0.5), SandboxConfig(), None, token=TEST_TOKEN)
+    with TestClient(sandbox_app(service, tokens=TOKENS)) as client:
+        for identity in IDENTITIES:
+            for path, method in (("/v1/execute", "Execute"), ("/v1/check", "CheckAnswers")):
+                resp = client.post(path, json={}, headers=_bearer(TOKENS[identity]))
+                # a call in scope gets past the credential to the body's check (422), one outside stops at 403
+                assert resp.status_code == (422 if allowed(identity, "sandbox", method) else 403), (identity, path)
+            resp = client.get("/v1/verifiers", headers=_bearer(TOKENS[identity]))
+            assert resp.status_code == 403 and "services.token only" in resp.json()["detail"], identity
+        assert client.post("/v1/execute", json={}).status_code == 401
+
+
+def _serve(tmp_path, pki, *extra: str) -> tuple[subprocess.Popen, int, int]:
+    grpc_port, rest_port = free_port(), free_port()
+    env = {**os.environ, "POPULORA_TOKEN": TEST_TOKEN, "POPULORA_LOG_JSON": "0"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "coordinator.cli", "serve", "league", "--port", str(grpc_port),
+         "--set", f"run.output_dir={tmp_path}", "--set", f"services.league.rest_port={rest_port}", *extra],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    return proc, grpc_port, rest_port
+
+
+def test_populora_serve_answers_rest_over_tls_and_refuses_plaintext(tmp_path, pki, other_pki):
+    proc, grpc_port, rest_port = _serve(tmp_path, pki, "--set", "services.tls.enabled=true",
+                                        "--set", f"services.tls.dir={pki}")
+    ca = ssl.create_default_context(cafile=str(files(pki, "league").ca))
+    try:
+        rpc.wait_ready(f"127.0.0.1:{grpc_port}", timeout=60, tls=files(pki, "coordinator"), server_name="league")
+        url = f"https://127.0.0.1:{rest_port}"
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                resp = httpx.get(f"{url}/healthz", verify=ca, timeout=5)
+                break
+            except httpx.ConnectError as e:
+                if time.monotonic() > deadline or "CERTIFICATE" in str(e).upper():
+                    raise
+                time.sleep(0.2)
+        assert resp.status_code == 200
+        assert httpx.post(f"{url}/v1/runs", json=RUN, verify=ca).status_code == 401
+        assert httpx.post(f"{url}/v1/runs", json=RUN, verify=ca, headers=_bearer(TEST_TOKEN)).json()["created"]
+        with pytest.raises(httpx.HTTPError):
+            httpx.get(f"http://127.0.0.1:{rest_port}/healthz", timeout=5).raise_for_status()
+        with pytest.raises(httpx.ConnectError):  # a client that trusts another CA does not take this server
+            httpx.get(f"{url}/healthz", verify=ssl.create_default_context(cafile=str(files(other_pki, "league").ca)), timeout=5)
+        with pytest.raises(Exception):  # noqa: B017 - plaintext gRPC: the handshake fails
+            rpc.health_check(f"127.0.0.1:{grpc_port}", timeout=5)
+    finally:
+        proc.terminate()
+        out = proc.communicate(timeout=30)[0].decode()
+    assert "mutual TLS as league" in out and f"https://127.0.0.1:{rest_port}" in out, out
