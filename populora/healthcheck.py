@@ -6,7 +6,9 @@ the list of services), never torch. It speaks the same protocol as `populora.rpc
 `Check`.
 
 Without an address it finds the port from the configuration the service itself reads: the service named by
-$POPULORA_SERVICE (or --service) in the file $POPULORA_CONFIG plus POPULORA__* overrides, on 127.0.0.1.
+$POPULORA_SERVICE (or --service) in the file $POPULORA_CONFIG plus POPULORA__* overrides, on 127.0.0.1. Where that
+configuration turns on services.tls, the probe speaks mutual TLS with the service's own certificate and expects the
+service's name on the server's.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import argparse
 import os
 import sys
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -24,6 +27,8 @@ class Probe:
     address: str
     service: str = ""
     timeout_s: float = 3.0
+    tls: Any = None  # populora.tls.TlsFiles: mutual TLS, presenting these
+    server_name: str = ""  # with tls: the name the server's certificate must carry
 
 
 def check(probe: Probe) -> tuple[bool, str]:
@@ -31,7 +36,14 @@ def check(probe: Probe) -> tuple[bool, str]:
     import grpc
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-    with grpc.insecure_channel(probe.address) as ch:
+    if probe.tls is not None:
+        from populora.tls import channel_credentials
+
+        ch = grpc.secure_channel(probe.address, channel_credentials(probe.tls),
+                                 options=[("grpc.ssl_target_name_override", probe.server_name)])
+    else:
+        ch = grpc.insecure_channel(probe.address)
+    with ch:
         stub = health_pb2_grpc.HealthStub(ch)
         try:
             resp = stub.Check(health_pb2.HealthCheckRequest(service=probe.service), timeout=probe.timeout_s)
@@ -55,6 +67,19 @@ def address_from_config(service: str) -> str:
     return f"127.0.0.1:{getattr(cfg.services, service).port}"
 
 
+def tls_from_config(service: str):
+    """The TLS files the service `service` presents, where its configuration turns TLS on (None otherwise, and for
+    a name that is no service)."""
+    from populora.rpc import SERVICE_NAMES
+
+    if service not in SERVICE_NAMES:
+        return None
+    from populora.config import load_config
+    from populora.tls import tls_files
+
+    return tls_files(load_config().services.tls, service)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m populora.healthcheck",
                                 description="Exit 0 when a PopuLoRA service's gRPC health service is SERVING.")
@@ -71,10 +96,11 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         address = args.address or address_from_config(args.service)
+        tls = tls_from_config(args.service)
     except ValueError as e:  # ConfigError is a ValueError too
         print(f"unhealthy: {e}", file=sys.stderr)
         return 1  # Docker reserves exit code 2; every failure is 1 (unhealthy)
-    healthy, seen = check(Probe(address, args.grpc_service, args.timeout))
+    healthy, seen = check(Probe(address, args.grpc_service, args.timeout, tls, args.service))
     print(("healthy: " if healthy else "unhealthy: ") + seen, file=sys.stdout if healthy else sys.stderr)
     return 0 if healthy else 1
 

@@ -166,3 +166,20 @@ def test_a_server_reads_new_certificates_and_a_ca_bundle_without_a_restart(leagu
         both = tmp_path / "both.pem"
         both.write_bytes(server_files.ca.read_bytes())
         assert not _create(address, type(bundle)("coordinator", both, bundle.cert, bundle.key)).created
+
+
+def test_the_container_health_check_speaks_mutual_tls_where_the_config_turns_it_on(league, pki, monkeypatch,
+                                                                                  capsys):
+    from populora import healthcheck
+
+    with tls_server(league, files(pki, "league")) as address:
+        monkeypatch.setenv("POPULORA_SERVICE", "league")
+        monkeypatch.setenv("POPULORA__SERVICES__TLS__ENABLED", "true")
+        monkeypatch.setenv("POPULORA__SERVICES__TLS__DIR", str(pki))
+        assert healthcheck.main([address]) == 0
+        monkeypatch.setenv("POPULORA__SERVICES__TLS__ENABLED", "false")
+        assert healthcheck.main([address, "--timeout", "2"]) == 1  # plaintext: refused at the handshake
+        monkeypatch.setenv("POPULORA__SERVICES__TLS__ENABLED", "true")
+        monkeypatch.setenv("POPULORA__SERVICES__TLS__DIR", str(pki / "nowhere"))
+        assert healthcheck.main([address]) == 1
+    assert "populora certs" in capsys.readouterr().err
