@@ -7,6 +7,7 @@ import importlib
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
+from populora.access import Access
 from populora.config import Config
 from populora.config.deployment import PLACED
 from populora.retry import Backoff
@@ -72,7 +73,7 @@ def remote(name: str, cfg: Config) -> Any:
 
         return placed(name, cfg)
     return connect(name, f"{ep.host}:{ep.port}", cfg.services.token, cfg.services.grpc_timeout_s,
-                   cfg.services.grpc_retries, Backoff.from_config(cfg), client_tls(cfg))
+                   cfg.services.grpc_retries, Backoff.from_config(cfg), client_tls(cfg), cfg.services.token_file)
 
 
 def open_services(cfg: Config) -> Services:
@@ -86,22 +87,22 @@ def serve(name: str, cfg: Config, port: int | None = None, bind: str | None = No
     """`populora serve NAME`: build the service, then serve its contract over gRPC on cfg.services.<name>.port
     (bound to cfg.services.<name>.bind unless `bind` says otherwise; mutual TLS as services.tls says, plaintext on
     a non-loopback address only when `insecure` or services.tls.insecure), its REST app where it has one, /metrics.
-    TLS settings that cannot work fail before the service is built."""
+    TLS settings and token files that cannot work fail before the service is built."""
     from populora.tls import check_bind
 
     ep = getattr(cfg.services, name)
     tls = tls_files(cfg.services.tls, name)
     insecure = insecure or cfg.services.tls.insecure
     check_bind(name, bind or ep.bind, tls, insecure)
+    access = Access.from_config(cfg.services, tls is not None)
     service = build(name, cfg)
-    rest_app = (importlib.import_module(_REST[name]).create_app(service, tokens=cfg.services.tokens)
-                if name in _REST else None)
+    rest_app = importlib.import_module(_REST[name]).create_app(service, tokens=access) if name in _REST else None
     try:
         return run_server(name, service, ep.port if port is None else port, bind or ep.bind, cfg.services.token,
                           metrics_port=ep.metrics_port if metrics_port is None else metrics_port,
                           rest_app=rest_app, rest_port=ep.rest_port,
                           max_workers=getattr(service, "GRPC_WORKERS", 16), tls=tls, insecure=insecure,
-                          tokens=cfg.services.tokens)
+                          access=access)
     finally:
         close = getattr(service, "close", None)
         if close is not None:

@@ -12,15 +12,23 @@ service is always open.
 from __future__ import annotations
 
 import hmac
-from collections.abc import Iterable
+import logging
+import os
+import threading
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
 
 import grpc
+import yaml
 from google.protobuf.descriptor import ServiceDescriptor
 
+from populora.config.base import ConfigError
 from populora.contracts import CONTRACTS, is_read_only
-from populora.scopes import IDENTITIES, allowed, check_tokens, kind, scope_of
+from populora.scopes import IDENTITIES, allowed, kind, scope_of, token_index
 from populora.tls import peer_identity
 
+log = logging.getLogger(__name__)
 EVERY = "*"  # the identity of the deployment-wide token: every method of every service
 
 
@@ -41,16 +49,94 @@ class Refused(Exception):
         self.code, self.message = code, message
 
 
+class WatchedFile:
+    """A small file read again whenever it changes (modification time, size, inode), parsed by `parse`. The first
+    read must succeed (an error naming the file); a later content that cannot be read or parsed keeps the last good
+    value, with a warning, so a half-written file never locks every caller out."""
+
+    def __init__(self, path: str | Path, parse: Callable[[str], Any], what: str):
+        self.path, self.parse, self.what = Path(path), parse, what
+        self._lock = threading.Lock()
+        self._stamp = self._stat()
+        try:
+            self.value = parse(self.path.read_text())
+        except (OSError, ValueError) as e:
+            raise ConfigError(f"{what}: cannot use {self.path}: {e}") from None
+
+    def _stat(self) -> tuple | None:
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return None
+        return st.st_mtime_ns, st.st_size, st.st_ino
+
+    def get(self) -> Any:
+        stamp = self._stat()
+        if stamp != self._stamp:
+            with self._lock:
+                if stamp != self._stamp:
+                    self._stamp = stamp
+                    try:
+                        self.value = self.parse(self.path.read_text())
+                        log.info("%s: read %s again", self.what, self.path)
+                    except (OSError, ValueError) as e:
+                        log.warning("%s: %s cannot be used (%s); keeping what it held before", self.what, self.path, e)
+        return self.value
+
+
+def one_token(text: str) -> str:
+    token = text.strip()
+    if not token or any(c.isspace() for c in token):
+        raise ValueError("the file must hold one token")
+    return token
+
+
+def token_mapping(text: str) -> dict:
+    try:
+        tokens = yaml.safe_load(text) or {}
+    except yaml.YAMLError as e:
+        raise ValueError(f"not YAML: {' '.join(str(e).split())}") from None
+    if not isinstance(tokens, dict):
+        raise ValueError("the file must hold a mapping identity -> token")
+    token_index(tokens)
+    return tokens
+
+
 class Access:
     """The credentials a server accepts: its deployment-wide token, the scoped tokens, and (with TLS) the identity
-    of each client certificate."""
+    of each client certificate. Tokens in files (`token_file`, `tokens_file`) are read again when they change."""
 
-    def __init__(self, token: str = "", tokens: dict[str, str] | None = None, tls: bool = False):
-        tokens = dict(tokens or {})
-        check_tokens(tokens)
-        self.token, self.tls = token, tls
-        self.scoped = {t: identity for identity, t in tokens.items() if t}
-        self.open_reads = not tls and not self.scoped  # a plaintext server without scoped tokens: reads are open
+    def __init__(self, token: str = "", tokens: dict | None = None, tls: bool = False, token_file: str = "",
+                 tokens_file: str = ""):
+        self.tls, self._token = tls, token
+        self._static = dict(tokens or {})
+        self._index = token_index(self._static)
+        self._token_file = WatchedFile(token_file, one_token, "services.token_file") if token_file else None
+        self._tokens_file = WatchedFile(tokens_file, token_mapping, "services.tokens_file") if tokens_file else None
+        self._merged: tuple[Any, dict[str, str]] = (None, self._index)
+        # a plaintext server without scoped tokens: reads are open, as before scopes existed
+        self.open_reads = not tls and not self._index and self._tokens_file is None
+
+    @classmethod
+    def from_config(cls, services, tls: bool) -> Access:
+        """From a ServicesConfig (token, tokens, token_file, tokens_file)."""
+        return cls(services.token, services.tokens, tls, services.token_file, services.tokens_file)
+
+    @property
+    def token(self) -> str:
+        return self._token_file.get() if self._token_file else self._token
+
+    @property
+    def scoped(self) -> dict[str, str]:
+        """token -> identity, the tokens file's (as last read) over the configuration's."""
+        if self._tokens_file is None:
+            return self._index
+        loaded = self._tokens_file.get()
+        seen, index = self._merged
+        if loaded is not seen:
+            index = token_index({**self._static, **loaded})
+            self._merged = (loaded, index)
+        return index
 
     def _token_identity(self, given: str) -> str:
         if token_matches(given, self.token):

@@ -48,16 +48,17 @@ BEARER = HTTPBearer(scheme_name="bearerToken", auto_error=False,
                                 "refuses these operations (403).")
 
 
-def require_token(token: Callable[[], str], tokens: dict[str, str] | None = None, service: str = "",
+def require_token(token: Callable[[], str], tokens: dict | Access | None = None, service: str = "",
                   method: str = "") -> Callable[..., None]:
     """A FastAPI dependency for the operations that need the credential: 403 while the server has neither its token
     nor scoped ones (they are disabled), 401 without `Authorization: Bearer <token>` matching the server's token
     or a scoped one of `tokens` (identity -> token), 403 for a scoped token whose identity may not call
     `service`.`method`, the gRPC method the operation runs (populora.scopes); an operation that runs none takes the
-    server's token only."""
+    server's token only. `tokens` may be the server's Access (tokens read again from their files), whose token
+    then stands for `token`."""
 
     def check(credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(BEARER)]) -> None:
-        access = Access(token(), tokens)
+        access = tokens if isinstance(tokens, Access) else Access(token(), tokens)
         if not access.token and not access.scoped:
             raise ServiceError(grpc.StatusCode.PERMISSION_DENIED,
                                "writes are disabled: set services.token (or $POPULORA_TOKEN) on the server")

@@ -23,7 +23,14 @@ from google.protobuf.message_factory import GetMessageClass
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from populora import names
-from populora.access import Access, AccessInterceptor, bearer, token_matches  # noqa: F401 - their home for callers
+from populora.access import (  # noqa: F401 - bearer and token_matches: their home for callers
+    Access,
+    AccessInterceptor,
+    WatchedFile,
+    bearer,
+    one_token,
+    token_matches,
+)
 from populora.contracts import CONTRACTS, SERVICE_NAMES, is_read_only  # noqa: F401 - their home for callers
 from populora.pb import common_pb2
 from populora.retry import Backoff, retrying, service_unavailable
@@ -144,18 +151,20 @@ def contract_of(service: object) -> ServiceDescriptor:
 
 def make_server(services: Iterable[object], port: int, host: str = "127.0.0.1", token: str = "",
                 max_workers: int = 16, interceptors: Iterable[grpc.ServerInterceptor] = (),
-                tls: TlsFiles | None = None, tokens: dict[str, str] | None = None
+                tls: TlsFiles | None = None, tokens: dict | None = None, access: Access | None = None
                 ) -> tuple[grpc.Server, int, health.HealthServicer]:
     """A started gRPC server for `services` (objects with a CONTRACT), with the scope check of every call
     (populora.access: the client certificate's identity, or the deployment's `token` or a scoped one of `tokens`)
     and the standard health service (SERVING for "" and each contract's name), over mutual TLS with `tls` (a client
-    certificate signed by its CA required). Returns (server, bound port, health); port 0 binds a free port."""
+    certificate signed by its CA required; `access` instead of token and tokens: tokens read from files). Returns
+    (server, bound port, health); port 0 binds a free port."""
     services = list(services)
     contracts = [contract_of(s) for s in services]
     opts = [("grpc.max_send_message_length", MAX_MESSAGE_BYTES), ("grpc.max_receive_message_length",
                                                                     MAX_MESSAGE_BYTES)]
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers), options=opts,
-                         interceptors=[AccessInterceptor(Access(token, tokens, tls is not None), contracts), *interceptors])
+                         interceptors=[AccessInterceptor(access or Access(token, tokens, tls is not None), contracts),
+                                       *interceptors])
     server.add_generic_rpc_handlers([_handler(s, c) for s, c in zip(services, contracts)])
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
@@ -171,7 +180,7 @@ def make_server(services: Iterable[object], port: int, host: str = "127.0.0.1", 
 
 def run_server(name: str, service: object, port: int, host: str, token: str, metrics_port: int = 0,
                rest_app=None, rest_port: int = 0, max_workers: int = 16, tls: TlsFiles | None = None,
-               insecure: bool = False, tokens: dict[str, str] | None = None) -> int:
+               insecure: bool = False, tokens: dict | None = None, access: Access | None = None) -> int:
     """Serve one service over gRPC (token, health, metrics interceptor; mutual TLS with `tls`), its /metrics (on the
     REST app when it has one, else on metrics_port) and its REST app, then block until SIGTERM/SIGINT. Without TLS
     on an address other than loopback only when `insecure`. Used by `populora serve`."""
@@ -181,7 +190,8 @@ def run_server(name: str, service: object, port: int, host: str, token: str, met
 
     check_bind(name, host, tls, insecure)
     server, bound, health_servicer = make_server([service], port, host, token, max_workers,
-                                                 interceptors=[MetricsInterceptor(name)], tls=tls, tokens=tokens)
+                                                 interceptors=[MetricsInterceptor(name)], tls=tls, tokens=tokens,
+                                                 access=access)
     log.info("%s gRPC listening on %s:%d%s%s", name, host, bound, f" (mutual TLS as {tls.identity})" if tls else
              " (plaintext)", "" if token or tokens or tls else " (no token: writes refused)")
     uv = None
@@ -242,10 +252,12 @@ class Remote:
     bundle) opens a new channel with them first; calls in flight finish on the old one."""
 
     def __init__(self, contract: ServiceDescriptor, address: str, token: str = "", timeout: float | None = 600.0,
-                 retries: int = 3, backoff: Backoff | None = None, tls: TlsFiles | None = None):
+                 retries: int = 3, backoff: Backoff | None = None, tls: TlsFiles | None = None,
+                 token_file: str = ""):
         self.contract, self.address, self.timeout = contract, address, timeout
         self.backoff = backoff  # a call answered UNAVAILABLE is tried again for this long (None: not at all)
         self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
+        self._token_file = WatchedFile(token_file, one_token, "services.token_file") if token_file else None
         self._retries, self._tls = retries, tls
         self._server_name = next((n for n, c in CONTRACTS.items() if c is contract), "")
         self._stamp = tls.stamp() if tls else None
@@ -275,13 +287,19 @@ class Remote:
                     self._open()
         return self._rpcs[name]
 
+    def _auth(self) -> tuple:
+        """The call's metadata: the token of the token file as it is now, else the one given."""
+        if self._token_file is None:
+            return self._metadata
+        return (("authorization", f"Bearer {self._token_file.get()}"),)
+
     def _what(self, rpc_name: str) -> str:
         return f"{self.contract.name}.{rpc_name} at {self.address}"
 
     def _unary(self, name: str) -> Callable:
         def once(request):
             try:
-                return self._rpc(name)(request, timeout=self.timeout, metadata=self._metadata)
+                return self._rpc(name)(request, timeout=self.timeout, metadata=self._auth())
             except grpc.RpcError as e:
                 raise _service_error(e) from None
 
@@ -295,7 +313,7 @@ class Remote:
         def invoke(request) -> Iterator:
             # repeated only while nothing has arrived: a stream cut in the middle is the caller's to handle
             def start():
-                stream = self._rpc(name)(request, timeout=self.timeout, metadata=self._metadata)
+                stream = self._rpc(name)(request, timeout=self.timeout, metadata=self._auth())
                 try:
                     return stream, next(stream)
                 except StopIteration:
@@ -320,10 +338,10 @@ class Remote:
 
 
 def connect(name: str, address: str, token: str = "", timeout: float | None = 600.0, retries: int = 3,
-            backoff: Backoff | None = None, tls: TlsFiles | None = None) -> Any:
+            backoff: Backoff | None = None, tls: TlsFiles | None = None, token_file: str = "") -> Any:
     """The remote `name` service (a key of CONTRACTS) at `address`. Callers hold it under the service's own type
     (coordinator.services.Services), so call sites are checked against the service's method signatures."""
-    return Remote(CONTRACTS[name], address, token, timeout, retries, backoff, tls)
+    return Remote(CONTRACTS[name], address, token, timeout, retries, backoff, tls, token_file)
 
 
 # ----------------------------------------------------------------------------------------------------- health

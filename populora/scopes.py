@@ -51,15 +51,26 @@ def scope_of(identity: str) -> list[str]:
             if allowed(identity, s, m.name)]
 
 
-def check_tokens(tokens: dict[str, str]) -> None:
-    """Scoped tokens (identity -> token): ValueError for an identity that does not exist, or one token given to two
-    identities (a call presenting it could not say which it is)."""
+def token_index(tokens: dict[str, str | list[str]]) -> dict[str, str]:
+    """Scoped tokens (identity -> its token, or its tokens while one is being replaced by another) as token ->
+    identity; ValueError for an identity that does not exist, or one token given to two identities (a call
+    presenting it could not say which it is)."""
     unknown = sorted(set(tokens) - set(IDENTITIES))
     if unknown:
         raise ValueError(f"services.tokens: unknown identities {unknown}; allowed: {list(IDENTITIES)}")
-    given = [t for t in tokens.values() if t]
-    if len(set(given)) != len(given):
-        raise ValueError("services.tokens: two identities hold the same token; give each its own")
+    out: dict[str, str] = {}
+    for identity, given in tokens.items():
+        for token in ([given] if isinstance(given, str) else given):
+            if not isinstance(token, str):
+                raise ValueError(f"services.tokens: {identity}'s token is not text")
+            if token and out.setdefault(token, identity) != identity:
+                raise ValueError("services.tokens: two identities hold the same token; give each its own")
+    return out
+
+
+def check_tokens(tokens: dict[str, str | list[str]]) -> None:
+    """token_index's checks alone."""
+    token_index(tokens)
 
 
 def table_markdown() -> str:

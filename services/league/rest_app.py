@@ -12,6 +12,7 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 
+from populora.access import Access
 from populora.http import answer_http_errors, error_response, require_token
 from populora.metrics import generate_latest
 from populora.retry import db_unavailable
@@ -44,7 +45,7 @@ def _finite(value: object) -> object:
     return value
 
 
-def create_app(service: LeagueService, read_only: bool = False, tokens: dict[str, str] | None = None) -> FastAPI:
+def create_app(service: LeagueService, read_only: bool = False, tokens: dict | Access | None = None) -> FastAPI:
     """The REST app over a LeagueService (served beside the gRPC server by `serve`, or alone by uvicorn); with
     `read_only` it has no write endpoints (the dashboard beside a run). A write takes the service's token, or a
     scoped token of `tokens` whose identity may call its gRPC method (populora.scopes)."""

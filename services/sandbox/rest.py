@@ -22,6 +22,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from sqlalchemy.exc import SQLAlchemyError
 
 from populora import names
+from populora.access import Access
 from populora.http import Name, Number, answer_http_errors, error_response, require_token
 from populora.metrics import generate_latest
 from populora.rpc import ServiceError
@@ -195,7 +196,7 @@ def external_verifier_contract(body: ExternalRequest) -> None:  # pragma: no cov
     marks the attempts `verifier_error` (excluded from rewards)."""
 
 
-def create_app(service: SandboxService, tokens: dict[str, str] | None = None) -> FastAPI:
+def create_app(service: SandboxService, tokens: dict | Access | None = None) -> FastAPI:
     """The REST app over a SandboxService (served beside the gRPC server by `serve`, or alone by uvicorn). Running
     and checking take the service's token or a scoped token of `tokens` whose identity may call Execute or
     CheckAnswers (populora.scopes); the verifier registry takes the service's token only."""

@@ -89,3 +89,65 @@ def test_a_client_keeps_its_channel_while_a_pair_is_half_replaced(tmp_path):
         client.close()
         server.stop(None)
         league.close()
+
+
+def _write(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".new")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+def test_a_scoped_token_is_replaced_while_calls_go_on(tmp_path, caplog):
+    """The server's tokens file gives the coordinator [old, new] during the overlap; the client's token file moves
+    to the new one; the old one is then dropped and refused, all without a restart."""
+    import grpc
+
+    from populora.access import Access
+
+    tokens, mine = tmp_path / "tokens.yaml", tmp_path / "token"
+    _write(tokens, "coordinator: old-token-0123\ndashboard: reader-token-0123\n")
+    _write(mine, "old-token-0123\n")
+    league = LeagueService.from_config(load_config(env=False, overrides=[f"run.output_dir={tmp_path}"]))
+    server, port, _ = rpc.make_server([league], 0, "127.0.0.1", access=Access(tokens_file=str(tokens)))
+    address = f"127.0.0.1:{port}"
+    client = rpc.connect("league", address, timeout=10, retries=0, token_file=str(mine))
+    stale = rpc.connect("league", address, "old-token-0123", timeout=10, retries=0)
+
+    def create(who, run_id: str) -> bool:
+        return who.CreateRun(league_pb2.CreateRunRequest(run_id=run_id, mode="population")).created
+
+    try:
+        assert create(client, "r0")
+        _write(tokens, "coordinator: [old-token-0123, new-token-0123]\ndashboard: reader-token-0123\n")
+        assert create(stale, "r1")  # the overlap: both are taken
+        _write(mine, "new-token-0123\n")
+        assert create(client, "r2")
+        _write(tokens, "coordinator: new-token-0123\ndashboard: reader-token-0123\n")
+        assert create(client, "r3")
+        with pytest.raises(rpc.ServiceError) as e:
+            create(stale, "r4")
+        assert e.value.code == grpc.StatusCode.UNAUTHENTICATED
+        _write(tokens, "coordinator: [unclosed\n")  # a file that does not parse keeps the tokens read before
+        assert create(client, "r5")
+        assert "services.tokens_file" in caplog.text
+        assert [r for r in ("r0", "r1", "r2", "r3", "r4", "r5") if league.db.run_exists(r)] == \
+            ["r0", "r1", "r2", "r3", "r5"]
+    finally:
+        client.close()
+        stale.close()
+        server.stop(None)
+        league.close()
+
+
+def test_a_tokens_file_that_cannot_be_used_stops_the_server_from_starting(tmp_path):
+    from populora.access import Access
+    from populora.config import ConfigError
+
+    with pytest.raises(ConfigError, match="services.tokens_file.*nowhere"):
+        Access(tokens_file=str(tmp_path / "nowhere.yaml"))
+    (tmp_path / "bad.yaml").write_text("mallory: x\n")
+    with pytest.raises(ConfigError, match="mallory"):
+        Access(tokens_file=str(tmp_path / "bad.yaml"))
+    (tmp_path / "token").write_text("two words\n")
+    with pytest.raises(ConfigError, match="one token"):
+        Access(token_file=str(tmp_path / "token"))
