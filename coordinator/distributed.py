@@ -41,13 +41,20 @@ class LocalCluster:
     """Services as subprocesses of `populora serve`, all reading one config file on free loopback ports; `trainers`
     and `inference` replicas of those two (each on its own port, listed in services.<name>.replicas, each adapter
     placed on one of them), one process each of the others. A process is named after its service, a replica
-    `trainer-0`, `trainer-1`, ... when there are several."""
+    `trainer-0`, `trainer-1`, ... when there are several. With `tls`, every process speaks mutual TLS with its own
+    certificate (a development CA in the workdir), so each is held to its identity's scope."""
 
     def __init__(self, workdir: Path, preset: str = "cpu-tiny", overrides: list[str] | None = None,
                  db_url: str = DEFAULT_PG, redis_url: str = "redis://127.0.0.1:6379/0", trainers: int = 1,
-                 inference: int = 1):
+                 inference: int = 1, tls: bool = False):
         self.workdir = Path(workdir).resolve()
         self.workdir.mkdir(parents=True, exist_ok=True)
+        tls_overrides = []
+        if tls:  # mutual TLS between every process: a development CA and a certificate per identity in the workdir
+            from populora.certs import write_certs
+
+            write_certs(self.workdir / "certs", days=2)
+            tls_overrides = ["services.tls.enabled=true", f"services.tls.dir={self.workdir / 'certs'}"]
         counts = {"trainer": trainers, "inference": inference}
         if min(counts.values()) < 1:
             raise ValueError(f"each placed service needs at least one replica, got {counts}")
@@ -69,7 +76,7 @@ class LocalCluster:
         cfg = load_config(preset=preset, env=False, overrides=[
             f"run.output_dir={self.workdir / 'runs'}", f"store.root={self.workdir / 'store'}",
             "run.deployment=distributed", "queue.backend=redis", f"queue.redis_url={redis_url}",
-            f"league.db_url={db_url}", *ports, *(overrides or [])])
+            f"league.db_url={db_url}", *ports, *tls_overrides, *(overrides or [])])
         self.cfg = cfg
         self.config_path = self.workdir / "config.yaml"
         self.config_path.write_text(cfg.to_yaml())
@@ -184,6 +191,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="inference replicas, each serving its share of the adapters ($INFERENCE, default 1)")
     p.add_argument("--population", type=_count(2, even=True), default=os.environ.get("POPULATION") or None,
                    help="members, half teachers and half students ($POPULATION; default: the preset's)")
+    p.add_argument("--tls", action="store_true",
+                   help="mutual TLS between every process, with a development CA and certificates in the workdir")
     args = p.parse_args(argv)
     if args.population:
         half = args.population // 2
@@ -194,7 +203,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     cluster = LocalCluster(Path(args.workdir), args.preset, args.overrides, db_url=args.db_url,
-                           trainers=args.trainers, inference=args.inference)
+                           trainers=args.trainers, inference=args.inference, tls=args.tls)
     print(f"starting {', '.join(cluster.replicas)} on loopback (logs in {cluster.logs})", flush=True)
     try:
         cluster.start()
