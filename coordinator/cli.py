@@ -107,7 +107,7 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     from services.league.rest import dashboard_server
 
     check_run_flag(args.run, "--run")
-    server = dashboard_server(load_cli_config(args), host=args.host, port=args.port)
+    server = dashboard_server(load_cli_config(args), host=args.host, port=args.port, insecure=args.insecure)
     route = f"#/overview/{args.run}" if args.run else ""
     print(f"dashboard: {server.url}{route} (Ctrl-C to stop)", flush=True)
     server.run()
@@ -215,7 +215,10 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("dashboard", help="serve the web dashboard of the runs in a run database (read-only)")
     d.add_argument("--run", default=None, help="the run to open first (default: the latest)")
     d.add_argument("--port", type=int, default=8080)
-    d.add_argument("--host", default="127.0.0.1", help="listen address (0.0.0.0 to share it)")
+    d.add_argument("--host", default="127.0.0.1", help="listen address (0.0.0.0 to share it: HTTPS with "
+                   "services.tls, else --insecure)")
+    d.add_argument("--insecure", action="store_true", help="serve plain HTTP on a non-loopback address (said in "
+                   "the log)")
     _config_args(d, default_preset="cpu-smol")
     d.set_defaults(func=cmd_dashboard)
 

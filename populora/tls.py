@@ -173,14 +173,14 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def check_bind(name: str, host: str, files: TlsFiles | None, insecure: bool) -> None:
+def check_bind(name: str, host: str, files: TlsFiles | None, insecure: bool, what: str = "gRPC") -> None:
     """A server without TLS on an address other machines reach starts only when told `insecure` (said in the log);
     TlsError otherwise."""
     if files is not None or is_loopback(host):
         return
     if not insecure:
-        raise TlsError(f"{name}: refusing to serve plaintext gRPC on {host}, an address other machines reach: turn "
+        raise TlsError(f"{name}: refusing to serve plaintext {what} on {host}, an address other machines reach: turn "
                        "on services.tls (`populora certs` makes a development CA and certificates), bind loopback, "
                        "or pass --insecure (services.tls.insecure) to serve without TLS anyway")
-    log.warning("%s: serving plaintext gRPC on %s (--insecure): anyone on the network path reads and can replay "
-                "its credentials", name, host)
+    log.warning("%s: serving plaintext %s on %s (--insecure): anyone on the network path reads and can replay "
+                "its credentials", name, what, host)

@@ -13,20 +13,24 @@ from services.league.service import LeagueService
 
 if TYPE_CHECKING:
     from populora.config import Config
+    from populora.tls import TlsFiles
 
 
 class LeagueRestServer:
     """The league's REST app on uvicorn, read-only by default: in the foreground (`populora dashboard`) or in a
     thread beside an embedded run (`populora train --dashboard`)."""
 
-    def __init__(self, service: LeagueService, host: str = "127.0.0.1", port: int = 8080, read_only: bool = True):
+    def __init__(self, service: LeagueService, host: str = "127.0.0.1", port: int = 8080, read_only: bool = True,
+                 tls: TlsFiles | None = None):
         import uvicorn
+
+        from populora.tls import uvicorn_ssl
 
         self.service = service
         config = uvicorn.Config(create_app(service, read_only=read_only), host=host, port=port, log_level="warning",
-                                access_log=False)
+                                access_log=False, **(uvicorn_ssl(tls) if tls else {}))
         self.server = uvicorn.Server(config)
-        self.url = f"http://{host}:{port}/"
+        self.url = f"{'https' if tls else 'http'}://{host}:{port}/"
         self._thread: threading.Thread | None = None
 
     def run(self) -> None:
@@ -53,15 +57,20 @@ class LeagueRestServer:
 
 
 def dashboard_server(cfg: Config, host: str = "127.0.0.1", port: int = 8080,
-                     existing: bool = True) -> LeagueRestServer:
+                     existing: bool = True, insecure: bool = False) -> LeagueRestServer:
     """The read-only dashboard over the run database `cfg` names (`league.db_url`: the embedded SQLite file under
     `run.output_dir`, or the distributed Postgres). With `existing`, a SQLite file that is not there is an error
-    rather than a new empty database."""
+    rather than a new empty database. HTTPS with the dashboard's certificate where services.tls is on; plaintext on
+    a non-loopback address only when `insecure` (or services.tls.insecure)."""
     from populora.config import ConfigError
+    from populora.tls import check_bind, tls_files
+
+    tls = tls_files(cfg.services.tls, "dashboard")
+    check_bind("dashboard", host, tls, insecure or cfg.services.tls.insecure, what="HTTP")
 
     url = cfg.resolve(cfg.league.db_url) if existing else cfg.league_db_url
     if existing and url.startswith("sqlite:///") and not FilePath(url[len("sqlite:///"):]).exists():
         raise ConfigError(f"no run database at {url[len('sqlite:///'):]}: point --set run.output_dir=DIR at the "
                           "directory `populora train` wrote to, or --set league.db_url=URL at its database")
-    return LeagueRestServer(LeagueService.from_config(cfg, url), host, port)
+    return LeagueRestServer(LeagueService.from_config(cfg, url), host, port, tls=tls)
 

@@ -139,3 +139,21 @@ def test_populora_serve_answers_rest_over_tls_and_refuses_plaintext(tmp_path, pk
         proc.terminate()
         out = proc.communicate(timeout=30)[0].decode()
     assert "mutual TLS as league" in out and f"https://127.0.0.1:{rest_port}" in out, out
+
+
+def test_the_dashboard_serves_https_with_its_certificate_and_refuses_plain_http_outside_loopback(tmp_path, pki):
+    from populora.tls import TlsError
+    from services.league.rest_server import dashboard_server
+
+    over = [f"run.output_dir={tmp_path}", "services.tls.enabled=true", f"services.tls.dir={pki}"]
+    server = dashboard_server(load_config(env=False, overrides=over), port=free_port(), existing=False).start()
+    try:
+        assert server.url.startswith("https://")
+        ca = ssl.create_default_context(cafile=str(files(pki, "dashboard").ca))
+        assert httpx.get(f"{server.url}healthz", verify=ca, timeout=10).status_code == 200
+    finally:
+        server.stop()
+    plain = load_config(env=False, overrides=[f"run.output_dir={tmp_path}"])
+    with pytest.raises(TlsError, match="plaintext HTTP on 0.0.0.0"):
+        dashboard_server(plain, host="0.0.0.0", port=free_port(), existing=False)
+    dashboard_server(plain, host="0.0.0.0", port=free_port(), existing=False, insecure=True).service.close()
