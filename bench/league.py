@@ -21,6 +21,9 @@ summary through RecordStepSummary); while a writer adds steps (stored the same w
 matches/s), 4 dashboards refresh in a loop, each refresh being the JSON calls the page makes: overview, steps,
 leaderboard, rating curves, lineage and payoff (`dashboard_api_p99_ms`).
 
+TLS: `tls_throughput_ratio`, the uncached leaderboard's requests per second over HTTPS over those over plain HTTP,
+measured alternately in the same run (bench/league_tls.py).
+
 The workloads are bench/league_reads.py (matchmaking, reports, leaderboard and lineage reads, staleness) and
 bench/league_dashboard.py (the dashboard's run); bench/league_server.py starts the servers, bench/loadgen.py loads them.
 """
@@ -42,6 +45,7 @@ from bench.league_reads import (
     table_health,
 )
 from bench.league_server import BENCH_TOKEN, DEFAULT_PG, drop_schema, make_schema
+from bench.league_tls import bench_tls
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -114,6 +118,7 @@ def main(argv: list[str] | None = None) -> int:
             "lineage_uncached_p99_ms": off["lineage"]["p99_ms"],
             "leaderboard_uncached_cpu_ms": off["cpu_ms"],
             "writes_matches_per_s": round(min(on["write_rate"], off["write_rate"]), 1)})
+        result.update(bench_tls(url, run_id, args.clients, min(args.seconds, 5.0)))
         same = bench_staleness(url, run_id, teachers, students, 5.0, args.write_rate, 1.0, replica=False)
         other = bench_staleness(url, run_id, teachers, students, 5.0, args.write_rate, 1.0, replica=True)
         result.update({"leaderboard_staleness_max_ms": same["max_ms"],
@@ -140,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
             "leaderboard_uncached_p99_ms<=50": result["leaderboard_uncached_p99_ms"] <= 50,
             "leaderboard_uncached_rps>=500": result["leaderboard_uncached_rps"] >= 500,
             "writes_matches_per_s>=200": result["writes_matches_per_s"] >= 200,
+            "tls_throughput_ratio>=0.95": result["tls_throughput_ratio"] >= 0.95,
             "leaderboard_staleness_replica_max_ms<=cache window + 50": other["max_ms"] <= 1000 + 50,
             "dashboard_api_p99_ms<=50": result["dashboard_api_p99_ms"] <= 50}
     finally:

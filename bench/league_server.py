@@ -35,16 +35,19 @@ def drop_schema(base_url: str, schema: str) -> None:
     engine.dispose()
 
 
-def serve_rest(url: str, port: int, read_cache_s: float) -> None:
-    """Child process: the league REST app alone on uvicorn."""
+def serve_rest(url: str, port: int, read_cache_s: float, tls=None) -> None:
+    """Child process: the league REST app alone on uvicorn (over HTTPS with `tls`, a populora.tls.TlsFiles, as
+    `populora serve league` serves it with services.tls on)."""
     import uvicorn
 
+    from populora.tls import uvicorn_ssl
     from services.league.db import LeagueDB
     from services.league.rest import create_app
     from services.league.service import LeagueService
 
     service = LeagueService(LeagueDB(url), read_cache_s=read_cache_s)
-    uvicorn.run(create_app(service), host="127.0.0.1", port=port, log_level="warning", access_log=False)
+    uvicorn.run(create_app(service), host="127.0.0.1", port=port, log_level="warning", access_log=False,
+                **(uvicorn_ssl(tls) if tls else {}))
 
 
 class LeagueProcess:

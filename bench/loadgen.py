@@ -28,9 +28,11 @@ async def http_get(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, p
     return body
 
 
-async def client_loop(port: int, paths: list[str], deadline: float, latencies: list[float]) -> None:
-    """A keep-alive HTTP/1.1 client: one request at a time, read the full body, time it."""
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+async def client_loop(port: int, paths: list[str], deadline: float, latencies: list[float], ssl=None) -> None:
+    """A keep-alive HTTP/1.1 client: one request at a time, read the full body, time it. With `ssl` (an
+    ssl.SSLContext), over TLS: one handshake per client, as a keep-alive client makes."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=ssl,
+                                                   server_hostname="127.0.0.1" if ssl else None)
     i = 0
     try:
         while time.perf_counter() < deadline:
@@ -53,20 +55,21 @@ def run_async(coro):
         return asyncio.run(coro)
 
 
-async def load(port: int, paths: list[str], clients: int, seconds: float) -> tuple[list[float], float]:
+async def load(port: int, paths: list[str], clients: int, seconds: float, ssl=None) -> tuple[list[float], float]:
     latencies: list[float] = []
     start = time.perf_counter()
-    await asyncio.gather(*(client_loop(port, paths, start + seconds, latencies) for _ in range(clients)))
+    await asyncio.gather(*(client_loop(port, paths, start + seconds, latencies, ssl) for _ in range(clients)))
     return latencies, time.perf_counter() - start
 
 
-def wait_http(port: int, timeout: float = 60.0) -> None:
+def wait_http(port: int, timeout: float = 60.0, ssl=None) -> None:
     import urllib.request
 
     deadline = time.monotonic() + timeout
+    scheme = "https" if ssl else "http"
     while time.monotonic() < deadline:
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as resp:
+            with urllib.request.urlopen(f"{scheme}://127.0.0.1:{port}/healthz", timeout=2, context=ssl) as resp:
                 if resp.status == 200:
                     return
         except OSError:
