@@ -95,7 +95,7 @@ class Replicas:
     def _connect(self, address: str) -> Any:
         s = self.cfg.services
         # no retrying in the Remote: a replica that does not answer is replaced by the others at once
-        return connect(self.service, address, s.token, s.grpc_timeout_s, s.grpc_retries, None, self.tls, s.token_file)
+        return connect(self.service, address, s.token, s.grpc_timeout_s, s.grpc_retries, None, self.tls, s.token_path)
 
     def refresh(self) -> None:
         """Resolve the replicas again; probe the ones taken as dead, which rejoin when they answer. A name that does

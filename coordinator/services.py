@@ -73,7 +73,7 @@ def remote(name: str, cfg: Config) -> Any:
 
         return placed(name, cfg)
     return connect(name, f"{ep.host}:{ep.port}", cfg.services.token, cfg.services.grpc_timeout_s,
-                   cfg.services.grpc_retries, Backoff.from_config(cfg), client_tls(cfg), cfg.services.token_file)
+                   cfg.services.grpc_retries, Backoff.from_config(cfg), client_tls(cfg), cfg.services.token_path)
 
 
 def open_services(cfg: Config) -> Services:

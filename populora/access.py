@@ -111,16 +111,16 @@ class Access:
         self.tls, self._token = tls, token
         self._static = dict(tokens or {})
         self._index = token_index(self._static)
-        self._token_file = WatchedFile(token_file, one_token, "services.token_file") if token_file else None
-        self._tokens_file = WatchedFile(tokens_file, token_mapping, "services.tokens_file") if tokens_file else None
+        self._token_file = WatchedFile(token_file, one_token, "services.token_path") if token_file else None
+        self._tokens_file = WatchedFile(tokens_file, token_mapping, "services.tokens_path") if tokens_file else None
         self._merged: tuple[Any, dict[str, str]] = (None, self._index)
         # a plaintext server without scoped tokens: reads are open, as before scopes existed
         self.open_reads = not tls and not self._index and self._tokens_file is None
 
     @classmethod
     def from_config(cls, services, tls: bool) -> Access:
-        """From a ServicesConfig (token, tokens, token_file, tokens_file)."""
-        return cls(services.token, services.tokens, tls, services.token_file, services.tokens_file)
+        """From a ServicesConfig (token, tokens, token_path, tokens_path)."""
+        return cls(services.token, services.tokens, tls, services.token_path, services.tokens_path)
 
     @property
     def token(self) -> str:

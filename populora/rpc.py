@@ -257,7 +257,7 @@ class Remote:
         self.contract, self.address, self.timeout = contract, address, timeout
         self.backoff = backoff  # a call answered UNAVAILABLE is tried again for this long (None: not at all)
         self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
-        self._token_file = WatchedFile(token_file, one_token, "services.token_file") if token_file else None
+        self._token_file = WatchedFile(token_file, one_token, "services.token_path") if token_file else None
         self._retries, self._tls = retries, tls
         self._server_name = next((n for n, c in CONTRACTS.items() if c is contract), "")
         self._stamp = tls.stamp() if tls else None

@@ -154,13 +154,13 @@ class ServicesConfig(Section):
     tokens: dict[str, str | list[str]] = Field(default_factory=dict)
     """Scoped tokens where TLS is off: identity (populora.scopes.IDENTITIES) -> its own token. A call presenting one
     may call only that identity's scope (docs/operations.md, Who may call what); with scoped tokens set, reads need
-    a token too. A server reads them (e.g. from $POPULORA__SERVICES__TOKENS_FILE, a YAML mapping); a client presents
+    a token too. A server reads them (from here, or read again on change from tokens_path); a client presents
     services.token, so give each client its own token there. An identity may hold two tokens while one replaces the
     other ([old, new]). Never stored with a run."""
-    token_file: str = ""
+    token_path: str = ""
     """A file holding services.token (the token this process presents, and a server's deployment-wide one), read
     again whenever it changes, so a token is replaced without a restart; overrides services.token."""
-    tokens_file: str = ""
+    tokens_path: str = ""
     """A YAML mapping like services.tokens (identity -> token or [tokens]) that a server reads again whenever it
     changes, merged over services.tokens: the scoped tokens replaced without a restart."""
 

@@ -129,7 +129,7 @@ def test_a_scoped_token_is_replaced_while_calls_go_on(tmp_path, caplog):
         assert e.value.code == grpc.StatusCode.UNAUTHENTICATED
         _write(tokens, "coordinator: [unclosed\n")  # a file that does not parse keeps the tokens read before
         assert create(client, "r5")
-        assert "services.tokens_file" in caplog.text
+        assert "services.tokens_path" in caplog.text
         assert [r for r in ("r0", "r1", "r2", "r3", "r4", "r5") if league.db.run_exists(r)] == \
             ["r0", "r1", "r2", "r3", "r5"]
     finally:
@@ -143,7 +143,7 @@ def test_a_tokens_file_that_cannot_be_used_stops_the_server_from_starting(tmp_pa
     from populora.access import Access
     from populora.config import ConfigError
 
-    with pytest.raises(ConfigError, match="services.tokens_file.*nowhere"):
+    with pytest.raises(ConfigError, match="services.tokens_path.*nowhere"):
         Access(tokens_file=str(tmp_path / "nowhere.yaml"))
     (tmp_path / "bad.yaml").write_text("mallory: x\n")
     with pytest.raises(ConfigError, match="mallory"):
@@ -151,3 +151,17 @@ def test_a_tokens_file_that_cannot_be_used_stops_the_server_from_starting(tmp_pa
     (tmp_path / "token").write_text("two words\n")
     with pytest.raises(ConfigError, match="one token"):
         Access(token_file=str(tmp_path / "token"))
+
+
+def test_the_token_paths_come_from_the_environment(tmp_path, monkeypatch):
+    """POPULORA__SERVICES__TOKENS_PATH names the file (a *_FILE variable would be read once, as the value itself)."""
+    from populora.access import EVERY, Access
+
+    (tmp_path / "tokens.yaml").write_text("dashboard: reader-token-0123\n")
+    (tmp_path / "token").write_text("deployment-token-0123\n")
+    monkeypatch.setenv("POPULORA__SERVICES__TOKENS_PATH", str(tmp_path / "tokens.yaml"))
+    monkeypatch.setenv("POPULORA__SERVICES__TOKEN_PATH", str(tmp_path / "token"))
+    access = Access.from_config(load_config().services, tls=False)
+    assert access.identity("Bearer reader-token-0123", "", read_only=True) == "dashboard"
+    assert access.identity("Bearer deployment-token-0123", "", read_only=False) == EVERY
+    assert not access.open_reads
