@@ -186,16 +186,19 @@ def test_a_member_retired_after_the_checkpoint_keeps_the_role_it_had_there():
 
 def test_cpu_experiment_preset_is_cpu_smol_with_a_step_cap():
     """Its comment promises cpu-smol's settings (the same warm-start cache, the measurements of docs/warmstart.md)
-    but for the ones it names: how the update uses the machine and what is scored."""
+    but for the ones it names: how the update uses the machine, reproducibility and what is scored."""
     smol = load_config(preset="cpu-smol", env=False).model_dump()
     exp = load_config(preset="cpu-smol-experiment", env=False).model_dump()
     assert exp["run"].pop("steps") > smol["run"].pop("steps")
+    assert exp["run"].pop("reproducible") and not smol["run"].pop("reproducible")
     assert exp["eval"].pop("max_new_tokens") == exp["generation"]["max_new_tokens"]  # as long as training answers
-    assert (exp["trainer"].pop("threads"), exp["trainer"].pop("activation_checkpointing")) == (-1, False)
+    # run.reproducible: the -1 (the free cores) of both becomes one thread; no checkpointing in either
+    assert (smol["trainer"].pop("threads"), smol["generation"].pop("threads")) == (-1, -1)
+    assert (exp["trainer"].pop("threads"), exp["generation"].pop("threads")) == (1, 1)
+    assert exp["trainer"].pop("activation_checkpointing") is smol["trainer"].pop("activation_checkpointing") is False
     assert (exp["eval"].pop("checkpoints"), exp["eval"].pop("members")) == ([1.0], "students")
     for key in ("max_new_tokens", "checkpoints", "members"):
         smol["eval"].pop(key)
-    smol["trainer"].pop("threads"), smol["trainer"].pop("activation_checkpointing")
     assert exp == smol
 
 
