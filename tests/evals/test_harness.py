@@ -88,8 +88,8 @@ def test_bad_targets_and_settings_are_refused_before_generating(services, adapte
             evaluate(services, [target], "humaneval", limit=1, **kw)
     with pytest.raises(EvalError, match="unknown benchmark"):
         evaluate(services, [target], "nope")
-    with pytest.raises(EvalError, match="--data"):
-        evaluate(services, [target], "mbpp-plus")
+    with pytest.raises(EvalError, match="--data"):  # not shipped with the harness, unlike MBPP+ and CRUXEval
+        evaluate(services, [target], "humaneval-plus")
     # nothing was generated: the base model's rows never reached the backend
     assert services.inference.backend.decoder.steps == 0
     listed = services.inference.ListAdapters(inference_pb2.ListAdaptersRequest())
