@@ -62,12 +62,23 @@ def check_record(name: str, url: str, task_types: list[str]) -> None:
         raise RegistryError("task_types", f"unknown task type(s) {unknown}; allowed: {list(TASK_TYPES)}")
 
 
+def create_table(engine: sa.Engine) -> None:
+    """Create `external_verifiers` where it is missing. Processes that start at the same time (sandbox replicas, an
+    experiment's seeds) may each find it missing and each CREATE it; the one that loses that race gets the database's
+    error although the table is there, which is what it wanted."""
+    try:
+        metadata.create_all(engine, tables=[external_verifiers], checkfirst=True)
+    except sa.exc.DBAPIError:
+        if not sa.inspect(engine).has_table(external_verifiers.name):
+            raise
+
+
 class VerifierRegistry:
     """CRUD over the `external_verifiers` table."""
 
     def __init__(self, db_url: str):
         self.engine = sa.create_engine(db_url, pool_pre_ping=True)
-        metadata.create_all(self.engine, tables=[external_verifiers], checkfirst=True)
+        create_table(self.engine)
 
     def register(self, name: str, url: str, task_types: list[str]) -> VerifierRecord:
         """Add or replace a verifier (registration is idempotent by name)."""
