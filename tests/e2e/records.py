@@ -139,7 +139,7 @@ def learning_signal(records: dict) -> dict[int, set[str]]:
     phases = records["phases"]
     roles = {a: m["role"] for a, m in phases["0/init"]["population"].items()}
     out: dict[int, set[str]] = {}
-    for key, update in sorted(phases.items()):
+    for key, update in sorted(phases.items(), key=lambda kv: int(kv[0].split("/")[0])):  # step 10 after step 9
         step, phase = key.split("/")
         if phase != "update":
             continue
