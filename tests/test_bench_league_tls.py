@@ -23,3 +23,6 @@ def test_tls_ratio_from_both_servers(tmp_path):
     assert out["leaderboard_uncached_plain_rps"] > 0 and out["leaderboard_uncached_tls_rps"] > 0
     assert out["tls_throughput_ratio"] == round(out["leaderboard_uncached_tls_rps"] /
                                                 out["leaderboard_uncached_plain_rps"], 3)
+    for key in ("tls_server_cpu_ms_per_request", "plain_server_cpu_ms_per_request",
+                "tls_client_cpu_ms_per_request", "plain_client_cpu_ms_per_request"):
+        assert out[key] > 0, key  # each request cost both the server and the clients some CPU
