@@ -5,11 +5,18 @@ never an exception to the caller.
 Contract (also in the OpenAPI of the sandbox's REST app, as the callback of `POST /v1/verifiers`):
 request `POST <url>` with `{"task_type": str, "attempts": [{"attempt_id": str, "task": Task, "response_text":
 str}]}`; response 200 with `{"results": [{"attempt_id": str, "outcome": "correct"|"wrong"|"malformed",
-"detail": str}]}` holding every attempt id it was sent. Anything else is a failure.
+"detail": str}]}` holding every attempt id it was sent and no other. Anything else is a failure.
+
+With services.tls on, the sandbox reaches verifiers over HTTPS only, presenting its own certificate, and takes a
+verdict only from a server whose certificate the deployment's CA signed for the identity `verifier` (and for the
+URL's host): an external verifier's credential is that certificate, which opens no method of any service
+(populora.scopes), and its verdicts count only as answers to the attempts the sandbox sent it. The files are read
+again when they change.
 """
 
 from __future__ import annotations
 
+import ssl
 import threading
 import time
 from dataclasses import dataclass, field
@@ -17,6 +24,9 @@ from dataclasses import dataclass, field
 import httpx
 
 from populora.tasks.verify import Attempt, Check
+from populora.tls import TlsFiles
+
+VERIFIER_IDENTITY = "verifier"
 
 VERIFIER_OUTCOMES = ("correct", "wrong", "malformed")
 
@@ -65,12 +75,28 @@ class ExternalVerifiers:
     """HTTP client of the registered verifiers, with one circuit breaker per verifier name."""
 
     def __init__(self, timeout_s: float = 10.0, retries: int = 2, breaker_failures: int = 5,
-                 breaker_reset_s: float = 30.0):
+                 breaker_reset_s: float = 30.0, tls: TlsFiles | None = None):
         self.timeout_s, self.retries = timeout_s, retries
         self.breaker_failures, self.breaker_reset_s = breaker_failures, breaker_reset_s
         self._breakers: dict[str, CircuitBreaker] = {}
         self._lock = threading.Lock()
-        self._http = httpx.Client(timeout=timeout_s)
+        self.tls, self._stamp = tls, tls.stamp() if tls else None
+        self._http = self._client()
+
+    def _client(self) -> httpx.Client:
+        if self.tls is None:
+            return httpx.Client(timeout=self.timeout_s)
+        context = ssl.create_default_context(cafile=str(self.tls.ca))
+        context.load_cert_chain(str(self.tls.cert), str(self.tls.key))
+        return httpx.Client(timeout=self.timeout_s, verify=context)
+
+    def _current(self) -> httpx.Client:
+        """The client, made again with the files when any of them changed since (rotation without a stop)."""
+        if self.tls is not None and self.tls.stamp() != self._stamp and self.tls.pair_ok():
+            with self._lock:
+                old, self._http, self._stamp = self._http, self._client(), self.tls.stamp()
+            old.close()
+        return self._http
 
     def breaker(self, name: str) -> CircuitBreaker:
         with self._lock:
@@ -79,10 +105,16 @@ class ExternalVerifiers:
             return self._breakers[name]
 
     def _post(self, url: str, body: dict) -> dict:
+        if self.tls is not None and not url.lower().startswith("https://"):
+            raise VerifierCallError(f"{url} is not https: with services.tls on, verifiers are reached over HTTPS "
+                                    f"with a certificate for the identity {VERIFIER_IDENTITY!r}")
         last: Exception | None = None
         for attempt in range(self.retries + 1):
             try:
-                resp = self._http.post(url, json=body)
+                with self._current().stream("POST", url, json=body) as resp:
+                    if self.tls is not None:
+                        _check_peer(resp)  # before the body is read, while the connection is the response's
+                    resp.read()
                 if resp.status_code >= 500:
                     raise VerifierCallError(f"HTTP {resp.status_code}")
                 if resp.status_code != 200:
@@ -91,7 +123,7 @@ class ExternalVerifiers:
                 return resp.json()
             except (httpx.HTTPError, VerifierCallError, ValueError) as e:
                 last = e
-                if isinstance(e, VerifierCallError) and str(e).startswith("HTTP 4"):
+                if isinstance(e, VerifierCallError) and (str(e).startswith("HTTP 4") or "identity" in str(e)):
                     break
                 if attempt < self.retries:
                     time.sleep(min(0.05 * 2 ** attempt, 1.0))
@@ -110,6 +142,9 @@ class ExternalVerifiers:
         missing = [i for i in ids if i not in out]
         if missing:
             raise VerifierCallError(f"the response lacks attempt(s) {missing[:5]}")
+        foreign = sorted(set(out) - set(ids))
+        if foreign:  # a verifier answers for the attempts it was sent, never for others
+            raise VerifierCallError(f"the response names attempt(s) it was not sent {foreign[:5]}")
         return out
 
     def check(self, name: str, url: str, task_type: str, attempts: list[Attempt]) -> list[Check]:
@@ -130,3 +165,13 @@ class ExternalVerifiers:
 
     def close(self) -> None:
         self._http.close()
+
+
+def _check_peer(resp: httpx.Response) -> None:
+    """The server's certificate (already checked against the CA and the URL's host) names the verifier identity."""
+    stream = resp.extensions.get("network_stream")
+    peer = stream.get_extra_info("ssl_object").getpeercert() if stream is not None else None
+    names = [value for rdn in (peer or {}).get("subject", ()) for key, value in rdn if key == "commonName"]
+    if VERIFIER_IDENTITY not in names:
+        raise VerifierCallError(f"the server's certificate is for {names or 'no identity'}, not the identity "
+                                f"{VERIFIER_IDENTITY!r}")

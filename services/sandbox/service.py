@@ -17,6 +17,7 @@ from populora.rpc import CONTRACTS, ServiceError, exhausted, invalid
 from populora.tasks.jobs import Job, JobResult
 from populora.tasks.triplet import TASK_TYPES, Triplet
 from populora.tasks.verify import Attempt, Check, Proposal, check_answers, validate_proposals
+from populora.tls import tls_files
 from services.sandbox.backends import make_executor
 from services.sandbox.executor import Executor
 from services.sandbox.external import ExternalVerifiers
@@ -44,7 +45,10 @@ class SandboxService:
     @classmethod
     def from_config(cls, cfg: Config) -> SandboxService:
         registry = VerifierRegistry(cfg.sandbox.db_url or cfg.league_db_url)
-        return cls(make_executor(cfg.sandbox), cfg.tasks, cfg.sandbox, registry, token=cfg.services.token)
+        external = ExternalVerifiers(cfg.sandbox.verifier_timeout_s, cfg.sandbox.verifier_retries,
+                                     cfg.sandbox.breaker_failures, cfg.sandbox.breaker_reset_s,
+                                     tls_files(cfg.services.tls, "sandbox"))
+        return cls(make_executor(cfg.sandbox), cfg.tasks, cfg.sandbox, registry, external, token=cfg.services.token)
 
     def close(self) -> None:
         self.executor.close()
