@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
 
+from populora.datastores import check_db_url
 from populora.records import PHASE_RECORDS, from_json, to_json
 from populora.retry import Backoff, db_unavailable, retrying
 
@@ -58,6 +59,7 @@ class JournalDB:
         kwargs: dict[str, Any] = {"future": True}
         if url.startswith("sqlite"):
             kwargs["connect_args"] = {"timeout": 30, "check_same_thread": False}
+        check_db_url(url)
         self.engine = sa.create_engine(url, pool_pre_ping=True, **kwargs)
         self.backoff = backoff  # how long every call waits for the database to come back (None: not at all)
         self._retry(lambda: metadata.create_all(self.engine), "create the journal tables")

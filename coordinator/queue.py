@@ -51,10 +51,11 @@ class RedisStreamQueue:
     GROUP = "workers"
 
     def __init__(self, url: str, run_id: str, prefix: str = "populora", claim_idle_ms: int = 60_000,
-                 backoff: Backoff | None = None):
-        import redis
+                 backoff: Backoff | None = None, tls: dict[str, str] | None = None):
+        from populora.datastores import redis_client
 
-        self.client = redis.Redis.from_url(url)
+        # tls: the CA, client certificate and key of a rediss:// URL (populora.datastores.redis_tls)
+        self.client = redis_client(url, **(tls or {}))
         self.stream = f"{prefix}:steps:{run_id}"
         self.claim_idle_ms = claim_idle_ms
         self.backoff = backoff  # how long every call waits for Redis to come back (None: not at all)
@@ -63,7 +64,10 @@ class RedisStreamQueue:
     @classmethod
     def from_config(cls, cfg, run_id: str) -> RedisStreamQueue:
         q = cfg.queue
-        return cls(q.redis_url, run_id, q.stream_prefix, q.claim_idle_ms, Backoff.from_config(cfg))
+        from populora.datastores import redis_tls
+
+        tls = redis_tls(cfg) if q.redis_url.startswith("rediss://") else None
+        return cls(q.redis_url, run_id, q.stream_prefix, q.claim_idle_ms, Backoff.from_config(cfg), tls)
 
     def _retry(self, fn, what: str):
         return retrying(fn, f"the step queue {self.stream} ({what})", redis_unavailable, self.backoff, log)

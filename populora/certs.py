@@ -5,7 +5,9 @@ Each certificate names its identity as its common name and as a DNS subject alte
 checks a server against, and a server reads a client's identity from), with any extra host names or addresses given,
 and may serve and be a client. Keys are ECDSA P-256, written readable by their owner only. The files in the directory:
 `ca.pem` and `ca-key.pem`, and `NAME.pem` and `NAME-key.pem` per identity. An existing CA in the directory is kept
-(reissuing certificates under it is how they are renewed), unless a new one is asked for.
+(reissuing certificates under it is how they are renewed), unless a new one is asked for. The data stores of a
+deployment (DATA_STORES: Postgres and Redis, by their service names) get a server certificate the same way; they are
+no identity, so a gRPC server refuses a call that presents one.
 """
 
 from __future__ import annotations
@@ -24,6 +26,9 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from populora.scopes import IDENTITIES
 
 CA_NAME = "populora development CA"
+# The servers of a deployment that are no identity of it: their certificates name their host (compose service name)
+DATA_STORES = ("postgres", "redis")
+NAMES = (*IDENTITIES, *DATA_STORES)
 
 
 def ca_file(directory: str | Path) -> Path:
@@ -120,13 +125,14 @@ def load_ca(directory: str | Path):
     return key, cert
 
 
-def write_certs(directory: str | Path, names: Sequence[str] = IDENTITIES, days: float = 365, ca_days: float = 3650,
+def write_certs(directory: str | Path, names: Sequence[str] = NAMES, days: float = 365, ca_days: float = 3650,
                 hosts: Sequence[str] = (), new_ca: bool = False) -> list[Path]:
     """Write (or reuse) the CA in `directory` and a certificate and key for each of `names`; returns the files
     written. A key's file is written before its certificate, so a reader of a new certificate finds its key."""
-    unknown = [n for n in names if n not in IDENTITIES]
+    unknown = [n for n in names if n not in NAMES]
     if unknown:
-        raise ValueError(f"unknown identities {unknown}; the identities of a deployment are {list(IDENTITIES)}")
+        raise ValueError(f"unknown identities {unknown}; the identities of a deployment are {list(IDENTITIES)}, its "
+                         f"data stores {list(DATA_STORES)}")
     root = Path(directory)
     root.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
@@ -147,12 +153,14 @@ def write_certs(directory: str | Path, names: Sequence[str] = IDENTITIES, days: 
 
 def add_parser(sub) -> None:
     """The `populora certs` subcommand."""
-    c = sub.add_parser("certs", help="write a development CA and a certificate and key per service (mutual TLS)")
+    c = sub.add_parser("certs", help="write a development CA and a certificate and key per service and data store "
+                                     "(mutual TLS)")
     c.add_argument("--dir", default="certs", help="where to write them (default: certs); services.tls.dir")
     c.add_argument("--days", type=float, default=365, help="validity of each certificate in days (default 365)")
     c.add_argument("--ca-days", type=float, default=3650, help="validity of a new CA in days (default 3650)")
-    c.add_argument("--name", dest="names", action="append", default=[], choices=IDENTITIES, metavar="NAME",
-                   help=f"issue only this identity's certificate; repeatable (default: all of {', '.join(IDENTITIES)})")
+    c.add_argument("--name", dest="names", action="append", default=[], choices=NAMES, metavar="NAME",
+                   help=f"issue only this identity's (or data store's) certificate; repeatable (default: all of "
+                        f"{', '.join(NAMES)})")
     c.add_argument("--host", dest="hosts", action="append", default=[], metavar="HOST",
                    help="a further DNS name or IP address in every certificate issued; repeatable")
     c.add_argument("--new-ca", action="store_true", help="make a new CA even when the directory holds one")
@@ -160,7 +168,7 @@ def add_parser(sub) -> None:
 
 
 def main(args) -> int:
-    names = args.names or list(IDENTITIES)
+    names = args.names or list(NAMES)
     if args.days <= 0 or args.ca_days <= 0:
         raise SystemExit("error: --days and --ca-days must be positive")
     written = write_certs(args.dir, names, args.days, args.ca_days, args.hosts, args.new_ca)

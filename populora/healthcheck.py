@@ -56,7 +56,7 @@ def check(probe: Probe) -> tuple[bool, str]:
 
 def address_from_config(service: str) -> str:
     """127.0.0.1:<services.<service>.port> of the configuration in $POPULORA_CONFIG (+ POPULORA__* overrides)."""
-    from populora.rpc import SERVICE_NAMES
+    from populora.contracts import SERVICE_NAMES
 
     if service not in SERVICE_NAMES:
         raise ValueError(f"unknown service '{service}'; allowed: {list(SERVICE_NAMES)} "
@@ -70,7 +70,7 @@ def address_from_config(service: str) -> str:
 def tls_from_config(service: str):
     """The TLS files the service `service` presents, where its configuration turns TLS on (None otherwise, and for
     a name that is no service)."""
-    from populora.rpc import SERVICE_NAMES
+    from populora.contracts import SERVICE_NAMES
 
     if service not in SERVICE_NAMES:
         return None

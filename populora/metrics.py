@@ -29,9 +29,15 @@ def generate_latest() -> bytes:
     return _generate_latest(REGISTRY)
 
 
-def start_metrics_server(port: int, host: str = "0.0.0.0") -> None:
-    """Serve /metrics on its own port (services without a REST app)."""
-    if port:
+def start_metrics_server(port: int, host: str = "0.0.0.0", tls=None) -> None:
+    """Serve /metrics on its own port (services without a REST app); HTTPS with the certificate of `tls`
+    (populora.tls.TlsFiles) where the service speaks mutual TLS, a client certificate checked when one is presented
+    and not required (a scraper that only checks the server's)."""
+    if port and tls is not None:
+        tls.read()
+        start_http_server(port, addr=host, registry=REGISTRY, certfile=str(tls.cert), keyfile=str(tls.key),
+                          client_cafile=str(tls.ca))
+    elif port:
         start_http_server(port, addr=host, registry=REGISTRY)
 
 

@@ -203,8 +203,8 @@ def run_server(name: str, service: object, port: int, host: str, token: str, met
         threading.Thread(target=uv.run, daemon=True, name=f"{name}-rest").start()
         log.info("%s REST (and /metrics) on %s://%s:%d", name, "https" if tls else "http", host, rest_port)
     elif metrics_port:
-        start_metrics_server(metrics_port, host)
-        log.info("%s /metrics on %s:%d", name, host, metrics_port)
+        start_metrics_server(metrics_port, host, tls)
+        log.info("%s /metrics on %s://%s:%d", name, "https" if tls else "http", host, metrics_port)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())

@@ -5,7 +5,10 @@ root), brings up docker-compose.cpu.yml's services and waits for every health ch
 run of deploy/compose/cpu-distributed.yaml in the coordinator container, then checks from the host: the league's
 REST leaderboard lists the run's adapters, each of them loads in PEFT from the shared volume, every service's
 /metrics answers, and every program of the hostile corpus (tests/sandbox/hostile) run through the containerised
-sandbox (under gVisor) is contained. Always ends with `down -v` and checks that no container, network or volume of
+sandbox (under gVisor) is contained, and that every port it reaches refuses plaintext (gRPC, HTTPS, Postgres,
+Redis) while answering over TLS (scripts/compose_tls_checks.py). The stack runs with TLS everywhere: mutual TLS
+between the services with a certificate per identity, Postgres and Redis over TLS, Redis' ACL users, all made here
+for the run in a temporary directory. Always ends with `down -v` and checks that no container, network or volume of
 the stack is left. Prints one JSON line; exits 1 when anything failed (the errors on stderr and in the line).
 
 Environment: what scripts/images.sh reads (LOCAL_BASE, CA_BUNDLE, TORCH_WHEEL, ...), and
@@ -32,6 +35,9 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+import compose_tls_checks as tlscheck  # noqa: E402
 
 COMPOSE_FILE = "docker-compose.cpu.yml"
 CONFIG_FILE = ROOT / "deploy" / "compose" / "cpu-distributed.yaml"
@@ -96,17 +102,23 @@ class Stack:
         self.league_port = free_port()
         self.token = secrets.token_urlsafe(24)
         self.password = password = secrets.token_urlsafe(24)
+        self.redis_password = secrets.token_urlsafe(24)
         # the sandbox's secrets as files only root can read (the compose files' `secrets:`), removed in down()
         self.secrets_dir = Path(tempfile.mkdtemp(prefix="populora-compose-secrets-"))
         for name, value in (("token", self.token),
-                            ("db_url", f"postgresql+psycopg://populora:{password}@postgres:5432/populora")):
+                            ("db_url", f"postgresql+psycopg://populora:{password}@postgres:5432/populora"
+                                       "?sslmode=verify-full&sslrootcert=/run/secrets/tls/ca.pem")):
             path = self.secrets_dir / name
             path.write_text(value)
             path.chmod(0o400)
+        tlscheck.write_redis_acl(self.secrets_dir / "redis-users.acl", self.redis_password)
+        # a CA and a certificate per identity and data store, for this run only
+        self.certs = tlscheck.make_certs(self.secrets_dir / "certs")
         env = {k: v for k, v in os.environ.items() if not k.startswith(("POPULORA", "COMPOSE_"))}
         env.update(images)
         env.update({"COMPOSE_PROJECT_NAME": PROJECT, "POSTGRES_PASSWORD": password, "POPULORA_TOKEN": self.token,
-                    "POPULORA_LEAGUE_PORT": str(self.league_port), "POPULORA_SECRETS_DIR": str(self.secrets_dir)})
+                    "POPULORA_LEAGUE_PORT": str(self.league_port), "POPULORA_SECRETS_DIR": str(self.secrets_dir),
+                    "POPULORA_CERTS_DIR": str(self.certs), "REDIS_PASSWORD": self.redis_password})
         self.env = env
 
     def __call__(self, *args: str, timeout: float | None = None, check: bool = True) -> subprocess.CompletedProcess:
@@ -181,8 +193,8 @@ def wait_healthy(stack: Stack, result: dict[str, Any]) -> None:
 
 
 def leaderboard(stack: Stack, run_id: str) -> list[str]:
-    url = f"http://127.0.0.1:{stack.league_port}/v1/runs/{run_id}/leaderboard"
-    resp = httpx.get(url, timeout=30)
+    url = f"https://127.0.0.1:{stack.league_port}/v1/runs/{run_id}/leaderboard"
+    resp = tlscheck.https_get(url, stack.certs, "league")
     resp.raise_for_status()
     return [row["adapter_id"] for row in resp.json()["rows"]]
 
@@ -197,19 +209,19 @@ def check_volume(stack: Stack, image: str, run_id: str, model: str, adapters: li
 
 
 def metrics_endpoints(stack: Stack, services: dict[str, Any]) -> dict[str, str]:
-    """Each service's /metrics URL as the host reaches it: the league through its published port, the others on
-    their container's address."""
-    urls = {"league": f"http://127.0.0.1:{stack.league_port}/metrics"}
+    """Each service's /metrics URL (HTTPS) as the host reaches it: the league through its published port, the others
+    on their container's address."""
+    urls = {"league": f"https://127.0.0.1:{stack.league_port}/metrics"}
     for name in ("inference", "trainer", "sandbox", "evolver"):
         port = services[name].get("rest_port") if name == "sandbox" else services[name].get("metrics_port")
-        urls[name] = f"http://{stack.address(name)}:{port}/metrics"
+        urls[name] = f"https://{stack.address(name)}:{port}/metrics"
     return urls
 
 
-def metrics_answer(url: str) -> str:
-    """'' when the URL serves Prometheus text, else what was wrong."""
+def metrics_answer(stack: Stack, name: str, url: str) -> str:
+    """'' when the URL serves Prometheus text over TLS (the certificate of service `name`), else what was wrong."""
     try:
-        resp = httpx.get(url, timeout=15)
+        resp = tlscheck.https_get(url, stack.certs, name, timeout=15)
     except httpx.HTTPError as e:
         return f"{url}: {type(e).__name__}: {e}"
     if resp.status_code != 200 or "# TYPE" not in resp.text:
@@ -217,13 +229,16 @@ def metrics_answer(url: str) -> str:
     return ""
 
 
-def sandbox_runner(address: str, token: str):
-    """A Runner (list[Job] -> list[JobResult]) that sends the jobs to the sandbox service's Execute over gRPC."""
+def sandbox_runner(address: str, token: str, certs: Path):
+    """A Runner (list[Job] -> list[JobResult]) that sends the jobs to the sandbox service's Execute over gRPC (mutual
+    TLS as the coordinator)."""
     from populora import rpc
     from populora.pb import sandbox_pb2
     from populora.tasks.jobs import Job, JobResult
+    from populora.tls import TlsFiles
 
-    remote = rpc.connect("sandbox", address, token=token, timeout=900)
+    tls = TlsFiles("coordinator", certs / "ca.pem", certs / "coordinator.pem", certs / "coordinator-key.pem")
+    remote = rpc.connect("sandbox", address, token=token, timeout=900, tls=tls)
 
     def run_jobs(jobs: list[Job]) -> list[JobResult]:
         request = sandbox_pb2.ExecuteRequest(jobs=[
@@ -252,7 +267,7 @@ def hostile(stack: Stack) -> tuple[int, list[str]]:
     from populora.tasks.jobs import Job
     from tests.sandbox.hostile_corpus import run_corpus
 
-    runner = sandbox_runner(f"{stack.address('sandbox')}:50054", stack.token)
+    runner = sandbox_runner(f"{stack.address('sandbox')}:50054", stack.token, stack.certs)
     total, wrong = run_corpus(runner, profile="container")
     for r in runner([Job(name, program, timeout_s=5.0) for name, program in SECRET_PROBES.items()]):
         total += 1
@@ -274,6 +289,7 @@ def main() -> int:
     cfg = yaml.safe_load(CONFIG_FILE.read_text())
     run_id, steps = cfg["run"]["run_id"], int(cfg["run"]["steps"])
     result["steps_asked"] = steps
+    result["tls"] = bool((cfg["services"].get("tls") or {}).get("enabled"))
     stack: Stack | None = None
     try:
         t0 = time.monotonic()
@@ -323,7 +339,7 @@ def main() -> int:
         errors += [f"adapter {a} is not a PEFT adapter in the volume: {e}" for a, e in not_peft.items()]
 
         urls = metrics_endpoints(stack, cfg["services"])
-        bad_metrics = [m for m in (metrics_answer(u) for u in urls.values()) if m]
+        bad_metrics = [m for m in (metrics_answer(stack, n, u) for n, u in urls.items()) if m]
         result["metrics_ok"] = len(urls) - len(bad_metrics)
         errors += [f"/metrics does not answer: {m}" for m in bad_metrics]
 
@@ -331,6 +347,12 @@ def main() -> int:
         total, wrong = hostile(stack)
         result["hostile_total"], result["hostile_contained"] = total, total - len(wrong)
         errors += [f"hostile program not contained: {w}" for w in wrong]
+
+        log("plaintext to every port the host reaches (refused), and TLS (answered)")
+        seen = tlscheck.plaintext_refused(stack.address, stack.league_port, cfg["services"], stack.certs,
+                                          stack.password, stack.redis_password)
+        errors += seen.pop("problems")
+        result.update(seen)
     except SetupError as e:
         errors.append(str(e))
     except Exception as e:  # whatever went wrong is reported in the line; the stack still comes down

@@ -45,7 +45,16 @@ class QueueConfig(Section):
     backend: Literal["inprocess", "redis"] = "inprocess"
     """Step-phase queue: in-process (embedded) or Redis Streams (distributed)."""
     redis_url: str = "redis://127.0.0.1:6379/0"
-    """Redis server of the streams."""
+    """Redis server of the streams: `redis://` plaintext, `rediss://[USER:PASSWORD@]HOST:PORT/DB` over TLS (a
+    deployment's Redis has an ACL user per client: populora.datastores)."""
+    redis_ca: str = ""
+    """rediss:// only: the CA certificate the Redis server's certificate is checked against (its name must match the
+    URL's host); empty = services.tls's CA when services.tls is on."""
+    redis_cert: str = ""
+    """rediss:// only: the client certificate presented to Redis (`--tls-auth-clients yes`); empty = this process's
+    services.tls certificate when services.tls is on."""
+    redis_key: str = ""
+    """rediss:// only: the key of queue.redis_cert; empty = this process's services.tls key when that is on."""
     claim_idle_ms: int = Field(60_000, ge=100)
     """A pending entry idle this long is reclaimed by another consumer."""
     stream_prefix: str = "populora"

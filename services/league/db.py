@@ -21,6 +21,7 @@ from pathlib import Path
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 
+from populora.datastores import check_db_url
 from services.league import checks
 from services.league import tables as t
 from services.league.db_lineage import LineageStore
@@ -85,6 +86,7 @@ class LeagueDB(MatchStore, LineageStore, TelemetryStore, RunProgressStore):
             self.engine = _sqlite_engine(url, immediate=True)
             self.read_engine = _sqlite_engine(url, immediate=False)
         else:
+            check_db_url(url)
             self.engine = sa.create_engine(url, pool_size=pool_size, max_overflow=2 * pool_size,
                                            pool_pre_ping=True)
             self.read_engine = self.engine

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import sqlalchemy as sa
 
+from populora.datastores import check_db_url
 from populora.tasks.triplet import TASK_TYPES
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
@@ -77,6 +78,7 @@ class VerifierRegistry:
     """CRUD over the `external_verifiers` table."""
 
     def __init__(self, db_url: str):
+        check_db_url(db_url, "sandbox.db_url (or league.db_url)")
         self.engine = sa.create_engine(db_url, pool_pre_ping=True)
         create_table(self.engine)
 

@@ -32,9 +32,11 @@ REST_SERVICES = ("league", "sandbox")
 CONFIG_PATH = "/etc/populora/config.yaml"
 SECRET_NAME = "populora-secrets"
 # Stand-ins for secret values, so files can be rendered and configs loaded without real secrets.
-DUMMY_SECRETS = {"POSTGRES_PASSWORD": "dummy-pg-password", "POPULORA_TOKEN": "dummy-token"}
+DUMMY_SECRETS = {"POSTGRES_PASSWORD": "dummy-pg-password", "POPULORA_TOKEN": "dummy-token",
+                 "REDIS_PASSWORD": "dummy-redis-password"}
 SECRET_PLACEHOLDERS = {"POPULORA__LEAGUE__DB_URL": "postgresql+psycopg://populora:dummy@postgres:5432/populora",
-                       "POPULORA_TOKEN": "dummy-token"}
+                       "POPULORA_TOKEN": "dummy-token",
+                       "POPULORA__QUEUE__REDIS_URL": "rediss://coordinator:dummy@redis:6379/0"}
 INSTALL = {
     "docker-compose": "install Debian's docker-compose package: `make apt` (as root) or "
                       "`apt-get install -y docker-compose`",

@@ -27,6 +27,7 @@ from tests.deploy.deployment import (
 )
 
 POPULORA = (*SERVICES, "coordinator")
+TLS_NAMES = (*POPULORA, "postgres", "redis")  # who gets a certificate of `populora certs`
 SANDBOX_PEERS = {"sandbox", "coordinator", "league", "postgres"}
 
 
@@ -55,8 +56,12 @@ def test_rendering_gives_the_whole_system(file, variant):
     assert set(services) == set(POPULORA) | {"postgres", "redis"}, f"{file}: {sorted(services)}"
     assert set(doc["volumes"]) == {"data", "pgdata", "redisdata"}, f"{file}: volumes {sorted(doc['volumes'])}"
     assert set(doc["networks"]) == {"backend", "sandbox"} and doc["networks"]["sandbox"].get("internal") is True
-    assert doc["secrets"] == {name: {"file": str(ROOT / "secrets" / path)} for name, path in
-                              (("populora_token", "token"), ("populora_db_url", "db_url"))}, doc["secrets"]
+    tls = {f"tls_{n}_{kind}": {"file": str(ROOT / "certs" / f"{n}{suffix}.pem")} for n in TLS_NAMES
+           for kind, suffix in (("cert", ""), ("key", "-key"))}
+    assert doc["secrets"] == {**{name: {"file": str(ROOT / "secrets" / path)} for name, path in
+                                 (("populora_token", "token"), ("populora_db_url", "db_url"),
+                                  ("redis_users", "redis-users.acl"))},
+                              "tls_ca": {"file": str(ROOT / "certs" / "ca.pem")}, **tls}, doc["secrets"]
     image = f"{defaults['POPULORA_IMAGE']}:{defaults['POPULORA_TAG']}-{variant}"
     base = re.search(r"^ARG BASE_IMAGE=(\S+)$", (ROOT / "Dockerfile").read_text(), re.M).group(1)
     for name in POPULORA:
@@ -187,7 +192,7 @@ def test_sandbox_secrets_are_files_not_environment(compose):
     assert not [k for k in env if re.search(r"PASSWORD|TOKEN|DB_URL", k) and not k.endswith("_FILE")], \
         f"{file}: a secret in the sandbox's environment"
     assert not [v for v in env.values() if "dummy" in v], f"{file}: a secret value in the sandbox's environment"
-    mounted = {f"/run/secrets/{s['source'] if isinstance(s, dict) else s}" for s in sandbox["secrets"]}
+    mounted = {f"/run/secrets/{s.get('target', s['source']) if isinstance(s, dict) else s}" for s in sandbox["secrets"]}
     assert {env["POPULORA_TOKEN_FILE"], env["POPULORA__LEAGUE__DB_URL_FILE"]} <= mounted
     for name in sandbox["secrets"]:
         source = name["source"] if isinstance(name, dict) else name
@@ -241,7 +246,10 @@ SECRET_NAMES = (".env", "id_rsa", "id_ed25519")
 SECRET_SUFFIXES = (".pem", ".key", ".p12", ".pfx", ".crt")
 # where the deployment's secrets and weights live on the host (docs/operations.md): never committed, never sent to
 # a build, and mounted into a container only as Compose secrets (read-only files) or the read-only models volume
-SECRET_PATHS = (".env", "secrets/token", "secrets/db_url")
+SECRET_PATHS = (".env", "secrets/token", "secrets/db_url", "secrets/redis-users.acl", "certs/ca.pem",
+                "certs/league-key.pem")
+# Postgres' and Redis' TLS entrypoints and Postgres' pg_hba.conf: files of this checkout, no secret in them
+DATA_STORE_FILES = ("./deploy/compose/postgres-tls.sh", "./deploy/compose/pg_hba.conf", "./deploy/compose/redis-tls.sh")
 WEIGHT_PATHS = ("models/qwen/model.safetensors", "models/smol.gguf", "deploy/wheels/adapter_model.safetensors",
                 "populora/adapter.bin")
 
@@ -279,8 +287,9 @@ def test_no_model_weights_or_secrets_in_the_build_context_the_repository_or_the_
             for spec in svc.get("volumes", []):
                 source, target = _volume(spec)[0], _volume(spec)[1]
                 if source.startswith((".", "/")) and target != CONFIG_PATH:
-                    assert target == "/models" and spec.endswith(":ro"), \
-                        f"{file}: {name} mounts {spec}; only the models directory, read-only, comes from the host"
+                    assert (target == "/models" or source in DATA_STORE_FILES) and spec.endswith(":ro"), \
+                        f"{file}: {name} mounts {spec}; only the models directory and the data stores' TLS " \
+                        "scripts, read-only, come from the host"
             for value in (svc.get("environment") or {}).values():
                 assert not re.search(r"dummy|BEGIN .*PRIVATE", str(value)), f"{file}: {name} holds a literal secret"
 

@@ -106,8 +106,14 @@ def _probe_ports(container: dict, where: str) -> list[int]:
         probe = container.get(kind)
         if probe is None:
             continue
-        assert "grpc" in probe, f"{where}: {kind} must use the gRPC health service"
-        ports.append(int(probe["grpc"]["port"]))
+        # the gRPC health service over mutual TLS: populora.healthcheck (the kubelet's own grpc probe has no TLS)
+        command = probe.get("exec", {}).get("command", [])
+        assert command[:3] == ["python", "-m", "populora.healthcheck"], \
+            f"{where}: {kind} must ask the gRPC health service with populora.healthcheck, not {probe}"
+        address = command[3]
+        assert address.startswith("127.0.0.1:"), f"{where}: {kind} must ask 127.0.0.1"
+        assert probe.get("timeoutSeconds", 1) >= 3, f"{where}: {kind} runs Python; give it seconds (timeoutSeconds)"
+        ports.append(int(address.rsplit(":", 1)[1]))
     assert {"readinessProbe", "livenessProbe"} <= set(container) or "populora train" in " ".join(_argv(container)), \
         f"{where}: needs readiness and liveness probes"
     return ports
@@ -156,7 +162,7 @@ def test_no_secret_values_anywhere():
                         assert "valueFrom" in var, f"{d['metadata']['name']}: {var['name']} has a literal value"
     for path in K8S.rglob("*.yaml"):
         text = path.read_text()
-        assert not re.search(r"postgresql[^\s:]*://[^\s@/]+:[^\s@/]+@", text), f"{path}: a password in a URL"
+        assert not re.search(r"(postgresql|rediss?)[^\s:]*://[^\s@/]+:[^\s@/]+@", text), f"{path}: a password in a URL"
 
 
 def test_resources_everywhere():
@@ -250,9 +256,9 @@ def test_sandbox_isolation():
             assert not [v for v in container.get("env", []) if "valueFrom" in v], \
                 f"overlay {overlay}: a secret in the sandbox's environment (a job could read it from /proc)"
         env = {e["name"]: e.get("value") for e in c["env"]}
-        secret = next(v["secret"] for v in spec["volumes"] if "secret" in v)
-        assert secret["secretName"] == SECRET_NAME and secret["defaultMode"] == 0o400
-        mount = next(m for m in c["volumeMounts"] if volumes[m["name"]].get("secret"))
+        secret = next(v["secret"] for v in spec["volumes"] if v.get("secret", {}).get("secretName") == SECRET_NAME)
+        assert secret["defaultMode"] == 0o400
+        mount = next(m for m in c["volumeMounts"] if volumes[m["name"]].get("secret", {}).get("secretName") == SECRET_NAME)
         files = {f"{mount['mountPath']}/{i['path']}": i["key"] for i in secret["items"]}
         assert files.get(env.get("POPULORA_TOKEN_FILE")) == "token" and mount.get("readOnly") is True
         assert files.get(env.get("POPULORA__LEAGUE__DB_URL_FILE")) == "db-url"

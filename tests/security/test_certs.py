@@ -67,3 +67,17 @@ def test_an_unknown_identity_is_refused(tmp_path, capsys):
     with pytest.raises(ValueError, match="mallory.*coordinator"):
         certs.write_certs(tmp_path, ["mallory"])
     assert not certs.cert_file(tmp_path, "mallory").exists()
+
+
+def test_the_data_stores_get_server_certificates_and_are_no_identity(tmp_path):
+    """Postgres and Redis (by their service names) get a certificate of the same CA, by default and by --name; neither
+    is an identity, so no gRPC server takes a call presenting one (populora.access)."""
+    assert main(["certs", "--dir", str(tmp_path), "--days", "1"]) == 0
+    for name in certs.DATA_STORES:
+        cert = _load(certs.cert_file(tmp_path, name))
+        cert.verify_directly_issued_by(_load(certs.ca_file(tmp_path)))
+        assert cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value == name
+        assert name not in IDENTITIES
+    assert main(["certs", "--dir", str(tmp_path / "one"), "--name", "redis"]) == 0
+    assert sorted(p.name for p in (tmp_path / "one").glob("*.pem")) == ["ca-key.pem", "ca.pem", "redis-key.pem",
+                                                                        "redis.pem"]
