@@ -34,7 +34,8 @@ SECRET_NAME = "populora-secrets"
 # Stand-ins for secret values, so files can be rendered and configs loaded without real secrets.
 DUMMY_SECRETS = {"POSTGRES_PASSWORD": "dummy-pg-password", "POPULORA_TOKEN": "dummy-token",
                  "REDIS_PASSWORD": "dummy-redis-password"}
-SECRET_PLACEHOLDERS = {"POPULORA__LEAGUE__DB_URL": "postgresql+psycopg://populora:dummy@postgres:5432/populora",
+SECRET_PLACEHOLDERS = {"POPULORA__LEAGUE__DB_URL": "postgresql+psycopg://populora:dummy@postgres:5432/populora"
+                                                   "?sslmode=verify-full&sslrootcert=/run/secrets/tls/ca.pem",
                        "POPULORA_TOKEN": "dummy-token",
                        "POPULORA__QUEUE__REDIS_URL": "rediss://coordinator:dummy@redis:6379/0"}
 INSTALL = {
