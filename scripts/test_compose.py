@@ -250,10 +250,11 @@ def sandbox_runner(address: str, token: str, certs: Path):
     return run_jobs
 
 
-# What the deployment itself must keep from a job: the sandbox's secret files, and the secrets in any process's
-# environment or command line (gVisor lets any uid read /proc/<pid>/environ).
+# What the deployment itself must keep from a job: the sandbox's secret files (its token, its TLS key), and the
+# secrets in any process's environment or command line (gVisor lets any uid read /proc/<pid>/environ).
 SECRET_PROBES = {
     "read_secret_file": "print(open('/run/secrets/populora_token').read())",
+    "read_tls_key": "print(open('/run/secrets/tls/sandbox-key.pem').read())",
     "scan_proc_environ_cmdline": ("import os\nfor p in os.listdir('/proc'):\n    for f in ('environ', 'cmdline'):\n"
                                   "        try:\n            print(open(f'/proc/{p}/{f}').read())\n"
                                   "        except Exception:\n            pass"),
@@ -271,8 +272,8 @@ def hostile(stack: Stack) -> tuple[int, list[str]]:
     total, wrong = run_corpus(runner, profile="container")
     for r in runner([Job(name, program, timeout_s=5.0) for name, program in SECRET_PROBES.items()]):
         total += 1
-        if stack.token in r.stdout or stack.password in r.stdout or (r.job_id == "read_secret_file"
-                                                                       and r.status != "error"):
+        if (stack.token in r.stdout or stack.password in r.stdout or "PRIVATE KEY" in r.stdout
+                or (r.job_id.startswith("read_") and r.status != "error")):
             wrong.append(f"{r.job_id}: a job read a secret of the deployment (status {r.status})")
     normal = runner([Job(f"n{i}", "def f(a, b):\n    return sorted([a, b, a * b])", calls=[f"f({i}, 3)"])
                      for i in range(20)])
