@@ -22,6 +22,9 @@ one nonzero LoRA (as the warm start gives: every update and every generation doe
 - rss_mb_per_replica_1 / _2: each replica's resident set after its updates (the trainers; inference beside it as
   inference_rss_mb_per_replica_*): a replica holds the base once and only its own adapters, which
   adapters_per_replica_1 / _2 count (each trainer's share of the population).
+- tls_step_ratio: a step's service work on two replicas of each (the update phase, then the propose and solve
+  batches) in plaintext over the same over mutual TLS, both sides up at once and alternating (bench/scale_tls.py;
+  target >= 0.95); tls_same_result: the same tokens and weights either way. `--tls-only` measures only this.
 - moved_on_rescale: the fraction of the population's adapters whose owner changes from 2 to 3 replicas
   (moved_on_rescale_1000: the same over 1,000 ids, the expected 1/3 without the noise of a small population).
 
@@ -47,6 +50,7 @@ from bench.harness import (
     random_adapters,
     update_workload_parser,
 )
+from bench.scale_tls import tls_step
 
 ROLES = ("teacher", "student")
 TOKEN = secrets.token_urlsafe(24)  # the replicas' and the bench's, for this run only
@@ -94,10 +98,12 @@ class Replicas:
         from coordinator.replicas import PlacedInference, PlacedTrainer
         from coordinator.replicas import Replicas as Placed
         from populora.rpc import wait_ready
+        from populora.tls import tls_files
 
         for port in self.ports:
-            wait_ready(f"127.0.0.1:{port}", timeout=600)
-        addresses = [(f"127.0.0.1:{p}", f"127.0.0.1:{p}") for p in self.ports]
+            wait_ready(f"127.0.0.1:{port}", timeout=600, tls=tls_files(cfg.services.tls), server_name=self.service)
+        # placement hashes the replicas' names: named by their index, any two groups of n split a population alike
+        addresses = [(f"{self.service}-{i}", f"127.0.0.1:{p}") for i, p in enumerate(self.ports)]
         wrap = PlacedTrainer if self.service == "trainer" else PlacedInference
         return wrap(Placed(self.service, cfg, addresses=lambda: addresses))
 
@@ -116,14 +122,17 @@ class Replicas:
                 p.kill()
 
 
-def config(args, workdir: Path, store: Path):
+def config(args, workdir: Path, store: Path, tls: bool = False):
+    """cpu-smol at the bench's shapes; with `tls`, mutual TLS between the bench (the coordinator's identity) and
+    the replicas, with the certificates `populora certs` wrote in workdir/certs."""
     from populora.config import load_config
 
+    secure = ["services.tls.enabled=true", f"services.tls.dir={workdir / 'certs'}"] if tls else []
     return load_config(preset="cpu-smol", env=False, overrides=[
         f"model.name={args.model}", f"store.root={store}", f"run.output_dir={workdir / 'runs'}",
         f"lora.rank={args.rank}", f"lora.alpha={2 * args.rank}", "trainer.threads=1", "generation.threads=1",
         f"generation.max_resident_adapters={max(32, args.adapters)}", "lora.dropout=0",
-        f"services.token={TOKEN}"])
+        f"services.token={TOKEN}", *secure])
 
 
 def start_adapter(cfg, store_root: Path):
@@ -191,7 +200,7 @@ def _as_role(rollout, role: str):
     return out
 
 
-def phase_requests(args, workdir: Path) -> list[list]:
+def phase_requests(args, workdir: Path, store_name: str = "store-t1") -> list[list]:
     """One step's propose and solve batches at cpu-smol shapes, built by the phases' own code
     (bench.inference_workload): the population's teachers each propose `tasks.proposals_per_teacher` tasks of every
     type (chat prompts with the buffer's references, the teachers' token limit), a seeded share of them valid, and
@@ -201,7 +210,7 @@ def phase_requests(args, workdir: Path) -> list[list]:
     from bench.inference_workload import phase_requests as built
     from populora.store import ArtifactStore
 
-    store = workdir / "store-t1"  # the adapters the one-trainer run wrote
+    store = workdir / store_name  # the adapters the one-trainer run wrote
     cfg = config(args, workdir, store)
     st = ArtifactStore(store)
     ids = population(args.adapters)
@@ -227,12 +236,13 @@ def _short(batch: list, tokens: int) -> list:
     return out
 
 
-def inference(args, n: int, workdir: Path, batches: list[list], report: Reporter) -> dict:
+def inference(args, n: int, workdir: Path, batches: list[list], report: Reporter,
+              store_name: str = "store-t1") -> dict:
     """The step's propose then solve batch on `n` inference replicas (after one untimed round of 4 tokens a row, so
     every replica has loaded its adapters); tokens/s of both phases together, RSS, the tokens."""
     from populora.pb import inference_pb2
 
-    store = workdir / "store-t1"
+    store = workdir / store_name
     cfg = config(args, workdir, store)
     cfg_path = workdir / f"inference-{n}.yaml"
     cfg_path.write_text(cfg.to_yaml())
@@ -274,6 +284,8 @@ def main(argv: list[str] | None = None) -> int:
                                rollouts_help="rollouts per adapter per update", tokens_help="tokens per rollout")
     p.add_argument("--repeats", type=int, default=2, help="timed rounds after one untimed (the best counts)")
     p.add_argument("--jsonl", default=None, help="also append each figure to this file as it is measured")
+    p.add_argument("--tls-rounds", type=int, default=2, help="rounds of each side of the TLS comparison")
+    p.add_argument("--tls-only", action="store_true", help="only the TLS comparison (tls_step_ratio)")
     args = p.parse_args(argv)
     report = Reporter(args.jsonl)
     report("cores", cores())
@@ -283,6 +295,11 @@ def main(argv: list[str] | None = None) -> int:
     report("moved_on_rescale_1000", moved_fraction([f"run.{'TS'[i % 2]}{i}" for i in range(1000)], 2, 3))
     with tempfile.TemporaryDirectory(prefix="bench-scale-") as tmp:
         workdir = Path(tmp)
+        if args.tls_only:
+            tls_step(args, workdir, None, report)
+            emit({"model": args.model, "adapters": args.adapters, "rank": args.rank, **report.out,
+                  "load_average_1m_at_end": load_average()}, indent=None if args.json else 2)
+            return 0
         t = {n: trainers(args, n, workdir, report) for n in (1, 2)}
         progress("bench.scale", "trainers", "done")
         report("trainer_scale_efficiency", efficiency(t[1]["updates_per_s"], t[2]["updates_per_s"]))
@@ -299,6 +316,7 @@ def main(argv: list[str] | None = None) -> int:
         report("same_tokens", g[1]["tokens"] == g[2]["tokens"])
         report("same_weights", same_weights(t[1]["weights"], t[2]["weights"]))
         report("same_result", report.out["same_tokens"] and report.out["same_weights"])
+        tls_step(args, workdir, batches, report)
     report("load_average_1m_at_end", load_average())
     emit({"model": args.model, "adapters": args.adapters, "rank": args.rank, **report.out},
          indent=None if args.json else 2)

@@ -31,3 +31,10 @@ def test_same_weights_within_tolerance():
     assert same_weights(a, {"x": {"w": torch.full((3,), 5e-6)}})
     assert not same_weights(a, {"x": {"w": torch.full((3,), 2e-5)}})
     assert not same_weights(a, {"y": {"w": torch.zeros(3)}})
+
+
+def test_the_tls_comparison_takes_turns_each_side_first_as_often():
+    from bench.scale_tls import SIDES, _turns
+
+    firsts = [_turns(k)[0] for k in range(4)]
+    assert sorted(firsts) == sorted(SIDES * 2) and all(sorted(_turns(k)) == sorted(SIDES) for k in range(4))
