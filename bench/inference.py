@@ -36,7 +36,8 @@ Every engine runs the same warm-up batch (the small propose batch, 4 new tokens)
   prefill_mfu, decode_roofline_fraction (targets >= 0.5), prefill_s, decode_s, decode_tokens_per_s and
                               decode_roofline_tokens_per_s: the hf backend's prompt pass and decode steps against the
                               peak and the roofline measured in this process (bench/inference_roofline.py; peak_gflops,
-                              bandwidth_gb_s, peak_threads)
+                              bandwidth_gb_s, peak_threads); decode_time_split: the decode steps' time by operator
+                              category (projections, lora, attention, sampling, other_ops, python), profiled
 and rss_mb_1_adapter, rss_mb_8_adapters, adapter_mb (one adapter's tensors), rss_mb_per_extra_adapter. Threads are
 torch's default unless --threads; `loop_threads` is the loop's (-1: the cores other processes leave free, measured
 before each batch). `targets_met` checks lora_overhead <= 1.25, lora_overhead_small <= 1.6, mixed_vs_peft(_small)

@@ -7,6 +7,8 @@ the same batches with one new token each. decode_roofline_fraction: the least ti
 steps (each step the longer of 2N x its rows at the peak and reading every weight once, base and the batch's
 adapters, at the measured bandwidth; its rows from the completions' lengths) over the rest of the batches' time.
 Each side is the fastest of --rounds rounds, alternating; N = the base's parameters and one adapter's.
+decode_time_split: where the decode steps' time goes, by operator category (bench/inference_profile.py), from one
+more profiled round after the timed ones.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import math
 import time
 
 from bench.harness import progress
+from bench.inference_profile import decode_split, profiled
 from bench.inference_workload import N_ADAPTERS, RANK, SUFFIX, warmup_batch
 
 
@@ -75,5 +78,9 @@ def bench_fractions(base, store, refs, workloads: dict, out: dict, model: str, r
             out[f"decode_roofline_fraction{sfx}"] = least / decode_s if timed else None
             progress("bench.inference", f"prefill_mfu{sfx}", round(out[f"prefill_mfu{sfx}"], 3))
             progress("bench.inference", f"decode_roofline_fraction{sfx}", out[f"decode_roofline_fraction{sfx}"])
+            if timed:
+                out[f"decode_time_split{sfx}"] = decode_split(profiled(backend, batches),
+                                                              profiled(backend, _one_token(batches)))
+                progress("bench.inference", f"decode_time_split{sfx}", out[f"decode_time_split{sfx}"])
     finally:
         backend.host.multi.restore()

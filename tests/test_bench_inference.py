@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import inference, inference_engines, inference_workload
+from bench import inference, inference_engines, inference_profile, inference_workload
 
 ROOT = Path(__file__).resolve().parents[1]
 RATES = ["mixed_tokens_per_s", "base_tokens_per_s", "sequential_tokens_per_s", "mixed_gather_tokens_per_s",
@@ -100,6 +100,25 @@ def test_the_bench_runs_on_the_tiny_model_and_counts_every_figure():
     # the prompt pass against the peak measured in the bench's process (bench/inference_roofline.py)
     assert finite_number(out["prefill_mfu_small"]) and out["prefill_mfu_small"] > 0 and out["peak_gflops"] > 0
     assert out["prefill_tokens_small"] > 0 and out["prefill_s_small"] > 0
+    split = out.get("decode_time_split_small")  # present whenever the decode steps could be timed
+    if out["decode_roofline_fraction_small"] is not None:
+        assert set(split) == set(inference_profile.CATEGORIES) and sum(split.values()) == pytest.approx(1, abs=0.01)
+
+
+def test_decode_time_is_split_by_operator_category():
+    assert inference_profile.category("mkldnn::_linear_pointwise") == "projections"
+    assert inference_profile.category("aten::addmm") == "projections"
+    assert inference_profile.category("aten::bmm") == "lora"
+    assert inference_profile.category("aten::_scaled_dot_product_flash_attention_for_cpu") == "attention"
+    assert inference_profile.category("aten::multinomial") == "sampling"
+    assert inference_profile.category("aten::rms_norm") == "other_ops"
+    zero = dict.fromkeys(inference_profile.CATEGORIES, 0.0)
+    whole = (4.0, {**zero, "projections": 2.0, "lora": 0.5, "attention": 0.5, "python": 1.0})
+    prompt = (1.0, {**zero, "projections": 0.5, "python": 0.5})
+    split = inference_profile.decode_split(whole, prompt)  # decode: 1.5 + 0.5 + 0.5 + 0.5 seconds
+    assert split == {**zero, "projections": 0.5, "lora": pytest.approx(1 / 6, abs=1e-3),
+                     "attention": pytest.approx(1 / 6, abs=1e-3), "python": pytest.approx(1 / 6, abs=1e-3)}
+    assert inference_profile.decode_split((1.0, zero), (1.0, zero)) == {}
 
 
 def test_an_unknown_workload_is_refused(capsys):
