@@ -1,0 +1,87 @@
+"""Rotation without a stop, in the middle of a distributed run over mutual TLS: while the seeded two-step run goes
+on, every process's CA bundle takes a new CA beside the old, every identity's certificate and key are replaced by
+the new CA's, and the old CA is dropped, each stage once the run has made progress after the one before. The run
+finishes with the one-process records, no call was refused, and afterwards a certificate of the old CA is."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+
+import grpc
+import pytest
+
+from coordinator.distributed import LocalCluster
+from coordinator.journal import JournalDB
+from populora import certs, rpc
+from populora.tls import TlsFiles
+from tests.e2e.conftest import e2e_overrides
+from tests.e2e.records import differences, reference_records, run_records
+
+RUN_ID = "e2e"  # the golden run's id: the seeds derive from it
+
+
+def _install(live: Path, source: Path, name: str) -> None:
+    """A key, then its certificate (a reader never takes a pair that does not belong together)."""
+    certs.write_private(certs.key_file(live, name), certs.key_file(source, name).read_bytes())
+    certs.write_public(certs.cert_file(live, name), certs.cert_file(source, name).read_bytes())
+
+
+def _bundle(live: Path, *sources: Path) -> None:
+    certs.write_public(certs.ca_file(live), b"".join(certs.ca_file(s).read_bytes() for s in sources))
+
+
+def test_certificates_and_ca_rotated_mid_run_change_nothing(tmp_path, echo_model, pg_url, redis_url):
+    url, prefix = redis_url
+    over = [o for o in e2e_overrides(tmp_path, echo_model) if not o.startswith("league.db_url")]
+    over += [f"queue.stream_prefix={prefix}", "sandbox.workers=1"]
+    cluster = LocalCluster(tmp_path / "cluster", "cpu-tiny", over, db_url=pg_url, redis_url=url, tls=True)
+    live, old, new = cluster.workdir / "certs", tmp_path / "old", tmp_path / "new"
+    old.mkdir()
+    for name in certs.NAMES:  # the first CA's files, kept to try them afterwards
+        _install(old, live, name)
+    _bundle(old, live)
+    certs.write_certs(new, days=2)  # the next CA and every identity's certificate under it
+    identities = [n for n in certs.NAMES if (live / f"{n}.pem").exists()]
+    state = JournalDB(pg_url)
+
+    def progress() -> int:
+        return len(state.phase_rows(RUN_ID))
+
+    stages = [
+        ("both CAs trusted", lambda: _bundle(live, old, new)),
+        ("new certificates", lambda: [_install(live, new, n) for n in identities]),
+        ("old CA dropped", lambda: _bundle(live, new)),
+    ]
+    done: list[tuple[str, int]] = []
+    try:
+        cluster.start()
+        train = subprocess.Popen(cluster.train_command(RUN_ID, 2, "--no-report"), env=cluster.env(),
+                                 stdout=open(cluster.logs / "train.log", "wb"), stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 900
+        mark = 0
+        while train.poll() is None:
+            assert time.monotonic() < deadline, (cluster.logs / "train.log").read_text()[-3000:]
+            rows = progress()
+            if len(done) < len(stages) and rows > mark:  # the run moved since the last stage: the next one
+                name, act = stages[len(done)]
+                act()
+                done.append((name, rows))
+                mark = rows
+            time.sleep(0.2)
+        assert train.returncode == 0, (cluster.logs / "train.log").read_text()[-3000:]
+        final = progress()
+        # every stage happened while the run went on, and the run made progress after the last
+        assert [n for n, _ in done] == [n for n, _ in stages] and done[-1][1] < final, (done, final)
+        stale = TlsFiles("coordinator", certs.ca_file(old), certs.cert_file(old, "coordinator"),
+                         certs.key_file(old, "coordinator"))
+        with pytest.raises(grpc.RpcError):  # the old CA's certificate opens nothing now
+            rpc.health_check(cluster.address("league"), timeout=3.0, tls=stale, server_name="league")
+    finally:
+        cluster.stop()
+    logs = "".join(f.read_text(errors="replace") for f in cluster.logs.glob("*.log"))
+    assert "PERMISSION_DENIED" not in logs and "UNAUTHENTICATED" not in logs
+    assert state.get_run(RUN_ID)["status"] == "finished"
+    diff = differences(reference_records(echo_model), run_records(state, pg_url, RUN_ID))
+    assert not diff, "\n".join(diff)
