@@ -48,7 +48,9 @@ def bench_config(model: str | None, workdir: Path, new_tokens: int, preset: str 
     overrides = [f"run.output_dir={workdir}", f"store.root={workdir / 'store'}",
                  f"league.db_url=sqlite:///{workdir / 'league.sqlite'}", f"lora.rank={RANK}",
                  f"lora.alpha={2 * RANK}", f"generation.max_lora_rank={RANK}",
-                 f"generation.max_resident_adapters={N_ADAPTERS}", *extra]
+                 f"generation.max_resident_adapters={N_ADAPTERS}",
+                 "services.tls.enabled=false",  # in one process: the preset's TLS between services has no connection
+                 *extra]
     if model is not None:
         overrides.insert(0, f"model.name={model}")
     cfg = load_config(preset=preset, overrides=overrides, env=False)

@@ -33,10 +33,6 @@ Every figure is printed as it is measured (stderr), then the whole object on std
 
 from __future__ import annotations
 
-import os
-import secrets
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -47,18 +43,20 @@ from bench.harness import (
     emit,
     load_average,
     progress,
-    random_adapters,
     update_workload_parser,
 )
+from bench.scale_replicas import (
+    ROLES,
+    Replicas,
+    as_role,
+    config,
+    phase_requests,
+    population,
+    same_weights,
+    short,
+    start_adapter,
+)
 from bench.scale_tls import tls_step
-
-ROLES = ("teacher", "student")
-TOKEN = secrets.token_urlsafe(24)  # the replicas' and the bench's, for this run only
-
-
-def population(n: int) -> list[str]:
-    """`n` adapter ids as a run names them: half teachers, half students."""
-    return [f"bench.{'T' if i % 2 == 0 else 'S'}{i // 2}" for i in range(n)]
 
 
 def moved_fraction(ids: list[str], before: int, after: int) -> float:
@@ -72,78 +70,6 @@ def moved_fraction(ids: list[str], before: int, after: int) -> float:
 def efficiency(one: float, two: float) -> float:
     """two / (2 x one): 1.0 when two replicas do twice the work of one."""
     return two / (2 * one) if one > 0 else float("nan")
-
-
-class Replicas:
-    """`n` replicas of one service as pinned processes, and the coordinator's object over them."""
-
-    def __init__(self, service: str, n: int, cfg_path: Path, logs: Path):
-        from populora.ports import free_port
-
-        self.service, self.ports = service, [free_port() for _ in range(n)]
-        self.procs = []
-        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "POPULORA_LOG_JSON": "1",
-               "POPULORA_TOKEN": TOKEN}
-        available = sorted(os.sched_getaffinity(0))
-        for i, port in enumerate(self.ports):
-            log = open(logs / f"{service}-{n}-{i}.log", "ab")
-            proc = subprocess.Popen([sys.executable, "-m", "coordinator.cli", "serve", service, "--config",
-                                     str(cfg_path), "--port", str(port), "--metrics-port", "0"],
-                                    stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-            os.sched_setaffinity(proc.pid, {available[i % len(available)]})
-            self.procs.append(proc)
-
-    def connect(self, cfg):
-        """The coordinator's object over these replicas (PlacedTrainer or PlacedInference), once each answers."""
-        from coordinator.replicas import PlacedInference, PlacedTrainer
-        from coordinator.replicas import Replicas as Placed
-        from populora.rpc import wait_ready
-        from populora.tls import tls_files
-
-        for port in self.ports:
-            wait_ready(f"127.0.0.1:{port}", timeout=600, tls=tls_files(cfg.services.tls), server_name=self.service)
-        # placement hashes the replicas' names: named by their index, any two groups of n split a population alike
-        addresses = [(f"{self.service}-{i}", f"127.0.0.1:{p}") for i, p in enumerate(self.ports)]
-        wrap = PlacedTrainer if self.service == "trainer" else PlacedInference
-        return wrap(Placed(self.service, cfg, addresses=lambda: addresses))
-
-    def rss_mb(self) -> list[float]:
-        import psutil
-
-        return [round(psutil.Process(p.pid).memory_info().rss / 2**20, 1) for p in self.procs]
-
-    def stop(self) -> None:
-        for p in self.procs:
-            p.terminate()
-        for p in self.procs:
-            try:
-                p.wait(30)
-            except subprocess.TimeoutExpired:
-                p.kill()
-
-
-def config(args, workdir: Path, store: Path, tls: bool = False):
-    """cpu-smol at the bench's shapes; with `tls`, mutual TLS between the bench (the coordinator's identity) and
-    the replicas, with the certificates `populora certs` wrote in workdir/certs."""
-    from populora.config import load_config
-
-    secure = ["services.tls.enabled=true", f"services.tls.dir={workdir / 'certs'}"] if tls else []
-    return load_config(preset="cpu-smol", env=False, overrides=[
-        f"model.name={args.model}", f"store.root={store}", f"run.output_dir={workdir / 'runs'}",
-        f"lora.rank={args.rank}", f"lora.alpha={2 * args.rank}", "trainer.threads=1", "generation.threads=1",
-        f"generation.max_resident_adapters={max(32, args.adapters)}", "lora.dropout=0",
-        f"services.token={TOKEN}", *secure])
-
-
-def start_adapter(cfg, store_root: Path):
-    """One nonzero LoRA in the store that every member starts from (init_from), as the warm start gives."""
-    from populora.models import load_from_config
-    from populora.store import ArtifactStore
-
-    base = load_from_config(cfg)
-    (ref,) = random_adapters(ArtifactStore(store_root), base.model, list(cfg.lora.target_modules), cfg.lora.rank, 1,
-                             "bench.start", base_model=cfg.model.name)
-    return ref, base.tokenizer.vocab_size
 
 
 def trainers(args, n: int, workdir: Path, report: Reporter) -> dict:
@@ -171,7 +97,7 @@ def trainers(args, n: int, workdir: Path, report: Reporter) -> dict:
         best = float("inf")
         for k in range(args.repeats + 1):
             req = trainer_pb2.UpdateBatchRequest(updates=[trainer_pb2.UpdateRequest(
-                adapter=refs[a], rollouts=[_as_role(x, ROLES[i % 2]) for x in rows[i]], seed=k, step=k + 1)
+                adapter=refs[a], rollouts=[as_role(x, ROLES[i % 2]) for x in rows[i]], seed=k, step=k + 1)
                 for i, a in enumerate(ids)])
             t0 = time.perf_counter()
             resp = trainer.UpdateBatch(req)
@@ -191,51 +117,6 @@ def trainers(args, n: int, workdir: Path, report: Reporter) -> dict:
         group.stop()
 
 
-def _as_role(rollout, role: str):
-    from populora.pb import trainer_pb2
-
-    out = trainer_pb2.Rollout()
-    out.CopyFrom(rollout)
-    out.role = role
-    return out
-
-
-def phase_requests(args, workdir: Path, store_name: str = "store-t1") -> list[list]:
-    """One step's propose and solve batches at cpu-smol shapes, built by the phases' own code
-    (bench.inference_workload): the population's teachers each propose `tasks.proposals_per_teacher` tasks of every
-    type (chat prompts with the buffer's references, the teachers' token limit), a seeded share of them valid, and
-    the students matched with uneven weights solve those with `tasks.n_samples` samples each; every request on the
-    adapter version the one-trainer run left."""
-    from bench.inference_workload import Shape, make_workload, open_run, seed_tasks
-    from bench.inference_workload import phase_requests as built
-    from populora.store import ArtifactStore
-
-    store = workdir / store_name  # the adapters the one-trainer run wrote
-    cfg = config(args, workdir, store)
-    st = ArtifactStore(store)
-    ids = population(args.adapters)
-    shape = Shape(tuple(i for i, a in enumerate(ids) if ".T" in a), tuple(i for i, a in enumerate(ids) if ".S" in a),
-                  cfg.tasks.proposals_per_teacher)
-    run, services = open_run(cfg, st, None)
-    try:
-        plan = make_workload(run, "scale", shape, ids, seed_tasks(run), {a: st.latest(a).version for a in ids})
-        return built(run, plan)
-    finally:
-        services.close()
-
-
-def _short(batch: list, tokens: int) -> list:
-    from populora.pb import inference_pb2
-
-    out = []
-    for r in batch:
-        copy = inference_pb2.GenerationRequest()
-        copy.CopyFrom(r)
-        copy.sampling.max_new_tokens = tokens
-        out.append(copy)
-    return out
-
-
 def inference(args, n: int, workdir: Path, batches: list[list], report: Reporter,
               store_name: str = "store-t1") -> dict:
     """The step's propose then solve batch on `n` inference replicas (after one untimed round of 4 tokens a row, so
@@ -250,7 +131,7 @@ def inference(args, n: int, workdir: Path, batches: list[list], report: Reporter
     try:
         infer = group.connect(cfg)
         for batch in batches:
-            list(infer.Generate(inference_pb2.GenerateRequest(requests=_short(batch, 4))))
+            list(infer.Generate(inference_pb2.GenerateRequest(requests=short(batch, 4))))
         def best_of(rounds: list[list]) -> tuple[float, list]:
             best, results = float("inf"), []
             for _ in range(args.repeats):
@@ -264,7 +145,7 @@ def inference(args, n: int, workdir: Path, batches: list[list], report: Reporter
         total = sum(len(t) for ts in tokens.values() for t in ts)
         report(f"generate_s_{n}", seconds)
         report(f"tokens_per_s_{n}", total / seconds)
-        prompt_s, results = best_of([_short(b, 1) for b in batches])  # the prompt pass and one sampled token
+        prompt_s, results = best_of([short(b, 1) for b in batches])  # the prompt pass and one sampled token
         report(f"prompt_pass_s_{n}", prompt_s)
         report(f"prompt_tokens_per_s_{n}", sum(len(r.prompt_token_ids) for r in results) / prompt_s)
         report(f"inference_rss_mb_per_replica_{n}", group.rss_mb())
@@ -272,11 +153,6 @@ def inference(args, n: int, workdir: Path, batches: list[list], report: Reporter
         return {"tokens_per_s": total / seconds, "tokens": tokens, "seconds": seconds, "prompt_s": prompt_s}
     finally:
         group.stop()
-
-
-def same_weights(a: dict, b: dict, tol: float = 1e-5) -> bool:
-    return a.keys() == b.keys() and all(
-        a[k].keys() == b[k].keys() and all(float((a[k][w] - b[k][w]).abs().max()) <= tol for w in a[k]) for k in a)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -16,7 +16,7 @@ SIDES = ("plain", "tls")
 
 def _trainers(args, workdir: Path, side: str):
     """A group of two trainer replicas with the population initialised from the same start on a store of its own."""
-    from bench.scale import ROLES, Replicas, config, population, start_adapter
+    from bench.scale_replicas import ROLES, Replicas, config, population, start_adapter
     from populora.pb import trainer_pb2
     from populora.rpc import ref_to_pb
 
@@ -35,12 +35,12 @@ def _trainers(args, workdir: Path, side: str):
 
 def _update(side: dict, rows: list, k: int) -> float:
     """One update phase (every adapter, seed k); its seconds."""
-    from bench.scale import ROLES, _as_role
+    from bench.scale_replicas import ROLES, as_role
     from populora.pb import trainer_pb2
 
     refs = side["refs"]
     req = trainer_pb2.UpdateBatchRequest(updates=[trainer_pb2.UpdateRequest(
-        adapter=refs[a], rollouts=[_as_role(x, ROLES[i % 2]) for x in rows[i]], seed=k, step=k + 1)
+        adapter=refs[a], rollouts=[as_role(x, ROLES[i % 2]) for x in rows[i]], seed=k, step=k + 1)
         for i, a in enumerate(refs)])
     t0 = time.perf_counter()
     resp = side["client"].UpdateBatch(req)
@@ -57,7 +57,7 @@ def _weights(side: dict) -> dict:
 
 
 def _inference(args, workdir: Path, side: str, store: Path):
-    from bench.scale import Replicas, config
+    from bench.scale_replicas import Replicas, config
 
     cfg = config(args, workdir, store, tls=side == "tls")
     cfg_path = workdir / f"inference-{side}.yaml"
@@ -83,7 +83,7 @@ def tls_step(args, workdir: Path, batches: list[list] | None, report, store_name
     """Measure and report the TLS comparison (module docstring); `batches` are the step's propose and solve
     requests for the adapters in workdir/store_name (None: made for the adapters the plaintext update left)."""
     from bench.harness import progress
-    from bench.scale import _short, phase_requests, same_weights
+    from bench.scale_replicas import phase_requests, same_weights, short
     from bench.trainer import _rollouts
     from populora import certs
 
@@ -114,7 +114,7 @@ def tls_step(args, workdir: Path, batches: list[list] | None, report, store_name
         for side in SIDES:
             groups[side] = _inference(args, workdir, side, workdir / store_name)
         for side in SIDES:  # every replica loads its adapters before the timed rounds
-            _generate(groups[side][1], [_short(b, 4) for b in batches])
+            _generate(groups[side][1], [short(b, 4) for b in batches])
         for k in range(rounds):
             for side in _turns(k):
                 seconds, tokens[side] = _generate(groups[side][1], batches)
