@@ -71,6 +71,10 @@ class VerifierCallError(RuntimeError):
     pass
 
 
+class VerifierRefused(VerifierCallError):
+    """A verifier the sandbox will not take a verdict from (not https, not the verifier identity): no retry."""
+
+
 class ExternalVerifiers:
     """HTTP client of the registered verifiers, with one circuit breaker per verifier name."""
 
@@ -106,7 +110,7 @@ class ExternalVerifiers:
 
     def _post(self, url: str, body: dict) -> dict:
         if self.tls is not None and not url.lower().startswith("https://"):
-            raise VerifierCallError(f"{url} is not https: with services.tls on, verifiers are reached over HTTPS "
+            raise VerifierRefused(f"{url} is not https: with services.tls on, verifiers are reached over HTTPS "
                                     f"with a certificate for the identity {VERIFIER_IDENTITY!r}")
         last: Exception | None = None
         for attempt in range(self.retries + 1):
@@ -123,7 +127,7 @@ class ExternalVerifiers:
                 return resp.json()
             except (httpx.HTTPError, VerifierCallError, ValueError) as e:
                 last = e
-                if isinstance(e, VerifierCallError) and (str(e).startswith("HTTP 4") or "identity" in str(e)):
+                if isinstance(e, VerifierRefused) or (isinstance(e, VerifierCallError) and str(e).startswith("HTTP 4")):
                     break
                 if attempt < self.retries:
                     time.sleep(min(0.05 * 2 ** attempt, 1.0))
@@ -173,5 +177,5 @@ def _check_peer(resp: httpx.Response) -> None:
     peer = stream.get_extra_info("ssl_object").getpeercert() if stream is not None else None
     names = [value for rdn in (peer or {}).get("subject", ()) for key, value in rdn if key == "commonName"]
     if VERIFIER_IDENTITY not in names:
-        raise VerifierCallError(f"the server's certificate is for {names or 'no identity'}, not the identity "
+        raise VerifierRefused(f"the server's certificate is for {names or 'no identity'}, not the identity "
                                 f"{VERIFIER_IDENTITY!r}")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import subprocess
 import time
-from pathlib import Path
 
 import grpc
 import pytest
@@ -22,18 +21,9 @@ from populora.pb import league_pb2
 from populora.tls import TlsFiles
 from tests.e2e.conftest import e2e_overrides
 from tests.e2e.records import differences, reference_records, run_records
+from tests.security.test_rotation import _bundle, _install
 
 RUN_ID = "e2e"  # the golden run's id: the seeds derive from it
-
-
-def _install(live: Path, source: Path, name: str) -> None:
-    """A key, then its certificate (a reader never takes a pair that does not belong together)."""
-    certs.write_private(certs.key_file(live, name), certs.key_file(source, name).read_bytes())
-    certs.write_public(certs.cert_file(live, name), certs.cert_file(source, name).read_bytes())
-
-
-def _bundle(live: Path, *sources: Path) -> None:
-    certs.write_public(certs.ca_file(live), b"".join(certs.ca_file(s).read_bytes() for s in sources))
 
 
 def _cluster(tmp_path, echo_model, pg_url, redis_url, tls: bool) -> LocalCluster:
