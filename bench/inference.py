@@ -5,7 +5,7 @@ batches; plus resident memory per adapter. Prints one JSON object.
     python -m bench.inference --json [--model smollm2-135m] [--new-tokens N] [--threads N] [--skip-vllm]
                               [--workloads large,small] [--rounds N]
 
-The batches are the loop's (coordinator/phases/ builds them): `propose` (every match's teacher prompts, built from
+The batches are the loop's (coordinator/run/phases/ builds them): `propose` (every match's teacher prompts, built from
 the buffers by populora/tasks/prompts.py) then `solve` (every valid task x n samples for its match's student), with
 the `cpu-smol` preset's sampling (temperature, top-p, per-request seeds, its token budgets unless --new-tokens caps
 them) and end-of-sequence, so rows finish early and unevenly. 8 random adapters of rank 32 on all seven projections.

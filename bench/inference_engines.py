@@ -137,7 +137,7 @@ def bench_mixed_rank(base, root, batches: list[list], warm: list, out: dict, rou
 def bench_loop(run_of, refs, workloads: dict, plans: dict, out: dict) -> None:
     """The loop's generation: phases.propose then phases.solve through an InferenceService built from the config
     (as the embedded run builds it), adapters loaded through LoadAdapter as the update phase loads them."""
-    from coordinator import phases
+    from coordinator.run import phases
     from populora.pb import inference_pb2
     from populora.rpc import ref_to_pb
 

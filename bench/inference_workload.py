@@ -84,7 +84,7 @@ class Workload:
 
 def seed_tasks(run) -> dict:
     """Per task type, the warm start's seed tasks, outputs computed by the sandbox service."""
-    from coordinator.warmstart import verified_seed_tasks
+    from coordinator.run.phases.warmstart import verified_seed_tasks
 
     return {tt: [task for _, task in pairs] for tt, pairs in verified_seed_tasks(run).items()}
 
@@ -94,7 +94,7 @@ def make_workload(run, name: str, shape: Shape, ids: list[str], tasks: dict,
     """Matches of every teacher x task type, students drawn with weights 1/(k+1) (uneven rows per student), buffers
     holding seed_buffer_size seed tasks per type, a VALID_SHARE draw of valid proposals. Members play version 1
     unless `versions` names theirs."""
-    from coordinator.phases import propose_slots
+    from coordinator.run.phases import propose_slots
     from populora.records import Matched, Member, Pairing
     from populora.tasks import BufferSet
 
@@ -124,7 +124,7 @@ def make_workload(run, name: str, shape: Shape, ids: list[str], tasks: dict,
 def phase_requests(run, w: Workload) -> list[list]:
     """The propose and the solve batch of a workload as the phases build them: the GenerationRequest messages a
     step sends to inference."""
-    from coordinator.phases import propose_slots, student_requests, teacher_requests
+    from coordinator.run.phases import propose_slots, student_requests, teacher_requests
     from populora.records import Proposal, Proposed
 
     slots = propose_slots(run, w.matched, w.population)
@@ -165,8 +165,8 @@ def open_run(cfg, store, base):
     """A Run whose services are the ones generation needs, built as the embedded run builds them: the sandbox (the
     seed tasks' outputs) and, given a base model, the inference service on it. The step's other services are not
     called by these phases."""
-    from coordinator.phases import Run
-    from coordinator.services import Services
+    from coordinator.clients.services import Services
+    from coordinator.run.phases import Run
     from services.sandbox.service import SandboxService
 
     inference = None

@@ -22,10 +22,10 @@ PROGRAM = "def f(xs):\n    total = 0\n    for x in xs:\n        total += x * x\n
 
 
 def synthetic_step(step: int, teachers: list[str], students: list[str], rng: random.Random, events=()):
-    """A training step's records (coordinator.step.StepRecord), sized like a small population's step: one proposal
+    """A training step's records (coordinator.run.step.StepRecord), sized like a small population's step: one proposal
     per teacher and task type (about 400 characters, 120 tokens), half of them valid, two answers each; `events`
     (populora.records.EvolutionEvent) make it a step that evolved."""
-    from coordinator.step import StepRecord
+    from coordinator.run.step import StepRecord
     from populora import records as r
     from populora.tasks import BufferSet, Triplet
 
@@ -60,12 +60,12 @@ def synthetic_step(step: int, teachers: list[str], students: list[str], rng: ran
 def store_step(state, league, cfg, run_id: str, record, seconds: float = 0.1) -> None:
     """Store a step as `populora train` does: each phase's record in the coordinator's journal (`state`, a
     JournalDB), then in the league the step's phases, its problems and its summary (its metrics row, as
-    coordinator.stepmetrics computes it)."""
-    from coordinator.journal import Journal
-    from coordinator.runprogress import RunProgress
-    from coordinator.stepmetrics import step_metrics
-    from coordinator.stepproblems import record_step_problems
-    from coordinator.stepsummary import record_step_summary, step_summary
+    coordinator.record.stepmetrics computes it)."""
+    from coordinator.record.stepmetrics import step_metrics
+    from coordinator.record.stepproblems import record_step_problems
+    from coordinator.record.stepsummary import record_step_summary, step_summary
+    from coordinator.run.journal import Journal
+    from coordinator.run.runprogress import RunProgress
 
     progress = RunProgress(league, state, run_id)
     j = Journal(state, run_id)
@@ -94,7 +94,7 @@ def dashboard_steps(url: str, grpc_address: str, teachers: list[str], students: 
                     rate: float, seconds: float, done) -> None:
     """Child process: a run going on: step after step, stored (journal and summary) and its matches reported
     (gRPC), paced at `rate` matches/s; puts the matches/s achieved on `done`."""
-    from coordinator.journal import JournalDB
+    from coordinator.run.journal import JournalDB
     from populora.config import Config
     from populora.rpc import connect
 
@@ -137,8 +137,8 @@ def build_dashboard_run(client, url: str, n_adapters: int, n_matches: int) -> tu
     """The dashboard's run: n/2 teachers and n/2 students, 8 evolutions (a quarter of each role replaced by a child
     each time), `n_matches` matches in steps of one per teacher and task type, every step stored as a run stores
     it. Returns the members at the end and the next step."""
-    from coordinator.journal import JournalDB
-    from coordinator.runprogress import RunProgress
+    from coordinator.run.journal import JournalDB
+    from coordinator.run.runprogress import RunProgress
     from populora.config import Config
     from populora.pb import league_pb2 as pb
 

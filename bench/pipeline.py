@@ -38,7 +38,7 @@ SHAPES = ["population.n_teachers=2", "population.n_students=2", "warmstart.enabl
 
 def arm_figures(phase_rows: list[dict], metrics: list[dict]) -> dict:
     """One run's figures from its journal rows (every step) and its metrics rows."""
-    from coordinator.timeline import busy_seconds, spans
+    from coordinator.record.timeline import busy_seconds, spans
 
     every = spans(phase_rows)
     lo = max((s["end"] for s in every if s["step"] == 0), default=0.0)
@@ -98,7 +98,7 @@ def pin(pid: int, core: int) -> None:
 def run_arm(workdir: Path, preset: str, k: int, steps: int, overrides: list[str], run_id: str) -> tuple[list, list]:
     """One distributed run at loop.max_staleness = k; its journal rows, its metrics rows and its records."""
     from coordinator.distributed import LocalCluster
-    from coordinator.journal import JournalDB
+    from coordinator.run.journal import JournalDB
 
     db_url = os.environ.get("POPULORA_BENCH_DB", "postgresql+psycopg://postgres@127.0.0.1:5432/populora_bench")
     run_db = f"{db_url}_{os.getpid()}_{workdir.name}"

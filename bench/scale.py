@@ -1,5 +1,5 @@
 """Scale-out: one and two trainer and inference replicas, each pinned to its own core, as the coordinator reaches
-them (coordinator.replicas: every adapter placed on one replica, batches split by owner and sent concurrently).
+them (coordinator.clients.replicas: every adapter placed on one replica, batches split by owner and sent concurrently).
 
     python -m bench.scale --json [--model smollm2-135m] [--adapters 8] [--rank 32] [--rollouts 2] [--tokens 128]
 

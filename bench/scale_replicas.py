@@ -42,8 +42,8 @@ class Replicas:
 
     def connect(self, cfg):
         """The coordinator's object over these replicas (PlacedTrainer or PlacedInference), once each answers."""
-        from coordinator.replicas import PlacedInference, PlacedTrainer
-        from coordinator.replicas import Replicas as Placed
+        from coordinator.clients.replicas import PlacedInference, PlacedTrainer
+        from coordinator.clients.replicas import Replicas as Placed
         from populora.rpc import wait_ready
         from populora.tls import tls_files
 

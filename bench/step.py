@@ -12,7 +12,7 @@ baseline_step_s) (null when the baseline updated nothing), and population_phase_
 of each phase). Every figure is counted from the two runs; the seeding step (step 0, warm start included) is run but
 not measured.
 
-Against the machine's peak (coordinator/efficiency.py, measured in this process at the run's start and merged with
+Against the machine's peak (coordinator/record/efficiency.py, measured in this process at the run's start and merged with
 the best this machine has reached): step_mfu (the population step's FLOPs charged by spec 14 per second over the
 peak of the cores it used; baseline_step_mfu the same), and per phase of each arm its mfu and roofline_fraction
 (population_phase_fractions, baseline_phase_fractions), with the peaks they were measured against (peaks).
@@ -40,7 +40,7 @@ from bench.harness import emit, load_average
 
 def run_once(mode: str, model: str, proposals: int, workdir: Path, steps: int, extra: list[str]) -> dict:
     """Run seeding + `steps` steps of one arm; the measured steps' metrics as the run wrote them."""
-    from coordinator.journal import Journal, JournalDB
+    from coordinator.run.journal import Journal, JournalDB
     from coordinator.train import run_training
     from populora.config import load_config
 

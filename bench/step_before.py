@@ -30,7 +30,7 @@ import json, logging, sys
 tree, workdir, steps, overrides, preset = sys.argv[1], sys.argv[2], int(sys.argv[3]), json.loads(sys.argv[4]), sys.argv[5]
 sys.path.insert(0, tree)
 logging.basicConfig(level=logging.WARNING)
-from coordinator.journal import JournalDB
+from coordinator.run.journal import JournalDB
 from coordinator.train import run_training
 from populora.config import load_config
 cfg = load_config(preset=preset, overrides=[f"run.output_dir={workdir}", f"store.root={workdir}/store",

@@ -63,7 +63,7 @@ def cmd_models(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from coordinator.services import serve
+    from coordinator.clients.services import serve
     from populora.logs import setup_logging
 
     setup_logging(json_lines=os.environ.get("POPULORA_LOG_JSON", "1") == "1")
@@ -115,7 +115,7 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from coordinator.report import main as report_main
+    from coordinator.record.report import main as report_main
 
     return int(report_main(args) or 0)
 
@@ -176,7 +176,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--no-report", action="store_true", help="skip writing the HTML report at the end")
     t.add_argument("--workers", type=int, default=None,
                    help="distributed mode: phase-worker threads in this process (0 = only external "
-                        "`python -m coordinator.worker` processes; default 1, or 2 with loop.max_staleness >= 1 "
+                        "`python -m coordinator.run.worker` processes; default 1, or 2 with loop.max_staleness >= 1 "
                         "so a step's games and the previous update run at once)")
     t.add_argument("--dashboard", type=int, nargs="?", const=8080, default=None, metavar="PORT",
                    help="serve the web dashboard on 127.0.0.1:PORT (8080) while the run trains")

@@ -130,7 +130,7 @@ class LocalCluster:
 
     def start_worker(self, run_id: str, name: str = "worker") -> subprocess.Popen:
         log = open(self.logs / f"{name}.log", "ab")
-        proc = subprocess.Popen([sys.executable, "-m", "coordinator.worker", "--run-id", run_id, "--db-url",
+        proc = subprocess.Popen([sys.executable, "-m", "coordinator.run.worker", "--run-id", run_id, "--db-url",
                                  self.cfg.league_db_url, "--name", name], stdout=log, stderr=subprocess.STDOUT,
                                 env=self.env(), start_new_session=True)
         self.procs[name] = proc

@@ -11,24 +11,18 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from coordinator.efficiency import efficiency, run_ceilings
-from coordinator.experiment.armdynamics import members_diversity
-from coordinator.journal import Journal, JournalDB, RunFailed
-from coordinator.phases import Run
-from coordinator.phases.accounting import budget_flops
-from coordinator.pipeline import step_records
-from coordinator.queue import RedisStreamQueue
-from coordinator.runprogress import RunProgress
-from coordinator.services import open_services
-from coordinator.step import StepRecord
-from coordinator.stepmetrics import MetricsWriter, prepared_metrics, step_metrics
-from coordinator.stepproblems import record_step_problems
-from coordinator.stepsummary import record_step_summary, step_summary
-from coordinator.timeline import timeline_metrics
-from coordinator.worker import start_worker_threads
+from coordinator.clients.services import open_services
+from coordinator.record.ledger import StepBook
+from coordinator.record.stepmetrics import MetricsWriter
+from coordinator.run.journal import Journal, JournalDB, RunFailed
+from coordinator.run.phases import Run
+from coordinator.run.pipeline import step_records
+from coordinator.run.queue import RedisStreamQueue
+from coordinator.run.runprogress import RunProgress
+from coordinator.run.step import StepRecord
+from coordinator.run.worker import start_worker_threads
 from populora.config import Config, ConfigError, config_from_yaml
 from populora.logs import run_id_var, setup_logging, step_var
-from populora.records import Usage
 from populora.retry import Backoff
 from populora.store import ArtifactStore
 
@@ -40,94 +34,22 @@ def new_run_id(cfg: Config, label: str) -> str:
     return f"{stem}-{cfg.run.mode[:4]}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
-def budget_spent(cfg: Config, spent: Usage, charged_flops: int = 0) -> str:
-    """Which compute budget (spec 14) `spent` has reached, or "" while none is; `charged_flops` is the FLOPs charged
-    to the training budget (all but the warm start's)."""
-    if cfg.run.budget_flops and charged_flops >= cfg.run.budget_flops:
-        return f"flops {charged_flops:.3e} >= budget {cfg.run.budget_flops:.3e}"
-    if cfg.run.budget_tokens and spent.tokens >= cfg.run.budget_tokens:
-        return f"tokens {spent.tokens} >= budget {cfg.run.budget_tokens}"
-    if cfg.run.budget_sandbox_jobs and spent.sandbox_jobs >= cfg.run.budget_sandbox_jobs:
-        return f"sandbox jobs {spent.sandbox_jobs} >= budget {cfg.run.budget_sandbox_jobs}"
-    return ""
-
-
-def cumulative(spent: Usage, charged: int, phases: dict[str, int], sandbox_cpu_seconds: float = 0.0) -> dict:
-    """metrics.jsonl's `compute_cumulative`: tokens (the second axis), sandbox jobs and their CPU seconds, FLOPs in
-    all, FLOPs charged to the budget (`budget_flops`, the axis the comparison plots against), and FLOPs per phase."""
-    return {"generated_tokens": spent.generated_tokens, "trained_tokens": spent.trained_tokens,
-            "prompt_tokens": spent.prompt_tokens, "tokens": spent.tokens, "sandbox_jobs": spent.sandbox_jobs,
-            "sandbox_cpu_seconds": sandbox_cpu_seconds, "flops": spent.flops, "budget_flops": charged,
-            "phase_flops": dict(phases)}
-
-
 def train(j: Journal, run: Run, steps: int, metrics: MetricsWriter, progress: RunProgress) -> None:
     """Steps 0..steps, or fewer when a compute budget is spent (checked at every step boundary); a step already
     stored is read back (resume), so metrics.jsonl comes out the same. With loop.max_staleness >= 1 the games of a
-    step overlap the update of the one before (coordinator.pipeline); the rows are still written in step order.
+    step overlap the update of the one before (coordinator.run.pipeline); the rows are still written in step order.
     `progress` copies each finished step's phases to the league."""
-    rows = []
-    spent, charged, phases, cpu = Usage(), 0, {}, 0.0
-    stored: dict[int, set[str]] = {}  # the phases each step had stored before this call: a resume reads them back
-    for r in j.db.phase_rows(run.run_id):
-        stored.setdefault(r["step"], set()).add(r["phase"])
-    ceilings = run_ceilings(run.cfg)  # the machine's peak, measured once per process (coordinator/efficiency.py)
-    start = time.perf_counter()
+    book = StepBook(j, run, metrics, progress)
     records = step_records(j, run, steps)
     try:
         for record in records:
             t = record.step if isinstance(record, StepRecord) else 0
             step_var.set(t)
-            if t == 0:
-                row = prepared_metrics(record, j.seconds(0))
-            else:
-                row = step_metrics(run.cfg, record, j.seconds(t))
-                if run.cfg.run.mode == "population":
-                    # how far apart the members' updates are after the step (spec 11), for the dashboard's plot
-                    row["weight_diversity"] = members_diversity(row["population"], run.store)
-            spent = spent + record.spent.total
-            cpu += record.spent.sandbox_cpu_seconds
-            charged += budget_flops(record.spent)
-            for k, u in record.spent.phases.items():
-                phases[k] = phases.get(k, 0) + u.flops
-            row["compute_cumulative"] = cumulative(spent, charged, phases, cpu)
-            reached = budget_spent(run.cfg, spent, charged)
-            if reached:
-                row["stopped"] = f"budget: {reached}"
-            phase_rows = j.db.phase_rows(run.run_id, t)
-            near = [r for s in (t - 1, t + 1) for r in j.db.phase_rows(run.run_id, s)] + phase_rows
-            row.update(timeline_metrics(t, near))
-            if t:
-                row.update(efficiency(record, row, ceilings))
-            rows.append(row)
-            # what the dashboard shows of the step, sent again on a resume: where it stands, its problems, its figures
-            progress.step(t)
-            if isinstance(record, StepRecord):
-                record_step_problems(run.services.league, run.run_id, record)
-            record_step_summary(run.services.league, run.run_id, step_summary(record, row, phase_rows))
-            if set(row["seconds"]) != stored.get(t, set()):  # this call ran at least one phase of the step
-                metrics.rewrite(rows[:-1])
-                metrics.write(row)
-                log.info("step %d done (%.1fs into the run): %s", t, time.perf_counter() - start, summary(row))
-            if reached:
+            if reached := book.add(record):
                 log.info("compute budget spent after step %d (%s): the run ends here", t, reached)
                 return
     finally:
         records.close()
-
-
-def summary(row: dict) -> str:
-    if row["step"] == 0:
-        return f"seed buffers {row['seed_sizes']}"
-    parts = [f"valid {row['valid_rate']:.2f}" if row.get("valid_rate") is not None else "valid -"]
-    parts.append(f"{row['compute_cumulative']['tokens']} tokens so far")
-    for tt, m in row.get("task_types", {}).items():
-        sr = m.get("solve_rate")
-        parts.append(f"{tt} solve {sr:.2f}" if sr is not None else f"{tt} solve -")
-    if row.get("evolution"):
-        parts.append("evolved " + ", ".join(f"{e['retired']}->{e['child']} ({e['operator']})"
-                                            for e in row["evolution"]))
-    return "; ".join(parts)
 
 
 BUDGET_KEYS = ("flops", "tokens", "sandbox_jobs")
@@ -151,7 +73,7 @@ def parse_budget(text: str) -> dict[str, int]:
     return out
 
 
-def _apply_limits(args: argparse.Namespace, cfg: Config) -> None:
+def apply_limits(args: argparse.Namespace, cfg: Config) -> None:
     """--steps, --budget and --run-id into cfg.run; a value the config refuses is a ConfigError naming the flag."""
     limits = {f"budget_{key}": ("--budget", value)
               for key, value in parse_budget(getattr(args, "budget", None) or "").items()}
@@ -178,19 +100,15 @@ def as_baseline(cfg: Config) -> Config:
 def resolve(args: argparse.Namespace, cfg: Config) -> tuple[Config, str, bool]:
     """The run's config and id from the CLI: a resumed run keeps the config it started with (steps may grow)."""
     modes = set(args.mode or [])
-    _apply_limits(args, cfg)  # checked before the run database is opened: a refused value leaves nothing behind
+    apply_limits(args, cfg)  # checked before the run database is opened: a refused value leaves nothing behind
     if "baseline" in modes:
         as_baseline(cfg)
     if "population" in modes:
         cfg.run.mode = "population"
     if "distributed" in modes:
-        cfg.run.deployment = "distributed"
-        cfg.queue.backend = "redis"
-        if "max_staleness" not in cfg.loop.model_fields_set:  # distributed overlaps steps unless told not to
-            cfg.loop.max_staleness = 1
+        cfg.use_deployment("distributed")
     if "embedded" in modes:
-        cfg.run.deployment = "embedded"
-        cfg.queue.backend = "inprocess"
+        cfg.use_deployment("embedded")
     if args.resume:
         if not args.run_id:
             raise ConfigError("--resume needs --run-id RUN")
@@ -199,10 +117,10 @@ def resolve(args: argparse.Namespace, cfg: Config) -> tuple[Config, str, bool]:
         db.close()
         if stored is not None:
             cfg = config_from_yaml(stored["config_yaml"], f"the stored config of run {args.run_id}")
-            _apply_limits(args, cfg)  # a resumed run may be given more steps or a larger budget
+            apply_limits(args, cfg)  # a resumed run may be given more steps or a larger budget
             return cfg, args.run_id, True
         log.info("run %s not found in the journal: starting it", args.run_id)  # a restarted container just works
-    _apply_limits(args, cfg)
+    apply_limits(args, cfg)
     run_id = args.run_id or cfg.run.run_id or new_run_id(cfg, args.preset or "")
     cfg.run.run_id = run_id
     return Config.model_validate(cfg.model_dump()), run_id, bool(args.resume)
@@ -263,7 +181,7 @@ def main(args: argparse.Namespace, cfg: Config) -> int:
         return 1
     print(f"metrics: {run_dir / 'metrics.jsonl'}")
     if not getattr(args, "no_report", False):
-        from coordinator.report import write_report
+        from coordinator.record.report import write_report
 
         print(f"report: {write_report(run_dir, cfg)}")
     return 0

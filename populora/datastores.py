@@ -23,7 +23,7 @@ PG_FILE_PARAMS = {"sslrootcert": "the CA certificate", "sslcert": "the client ce
 
 # The ACL users of a deployment's Redis. `default` is off: every connection authenticates as one of these (and, with
 # `--tls-auth-clients yes`, presents a certificate of the deployment's CA first). The coordinator, the one process that
-# uses Redis (the step queue, coordinator/queue.py), may run stream commands (and DEL, PING) on `populora:*` keys
+# uses Redis (the step queue, coordinator/run/queue.py), may run stream commands (and DEL, PING) on `populora:*` keys
 # only; the health check may only PING.
 REDIS_KEY_PATTERN = "populora:*"
 REDIS_COMMANDS = {

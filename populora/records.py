@@ -324,7 +324,7 @@ class Accounted:
     sandbox_cpu_seconds: float = 0.0  # CPU time of the step's sandbox jobs, reported beside FLOPs (spec 14)
 
 
-# What each phase of the journal stores (coordinator.step runs them; spec sections in its comments).
+# What each phase of the journal stores (coordinator.run.step runs them; spec sections in its comments).
 PHASE_RECORDS: dict[str, type] = {
     "warmstart": WarmStarted, "init": Initialized, "seed": Seeded,
     "match": Matched, "propose": Proposed, "validate": Validated, "solve": Solved, "check": Checked,

@@ -340,7 +340,7 @@ class Remote:
 def connect(name: str, address: str, token: str = "", timeout: float | None = 600.0, retries: int = 3,
             backoff: Backoff | None = None, tls: TlsFiles | None = None, token_file: str = "") -> Any:
     """The remote `name` service (a key of CONTRACTS) at `address`. Callers hold it under the service's own type
-    (coordinator.services.Services), so call sites are checked against the service's method signatures."""
+    (coordinator.clients.services.Services), so call sites are checked against the service's method signatures."""
     return Remote(CONTRACTS[name], address, token, timeout, retries, backoff, tls, token_file)
 
 

@@ -40,7 +40,7 @@ def planned():
 
 
 def test_batches_are_the_phases_own_with_uneven_rows_per_adapter(planned):
-    from coordinator import phases
+    from coordinator.run import phases
 
     run, ids, plans, batches = planned
     large = plans["large"]

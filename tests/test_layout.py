@@ -119,6 +119,83 @@ def test_one_owner_per_schema():
     assert not {m: t for m, t in imports.items() if t}, "services import the coordinator"
 
 
+# The coordinator's rooms, bottom to top (docs/architecture.md, "Layers"): a module imports only modules of its own
+# room or of rooms below it. The run does not know it is recorded, the recording does not know the experiment.
+ROOMS = (
+    ("coordinator.clients",),  # the services as the coordinator holds them (in process or over gRPC)
+    ("coordinator.run",),  # the step, its phases, the journal, the queue and workers
+    ("coordinator.record",),  # per-step metrics, timeline, efficiency, the report and its figures
+    ("coordinator.train",),  # `populora train`: a run with its recording
+    ("coordinator.experiment",),  # arms, seeds, scoring, the comparison
+    ("coordinator", "coordinator.cli", "coordinator.distributed"),  # the command line
+)
+FLOORS = ("populora", "services", "coordinator")  # the core, the services, the coordinator: imports only go down
+
+
+def room_of(module: str) -> int | None:
+    best = None
+    for rank, prefixes in enumerate(ROOMS):
+        for prefix in prefixes:
+            if (module == prefix or module.startswith(prefix + ".")) and (best is None or len(prefix) > best[1]):
+                best = (rank, len(prefix))
+    return None if best is None else best[0]
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    """Every import that points up: a floor importing a higher floor, or a coordinator room a higher room."""
+    found = []
+    for module, targets in sorted(graph.items()):
+        top = module.split(".")[0]
+        for target in sorted(targets):
+            other = target.split(".")[0]
+            if top in FLOORS and other in FLOORS and FLOORS.index(other) > FLOORS.index(top):
+                found.append(f"{module} -> {target} (floor {top} imports {other})")
+            elif top == other == "coordinator":
+                mine, theirs = room_of(module), room_of(target)
+                if mine is not None and theirs is not None and theirs > mine:
+                    found.append(f"{module} -> {target} (room {ROOMS[mine][0]} imports {ROOMS[theirs][0]})")
+    return found
+
+
+def test_imports_point_down():
+    graph = module_graph(tracked("*.py"))
+    unplaced = sorted(m for m in graph if m.split(".")[0] == "coordinator" and room_of(m) is None)
+    assert not unplaced, f"give these coordinator modules a room in ROOMS (tests/test_layout.py): {unplaced}"
+    up = upward_imports(graph)
+    assert not up, "imports that point up (move the shared piece down instead):\n" + "\n".join(up)
+
+
+def test_step_calls_only_phases():
+    """coordinator/run/step.py reads as the algorithm: every phase it calls lives in coordinator/run/phases/, and it
+    imports nothing else of the coordinator but the journal."""
+    graph = module_graph(tracked("*.py"))
+    other = sorted(t for t in graph["coordinator.run.step"] if t.startswith("coordinator.")
+                   and not t.startswith("coordinator.run.phases") and t != "coordinator.run.journal")
+    assert not other, f"step.py calls phases that live outside coordinator/run/phases/: {other}"
+
+
+def test_the_direction_check_sees_an_upward_import(tmp_path):
+    """The direction check is not vacuous: a run module importing the experiment, and the core importing a
+    service, are both found; the same modules importing downward are not."""
+    for d in ("coordinator/run", "coordinator/experiment", "populora", "services"):
+        (tmp_path / d).mkdir(parents=True, exist_ok=True)
+        (tmp_path / d / "__init__.py").write_text("")
+    (tmp_path / "coordinator" / "__init__.py").write_text("")
+    (tmp_path / "coordinator/run/step.py").write_text("def f():\n    from coordinator.experiment.x import g\n")
+    (tmp_path / "coordinator/experiment/x.py").write_text("from coordinator.run import step\ng = 1\n")
+    (tmp_path / "populora/core.py").write_text("import services.svc\n")
+    (tmp_path / "services/svc.py").write_text("import populora.core\n")
+    files = ["coordinator/__init__.py", "coordinator/run/__init__.py", "coordinator/run/step.py",
+             "coordinator/experiment/__init__.py", "coordinator/experiment/x.py", "populora/__init__.py",
+             "populora/core.py", "services/__init__.py", "services/svc.py"]
+    up = upward_imports(module_graph(files, tmp_path))
+    assert up == ["coordinator.run.step -> coordinator.experiment.x (room coordinator.run imports "
+                  "coordinator.experiment)", "populora.core -> services.svc (floor populora imports services)"]
+    (tmp_path / "coordinator/run/step.py").write_text("g = 2\n")
+    (tmp_path / "populora/core.py").write_text("import json\n")
+    assert upward_imports(module_graph(files, tmp_path)) == []
+
+
 def documented_modules(text: str) -> dict[str, set[str]]:
     """docs/architecture.md's "Modules" section: package folder -> the module files listed under it."""
     listed: dict[str, set[str]] = {}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from coordinator.services import service_type
+from coordinator.clients.services import service_type
 from populora import rpc
 from populora.config import load_config
 from populora.pb import common_pb2, inference_pb2, league_pb2

@@ -10,9 +10,9 @@ from a run. The x axis is the compute charged to the budget after each step (`bu
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
+from coordinator.record.diversity import members_diversity, nan_to_none
 from populora.analysis.diversity import change, population_diversity
 from populora.analysis.dynamics import COMPLEXITY_METRICS, StepPrograms, run_dynamics
 from populora.store import ArtifactStore, StoreError, lora_factors, peft_module_names
@@ -27,10 +27,6 @@ def charged_flops(row: dict) -> int:
 def compute_axis(rows: list[dict]) -> list[tuple[int, float]]:
     """(step, cumulative charged FLOPs) of every step, step 0 (the seeding) included."""
     return [(r["step"], float(charged_flops(r))) for r in rows]
-
-
-def _nan_to_none(x: float | None) -> float | None:
-    return None if x is None or (isinstance(x, float) and math.isnan(x)) else x
 
 
 def step_dynamics(rows: list[dict]) -> dict:
@@ -48,24 +44,6 @@ def complexity_values(rows: list[dict], key: str) -> list[tuple[float, list[floa
     """(charged FLOPs, the metric of every valid program) per step: the input of the trend (spec 11)."""
     return [(float(charged_flops(r)), [v[key] for v in r.get("valid_programs", []) if v.get(key) is not None])
             for r in rows if r["step"] > 0]
-
-
-def members_diversity(population: dict, store: ArtifactStore) -> dict | None:
-    """Mean pairwise cosine and relative distance of the updates of a step's members ({adapter_id: {"version": v,
-    ...}}, a metrics row's `population`), from their stored factors (spec 11; populora.analysis.diversity never
-    forms a dense update); None with fewer than two members or when a member's version is not in the store."""
-    if len(population) < 2:
-        return None
-    factors, scaling = {}, {}
-    try:
-        for adapter_id, member in population.items():
-            version = store.read(store.ref(adapter_id, member["version"]))
-            factors[adapter_id] = {m: lora_factors(version.weights, m) for m in peft_module_names(version.weights)}
-            scaling[adapter_id] = version.scaling
-    except (OSError, ValueError, KeyError, TypeError, StoreError):
-        return None
-    d = population_diversity(factors, scaling)
-    return {"cosine": _nan_to_none(d.mean_cosine), "distance": _nan_to_none(d.mean_distance)}
 
 
 def weight_diversity(rows: list[dict], store: ArtifactStore) -> list[dict]:
@@ -111,7 +89,7 @@ def members_changes(population: dict, store: ArtifactStore, warm: tuple[str, int
             out[name] = None
             continue
         d = population_diversity(parts[name], 1.0)
-        cosine, distance = _nan_to_none(d.mean_cosine), _nan_to_none(d.mean_distance)
+        cosine, distance = nan_to_none(d.mean_cosine), nan_to_none(d.mean_distance)
         out[name] = None if cosine is None and distance is None else {"cosine": cosine, "distance": distance}
     return out
 

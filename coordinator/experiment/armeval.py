@@ -15,7 +15,7 @@ from coordinator.experiment.checkpointeval import (
 )
 from coordinator.experiment.headline import HELDOUT
 from coordinator.experiment.plan import Arm, Experiment
-from coordinator.stepmetrics import read_metrics
+from coordinator.record.stepmetrics import read_metrics
 
 
 def eval_limit(exp: Experiment, benchmark: str) -> int | None:

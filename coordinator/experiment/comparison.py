@@ -21,8 +21,8 @@ from coordinator.experiment.equalcompute import (
     trend_table,
 )
 from coordinator.experiment.evalfiles import load_evals, write_json
-from coordinator.figures import plt, save_figure
-from coordinator.stepmetrics import COMPLEXITY_KEYS, read_metrics
+from coordinator.record.figures import plt, save_figure
+from coordinator.record.stepmetrics import COMPLEXITY_KEYS, read_metrics
 from populora.config import Config
 
 ARM_COLORS = {"population": "#1f77b4", "mixed-rank": "#9467bd", "baseline": "#d62728"}

@@ -12,7 +12,7 @@ from coordinator.experiment.armdynamics import arm_dynamics, complexity_values
 from coordinator.experiment.checkpointeval import compare_at_checkpoints
 from coordinator.experiment.evalfiles import removed_templates, write_json
 from coordinator.experiment.headline import headline_html
-from coordinator.figures import plt, save_figure
+from coordinator.record.figures import plt, save_figure
 from populora.analysis.dynamics import COMPLEXITY_METRICS
 from populora.analysis.intervals import trend
 

@@ -8,10 +8,10 @@ import json
 import logging
 import re
 import sys
-import time
 from pathlib import Path
 
-from coordinator.services import Services, build, remote
+from coordinator.clients.services import Services, build, remote
+from coordinator.run.phases.evaluate import expected_cache, record, scores_of
 from populora.config import Config, config_from_yaml, parse_override
 from populora.evals import EvalError, EvalResult, EvalTarget, evaluate, load_problems
 from populora.evals.benchmarks import BenchmarkError
@@ -20,7 +20,6 @@ from populora.evals.progress import Pace, progress_text
 from populora.evals.prompts import PROTOCOLS
 from populora.evals.scoring import check_references
 from populora.pb import league_pb2
-from populora.records import EvalScore, Evaluated, Population, ProblemScore
 from populora.rpc import ServiceError
 from populora.store import ArtifactStore, StoreError
 
@@ -75,23 +74,6 @@ def run_targets(league, store: ArtifactStore, run_id: str) -> list[EvalTarget]:
 
 
 # ------------------------------------------------------------------------------------------------ results
-def scores_of(results: list[EvalResult]) -> list[EvalScore]:
-    return [EvalScore(r.adapter_id or "", r.version, r.label, r.pass_at_1, {str(k): v for k, v in r.pass_at_k.items()},
-                      r.n_problems, r.samples, [ProblemScore(p.id, p.passed, p.n, p.error) for p in r.problems])
-            for r in results]
-
-
-def record(league, run_id: str, benchmark: str, scores: list[EvalScore], steps: dict[str, int]) -> int:
-    """Store scores in the league (replacing an earlier record of the same version and benchmark)."""
-    pb = [league_pb2.EvalScore(
-        adapter_id=s.adapter_id, version=s.version, benchmark=benchmark, step=steps.get(s.adapter_id, 0),
-        label=s.label, n_problems=s.n_problems, samples=s.samples, pass_at_1=s.pass_at_1,
-        pass_at_k={int(k): v for k, v in s.pass_at_k.items()},
-        problems=[league_pb2.EvalProblem(problem_id=p.id, passed=p.passed, n=p.n, error=p.error) for p in s.problems])
-        for s in scores]
-    return league.RecordEvals(league_pb2.RecordEvalsRequest(run_id=run_id, scores=pb)).recorded
-
-
 def table(results: list[EvalResult]) -> str:
     """The scores as a plain-text table (EvalPlus: pass@1 on the base inputs and on base + plus), then the problems
     set apart, when there are any."""
@@ -128,35 +110,11 @@ def model_context(cfg: Config) -> tuple[object, int]:
     return tokenizer, context or 10**9
 
 
-# ------------------------------------------------------------------------------------------------ the phase
-def eval_phase(run, step: int, population: Population) -> Evaluated:
-    """The `eval` phase (every `eval.every` steps): the whole population, at the versions that play the next step,
-    on `eval.benchmark`'s first `eval.limit` problems, in one multi-LoRA batch; the bare base model too at the
-    first evaluation (`eval.base`). Scores go to the league, keyed by version, so a re-run phase replaces them."""
-    cfg = run.cfg
-    e = cfg.eval
-    targets = [EvalTarget(f"{a}@v{m.version}", a, m.version, str(run.store.version_dir(a, m.version)))
-               for a, m in sorted(population.items())]
-    if e.base and step == 0:
-        targets.insert(0, EvalTarget("base", None, 0, None))
-    seen: dict[str, float] = {}
-    start = time.perf_counter()
-    results = evaluate(run.services, targets, e.benchmark, limit=e.limit, samples=e.samples,
-                       temperature=e.temperature, seed=run.seed("eval", step), data=e.data or None,
-                       max_new_tokens=e.max_new_tokens, chat=cfg.model.chat_template,
-                       code_f_inputs=cfg.tasks.code_f_inputs, timeout_s=e.timeout_s, run_id=run.run_id,
-                       cache=expected_cache(cfg), progress=lambda event, info: _logged(event, info, seen))
-    scores = scores_of(results)
-    record(run.services.league, run.run_id, e.benchmark, scores, {s.adapter_id: step for s in scores})
-    return Evaluated(e.benchmark, scores, int(seen.get("generated_tokens", 0)), int(seen.get("scored_jobs", 0)),
-                     time.perf_counter() - start)
-
-
 # ------------------------------------------------------------------------------------------------ the command
 def _run_config(cfg: Config, run_id: str, overrides: list[str]) -> Config:
     """The config run `run_id` stored in the journal (its model, store and database), with this command's --set
     applied again; the given config when the database holds no journal of that run."""
-    from coordinator.journal import JournalDB
+    from coordinator.run.journal import JournalDB
 
     url = cfg.resolve(cfg.league.db_url)
     if url.startswith("sqlite:///") and not Path(url[len("sqlite:///"):]).exists():
@@ -178,13 +136,6 @@ def _run_config(cfg: Config, run_id: str, overrides: list[str]) -> Config:
         node[last] = value
     tree["services"]["token"] = cfg.services.token
     return Config.model_validate(tree)
-
-
-def expected_cache(cfg: Config) -> Path:
-    """Where EvalPlus's expected outputs are cached: the populora cache (model.cache_dir, $POPULORA_CACHE)."""
-    from populora.models import cache_dir
-
-    return cache_dir(cfg.model.cache_dir)
 
 
 def open_eval_services(cfg: Config, league: bool) -> Services:
@@ -308,14 +259,6 @@ def _check_references(args: argparse.Namespace, cfg: Config, benchmark: str, pro
             {"id": c.id, "status": c.status, "reason": c.reason, "where": c.where} for c in checks]}, indent=1) + "\n")
         print(f"wrote {args.out}")
     return 0 if counts["failed"] == 0 else 1
-
-
-def _logged(event: str, info: dict, seen: dict) -> None:
-    """The in-training phase's progress: stage lines in the log, the totals kept for its record."""
-    if line := progress_text(event, info):
-        log.info("eval: %s", line)
-    else:
-        seen.update({f"{event}_{k}": v for k, v in info.items()})
 
 
 def _printer(args: argparse.Namespace):

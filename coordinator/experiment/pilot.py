@@ -70,7 +70,7 @@ def step_costs(rows: list[dict]) -> dict:
 def train(exp: Experiment) -> None:
     """Both arms to their step cap, continuing runs that exist."""
     from coordinator.experiment.runner import run_arm
-    from coordinator.journal import JournalDB
+    from coordinator.run.journal import JournalDB
 
     db = JournalDB(exp.cfg.league_db_url)
     try:
@@ -86,7 +86,7 @@ def score(exp: Experiment, benchmarks: list[str], problems: int) -> dict:
     from coordinator.experiment.armeval import arm_rows
     from coordinator.experiment.evaluate import expected_cache, open_eval_services
     from coordinator.experiment.seedeval import load_benchmark
-    from coordinator.modelsize import model_size
+    from coordinator.run.modelsize import model_size
     from populora.evals import EvalTarget, evaluate
     from populora.evals.progress import progress_text
     from populora.store import ArtifactStore
@@ -136,7 +136,7 @@ def score(exp: Experiment, benchmarks: list[str], problems: int) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the pilot (module docstring) and print pilot.json."""
-    from coordinator.cli import load_cli_config
+    from populora.config import load_config
     from populora.logs import setup_logging
 
     p = argparse.ArgumentParser(prog="python -m coordinator.experiment.pilot", description=main.__doc__)
@@ -150,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=Path("runs/pilot"), help="where the runs and pilot.json go")
     args = p.parse_args(argv)
     setup_logging()
-    cfg = load_cli_config(args)
+    cfg = load_config(preset=None if args.config_file else args.preset, path=args.config_file, overrides=args.overrides)
     cfg.run.output_dir, cfg.run.steps = str(args.out), args.steps
     cfg.run.budget_flops = cfg.run.budget_flops or 10**18  # the step cap ends the pilot's arms, not a budget
     exp = plan(cfg, "pilot", [args.seed], [])

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from coordinator.experiment.comparison import ArmRun, ComparisonInput
 from coordinator.experiment.headline import HELDOUT
-from coordinator.stepmetrics import read_metrics
+from coordinator.record.stepmetrics import read_metrics
 from coordinator.train import as_baseline
 from populora.config import Config, ConfigError, config_from_yaml
 from populora.evals import BENCHMARKS

@@ -17,10 +17,10 @@ from pathlib import Path
 from statistics import mean
 
 from coordinator.experiment.armdynamics import arm_dynamics, complexity_values
-from coordinator.experiment.births import birth_rates, summarise
 from coordinator.experiment.comparison import ArmRun, ComparisonInput, arm_numbers, eval_numbers
 from coordinator.experiment.equalcompute import checkpoint_section
 from coordinator.experiment.evalfiles import OVERLAP_FILE, load_evals
+from coordinator.record.births import birth_rates, summarise
 from populora.analysis.dynamics import COMPLEXITY_METRICS
 from populora.analysis.intervals import trend
 from populora.config import config_from_yaml
@@ -57,8 +57,8 @@ def overlap(results: Path, cfg, compute: bool = True) -> dict | None:
         return None
     from dataclasses import asdict
 
+    from coordinator.clients.services import build
     from coordinator.experiment.evalfiles import write_json
-    from coordinator.services import build
     from populora.evals.overlap import shared_behaviour
 
     sandbox = build("sandbox", cfg)
@@ -164,7 +164,7 @@ def _mean_of(xs) -> float | None:
 
 
 def births(exp: ComparisonInput, metrics: dict) -> dict:
-    """How the population's children started, per operator and role (coordinator/experiment/births.py)."""
+    """How the population's children started, per operator and role (coordinator/record/births.py)."""
     found = [b for a in exp.arms if a.name != "baseline" for b in birth_rates(metrics[a.run_id])]
     operators: dict[str, int] = {}
     for b in found:

@@ -26,10 +26,12 @@ from coordinator.experiment.plan import (
     parse_seeds,
     plan,
 )
-from coordinator.experiment.seedeval import ensure_overlap, evaluate_arms
-from coordinator.journal import JournalDB
-from coordinator.stepmetrics import read_metrics
-from coordinator.train import _apply_limits, budget_spent, run_training
+from coordinator.experiment.headline import HELDOUT
+from coordinator.experiment.seedeval import ensure_overlap, evaluate_arms, load_benchmark
+from coordinator.record.ledger import budget_spent
+from coordinator.record.stepmetrics import read_metrics
+from coordinator.run.journal import JournalDB
+from coordinator.train import apply_limits, run_training
 from populora.config import Config, ConfigError, config_from_yaml
 from populora.evals import EvalError
 from populora.records import Usage
@@ -173,7 +175,7 @@ def main(args, cfg: Config) -> int:
     from populora.logs import setup_logging
 
     setup_logging()
-    _apply_limits(args, cfg)
+    apply_limits(args, cfg)
     seeds = parse_seeds(args.seeds, cfg.run.seed)
     arms = parse_arms(getattr(args, "arms", None))
     label = args.preset if not args.config_file else Path(args.config_file).stem
@@ -183,6 +185,13 @@ def main(args, cfg: Config) -> int:
         print(f"error: --jobs {args.jobs}: must be at least 1", file=sys.stderr)
         return 2
     exp = plan(cfg, experiment_id, seeds, args.benchmark, args.limit, args.samples, arms)
+    try:  # the benchmark files (--data, $POPULORA_BENCHMARKS) before any arm trains, not after the training
+        for benchmark in exp.benchmarks:
+            if benchmark != HELDOUT:
+                load_benchmark(exp, benchmark)
+    except EvalError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     print(f"experiment {experiment_id}: {len(exp.arms)} arms "
           f"({', '.join(a.run_id for a in exp.arms)}), budget flops={exp.cfg.run.budget_flops:.3g} "
           f"tokens={exp.cfg.run.budget_tokens} "

@@ -26,7 +26,7 @@ from coordinator.experiment.checkpointeval import WARM, checkpoints_of, label, p
 from coordinator.experiment.evalfiles import OVERLAP_FILE, eval_path, write_json
 from coordinator.experiment.headline import HELDOUT
 from coordinator.experiment.plan import Arm, Experiment
-from coordinator.modelsize import model_size
+from coordinator.run.modelsize import model_size
 from populora.analysis.flops import FORWARD_FLOPS_PER_PARAM
 
 log = logging.getLogger(__name__)
@@ -58,7 +58,8 @@ def seed_targets(exp: Experiment, seed: int, budget: float | None) -> dict[str, 
 
 def load_benchmark(exp: Experiment, benchmark: str) -> list:
     """The benchmark's problems as the experiment scores them: `heldout` from `eval.heldout_seed`, the others from
-    `eval.data` or their shipped files; the first --limit (heldout: 380) when one applies."""
+    `eval.data` or their publishers' files in $POPULORA_BENCHMARKS; the first --limit (heldout: 380) when one
+    applies."""
     from populora.evals import EvalError, load_problems
     from populora.evals.benchmarks import BenchmarkError
 
@@ -129,7 +130,7 @@ def ensure_overlap(exp: Experiment) -> None:
         return
     from dataclasses import asdict
 
-    from coordinator.services import build, remote
+    from coordinator.clients.services import build, remote
     from populora.evals.overlap import shared_behaviour
 
     cfg = exp.arms[0].cfg
@@ -203,7 +204,7 @@ def _score_benchmark(exp: Experiment, services, seed: int, benchmark: str, budge
 
 
 def _expected_cache(cfg):
-    from coordinator.experiment.evaluate import expected_cache
+    from coordinator.run.phases.evaluate import expected_cache
 
     return expected_cache(cfg)
 
@@ -214,7 +215,7 @@ def _write_arm_files(exp: Experiment, arms: list[Arm], benchmark: str, parts: li
     """Each arm's file from the parts: its versions' per-problem results joined and scored again (pass@k over all
     their problems), the tokens of each part charged to the arms by their share of its versions (2N a token, off the
     budget: spec 14), the members' scores recorded in the arm's league as `populora eval --run` records them."""
-    from coordinator.experiment.evaluate import record, scores_of
+    from coordinator.run.phases.evaluate import record, scores_of
     from populora.evals.harness import EvalResult, score
     from populora.rpc import ServiceError
     from populora.store import ArtifactStore

@@ -6,7 +6,15 @@ The sections live by concept (`run`, `learning`, `population`, `deployment`), th
 loader in `loader`; every public name is importable from `populora.config`, as users and the docs import it.
 """
 
-from populora.config.base import ALL_TARGET_MODULES, OPERATORS, ROLES, TASK_TYPES, ConfigError, Section
+from populora.config.base import (
+    ALL_TARGET_MODULES,
+    MAX_RANK,
+    OPERATORS,
+    ROLES,
+    TASK_TYPES,
+    ConfigError,
+    Section,
+)
 from populora.config.deployment import (
     OutageConfig,
     QueueConfig,
@@ -30,7 +38,7 @@ from populora.config.run import GenerationConfig, LoopConfig, LoraConfigModel, M
 from populora.config.schema import Config, field_docs
 
 __all__ = [
-    "ALL_TARGET_MODULES", "ENV_ALIASES", "LEGACY_FIELDS", "OPERATORS", "PRESET_DIR", "ROLES", "TASK_TYPES", "Config",
+    "ALL_TARGET_MODULES", "ENV_ALIASES", "LEGACY_FIELDS", "MAX_RANK", "OPERATORS", "PRESET_DIR", "ROLES", "TASK_TYPES", "Config",
     "ConfigError", "EvalConfig", "EvolutionConfig", "GenerationConfig", "LeagueConfig", "LoopConfig",
     "LoraConfigModel", "ModelConfig", "OutageConfig", "PopulationConfig", "QueueConfig", "RewardConfig", "RunConfig",
     "SandboxConfig",

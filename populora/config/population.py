@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from populora.config.base import OPERATORS, Section
+from populora.config.base import OPERATORS, Section, check_ranks
 
 
 class PopulationConfig(Section):
@@ -120,7 +120,4 @@ class EvolutionConfig(Section):
     @field_validator("ranks")
     @classmethod
     def _ranks_in_range(cls, ranks: list[int]) -> list[int]:
-        bad = [r for r in ranks if not 1 <= r <= 512]
-        if bad:
-            raise ValueError(f"ranks {bad} are outside 1..512")
-        return ranks
+        return check_ranks(ranks)

@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import Field, field_validator
 
 from populora import names
-from populora.config.base import ALL_TARGET_MODULES, Section
+from populora.config.base import ALL_TARGET_MODULES, MAX_RANK, Section, check_ranks
 
 
 class RunConfig(Section):
@@ -81,7 +81,7 @@ class ModelConfig(Section):
 
 
 class LoraConfigModel(Section):
-    rank: int = Field(32, ge=1, le=512)
+    rank: int = Field(32, ge=1, le=MAX_RANK)
     """LoRA rank r of every adapter that teacher_ranks / student_ranks do not name (spec 1: rank 32), of the
     baseline's one adapter, and of the warm start's (members of another rank start from it brought to theirs)."""
     teacher_ranks: list[int] = Field(default_factory=list)
@@ -105,10 +105,7 @@ class LoraConfigModel(Section):
     @field_validator("teacher_ranks", "student_ranks")
     @classmethod
     def _ranks_in_range(cls, ranks: list[int]) -> list[int]:
-        bad = [r for r in ranks if not 1 <= r <= 512]
-        if bad:
-            raise ValueError(f"ranks {bad} are outside 1..512")
-        return ranks
+        return check_ranks(ranks)
 
     def initial_rank(self, role: str, index: int) -> int:
         """The rank member `index` of a role starts with: its role's list, cycled, else `rank` (the baseline's
@@ -123,7 +120,7 @@ class LoraConfigModel(Section):
     def mixed_ranks(self) -> tuple[list[int], list[int]]:
         """The initial ranks of teachers and students in an experiment's mixed-rank arm: teacher_ranks and
         student_ranks where they are set, else r/4, r/2, r and 2r of `rank` (8, 16, 32, 64 at rank 32)."""
-        rule = sorted({min(512, max(1, r)) for r in (self.rank // 4, self.rank // 2, self.rank, 2 * self.rank)})
+        rule = sorted({min(MAX_RANK, max(1, r)) for r in (self.rank // 4, self.rank // 2, self.rank, 2 * self.rank)})
         return self.teacher_ranks or rule, self.student_ranks or rule
 
 class GenerationConfig(Section):

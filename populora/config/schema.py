@@ -54,14 +54,26 @@ class Config(Section):
     store: StoreConfig = StoreConfig()
     """The artifact store."""
 
+    def use_deployment(self, deployment: str) -> None:
+        """Run embedded (one process, in-process queue) or distributed (services over gRPC, Redis Streams), with the
+        defaults that follow from it (the loop's staleness)."""
+        self.run.deployment = deployment
+        self.queue.backend = "redis" if deployment == "distributed" else "inprocess"
+        self._default_staleness()
+
+    def _default_staleness(self) -> None:
+        """loop.max_staleness's default depends on the deployment: distributed, each role has its own machines, so
+        steps overlap (1) unless the config says otherwise; embedded, lock-step (0, the field's default)."""
+        if self.run.deployment == "distributed" and "max_staleness" not in self.loop.model_fields_set:
+            self.loop.max_staleness = 1
+
     @model_validator(mode="after")
     def _consistent(self) -> Config:
         if self.evolution.x4_eta_max < self.evolution.x4_eta_min:
             raise ValueError("evolution.x4_eta_max must be >= evolution.x4_eta_min")
         if self.evolution.epsilon_max < self.evolution.epsilon_min:
             raise ValueError("evolution.epsilon_max must be >= evolution.epsilon_min")
-        if self.run.deployment == "distributed" and "max_staleness" not in self.loop.model_fields_set:
-            self.loop.max_staleness = 1  # distributed, each role has its own machines: overlap unless told not to
+        self._default_staleness()
         if self.run.reproducible:  # a count that no load changes (run.reproducible)
             for section in (self.generation, self.trainer):
                 if section.threads < 0:

@@ -15,13 +15,11 @@ from typing import Any
 
 import torch
 
-from populora.config import EvolutionConfig
+from populora.config import MAX_RANK, EvolutionConfig
 from populora.lora import lora_scaling
 from services.evolver.components import compose
 from services.evolver.factored import FactoredUpdate
 from services.evolver.linalg import span_from_gram
-
-MAX_RANK = 512  # the trainer's largest rank (services/trainer/service.py)
 
 
 def child_config(first: Mapping[str, Any], rank: int) -> dict[str, Any]:

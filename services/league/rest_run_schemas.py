@@ -112,7 +112,7 @@ class StepSummary(Model):
     staleness: StepStaleness | None = Field(None, description="overlapped steps (loop.max_staleness >= 1)")
     dynamics: StepDynamics | None = Field(None, description="the step's figures for /v1/runs/{run}/dynamics")
     efficiency: StepEfficiency | None = Field(None, description="each phase against the machine's measured peak "
-                                              "(embedded runs; coordinator/efficiency.py)")
+                                              "(embedded runs; coordinator/record/efficiency.py)")
 
 
 class PhaseAt(Model):

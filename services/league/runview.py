@@ -1,8 +1,8 @@
 """A run as the dashboard shows it: where it stands (the phases stored, the one running, a phase that failed) and the
 problems and answers of a step, from what the coordinator records in the league's own tables (RecordRun,
-RecordPhases, RecordStepProblems: coordinator/runprogress.py) with the step summaries (RecordStepSummary). Nothing
+RecordPhases, RecordStepProblems: coordinator/run/runprogress.py) with the step summaries (RecordStepSummary). Nothing
 here reads another component's tables, and nothing is derived from the coordinator's records: the coordinator sends
-each step's problems in the layout served (coordinator/stepproblems.py), and the views below filter them.
+each step's problems in the layout served (coordinator/record/stepproblems.py), and the views below filter them.
 
 A value of an unexpected type in a recorded step's problems reads as empty (the page shows gaps, never a server
 error). Keys read from a step's problems (`league_step_problems.problems_json`):

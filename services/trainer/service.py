@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 from populora.adapters import AdapterHost, host_kind, make_host
-from populora.config import ALL_TARGET_MODULES, ROLES, TASK_TYPES, Config
+from populora.config import ALL_TARGET_MODULES, MAX_RANK, ROLES, TASK_TYPES, Config
 from populora.metrics import BATCH_SIZE, TOKENS, TOKENS_PER_S
 from populora.models import build_lock, cache_dir, torch_threads
 from populora.pb import trainer_pb2
@@ -31,7 +31,6 @@ log = logging.getLogger(__name__)
 
 ROLLOUT_ROLES = {"teacher": ("teacher",), "student": ("student",), "both": ("teacher", "student")}
 # Room the batched layer keeps for the largest rank (only the `gather` layout pads to it; we use `segments`).
-MAX_RANK = 512
 M_MMAP_THRESHOLD = -3  # glibc malloc.h
 
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from coordinator.modelsize import ModelSize
-from coordinator.phases.accounting import budget_flops, charged_rows, seed_usage, usage
+from coordinator.run.modelsize import ModelSize
+from coordinator.run.phases.accounting import budget_flops, charged_rows, seed_usage, usage
 from populora.config import load_config
 from populora.records import (
     Attempt,

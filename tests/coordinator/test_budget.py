@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from coordinator.train import budget_spent, parse_budget
+from coordinator.record.ledger import budget_spent
+from coordinator.train import parse_budget
 from populora.config import ConfigError, load_config
 from populora.records import Usage
 

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from coordinator import worker
 from coordinator.cli import main
+from coordinator.run import worker
 from populora import names
 
 HOSTILE = ["../escape_test", "a/b", "..", ".", "é", "a b", "-x", ".hidden", "r" * 101]
@@ -18,13 +18,13 @@ HOSTILE = ["../escape_test", "a/b", "..", ".", "é", "a b", "-x", ".hidden", "r"
 @pytest.fixture
 def nothing_loaded(monkeypatch):
     """Fails the test if a model is loaded or services are opened."""
-    import coordinator.services
+    import coordinator.clients.services
     import populora.models
 
     def forbidden(*_a, **_k):
         raise AssertionError("loaded a model or opened services before checking the id")
 
-    monkeypatch.setattr(coordinator.services, "open_services", forbidden)
+    monkeypatch.setattr(coordinator.clients.services, "open_services", forbidden)
     monkeypatch.setattr(populora.models, "load_from_config", forbidden)
 
 

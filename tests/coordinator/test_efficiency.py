@@ -1,4 +1,4 @@
-"""Each step's phases against the machine's ceiling (coordinator/efficiency.py), on a step worked out by hand."""
+"""Each step's phases against the machine's ceiling (coordinator/record/efficiency.py), on a step worked out by hand."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from coordinator.efficiency import efficiency, phase_threads, run_ceilings
-from coordinator.modelsize import ModelSize
+from coordinator.record.efficiency import efficiency, phase_threads, run_ceilings
+from coordinator.run.modelsize import ModelSize
 from populora.config import load_config
 from populora.records import Accounted, Attempt, Proposal, Usage
 
@@ -68,7 +68,7 @@ def test_phase_threads_follow_the_settings():
 
 
 def test_the_report_table_gives_the_means_over_the_steps():
-    from coordinator.efficiency import efficiency_table
+    from coordinator.record.efficiency import efficiency_table
 
     rows = [{"step": 0}]
     for update_s in (12.0, 24.0):

@@ -11,7 +11,7 @@ import pytest
 
 from coordinator.experiment.comparison import arm_numbers, eval_numbers, pooled
 from coordinator.experiment.plan import check_manifest, default_id, parse_arms, parse_seeds, plan
-from coordinator.stepmetrics import complexity_spread
+from coordinator.record.stepmetrics import complexity_spread
 from populora.config import ConfigError, load_config
 
 
@@ -204,7 +204,7 @@ def test_cpu_experiment_preset_is_cpu_smol_with_a_step_cap():
 
 def test_an_arm_is_finished_when_its_metrics_reach_its_limits(tmp_path):
     from coordinator.experiment.runner import arm_finished
-    from coordinator.journal import JournalDB
+    from coordinator.run.journal import JournalDB
 
     exp = plan(_cfg(tmp_path, f"league.db_url=sqlite:///{tmp_path / 'j.sqlite'}"), "e1", [1], [])
     arm = exp.arms[0]

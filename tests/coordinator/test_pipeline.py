@@ -8,11 +8,11 @@ import time
 
 import pytest
 
-import coordinator.pipeline as pipeline
-from coordinator.phases import Run
-from coordinator.phases.staleness import behaviour_logprobs, bound
-from coordinator.step import behaviour_step
-from coordinator.timeline import busy_seconds, timeline_metrics
+import coordinator.run.pipeline as pipeline
+from coordinator.record.timeline import busy_seconds, timeline_metrics
+from coordinator.run.phases import Run
+from coordinator.run.phases.staleness import behaviour_logprobs, bound
+from coordinator.run.step import behaviour_step
 from populora.config import load_config
 from populora.records import Attempt, Proposal, Rollout, Updated, UpdateStats, from_json, to_json
 
@@ -132,7 +132,7 @@ def test_timeline_and_idle_fractions():
 
 
 def test_the_report_draws_the_timeline(tmp_path):
-    from coordinator.report import plot_timeline
+    from coordinator.record.report import plot_timeline
 
     rows = [_row(1, "propose", 0, 3), _row(1, "solve", 3, 6), _row(1, "update", 6, 10), _row(2, "propose", 6, 9),
             _row(2, "solve", 9, 12), _row(2, "update", 12, 16)]

@@ -5,8 +5,8 @@ import time
 
 import pytest
 
-from coordinator.journal import JournalDB
-from coordinator.queue import PhaseJob, RedisStreamQueue
+from coordinator.run.journal import JournalDB
+from coordinator.run.queue import PhaseJob, RedisStreamQueue
 
 
 def _redis_queue(redis_url, claim_idle_ms=200):

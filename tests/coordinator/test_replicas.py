@@ -6,8 +6,8 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from coordinator.replicas import Replicas, replica_addresses, resolve
-from coordinator.services import open_services
+from coordinator.clients.replicas import Replicas, replica_addresses, resolve
+from coordinator.clients.services import open_services
 from populora.config import ConfigError, load_config
 from populora.placement import owner
 from populora.ports import free_port
@@ -39,7 +39,7 @@ def test_endpoints_name_the_replicas():
 
 
 def test_one_endpoint_is_a_plain_remote_and_several_are_placed():
-    from coordinator.replicas import PlacedInference, PlacedTrainer
+    from coordinator.clients.replicas import PlacedInference, PlacedTrainer
 
     plain = open_services(_cfg("run.deployment=distributed"))
     placed = open_services(_cfg("run.deployment=distributed", "services.trainer.replicas=[127.0.0.1:7001,"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from coordinator.experiment.births import birth_rates, child_epsilon, evolution_table, summarise
+from coordinator.record.births import birth_rates, child_epsilon, evolution_table, summarise
 from populora.config import load_config
 from populora.store import ArtifactStore, lora_config_dict
 
@@ -58,7 +58,7 @@ def test_a_child_is_compared_on_its_first_step_with_its_parent_on_the_birth_step
 def test_the_births_command_summarises_runs_and_refuses_a_missing_one(tmp_path, capsys):
     import json
 
-    from coordinator.experiment.births import main
+    from coordinator.record.births import main
 
     run = tmp_path / "r"
     run.mkdir()

@@ -9,7 +9,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-from coordinator import report  # noqa: E402
+from coordinator.record import report  # noqa: E402
 
 ROWS = [{"step": s, "compute_cumulative": {"generated_tokens": 500 * s, "trained_tokens": 0},
          "task_types": {"code_o": {"valid_rate": 0.0, "solve_rate": None}}} for s in (1, 2, 3)]

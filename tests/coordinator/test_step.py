@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from coordinator.journal import Journal, JournalDB, PhaseDone, PhaseJournal
-from coordinator.phases import Run, check, rollouts, validate
+from coordinator.run.journal import Journal, JournalDB, PhaseDone, PhaseJournal
+from coordinator.run.phases import Run, check, rollouts, validate
 from populora.config import load_config
 from populora.records import (
     PHASE_RECORDS,

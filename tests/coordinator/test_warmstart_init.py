@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from coordinator.journal import Journal, JournalDB
+from coordinator.run.journal import Journal, JournalDB
 from coordinator.train import run_training
 from populora.config import load_config
 from populora.store import ArtifactStore

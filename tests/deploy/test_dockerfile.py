@@ -241,7 +241,7 @@ def test_the_image_source_tree_is_self_sufficient(tmp_path):
             _copy_context(src, app / dest.removeprefix("./").rstrip("/") if dest not in ("./", ".") else app)
     code = (f"import populora, coordinator.cli, importlib; assert populora.__file__.startswith({str(app)!r});"
             "from populora.config import load_config; load_config(preset='gpu-7b-4t4s', env=False);"
-            "import coordinator.services as cs, populora.rpc as rpc; [cs.service_type(s) for s in rpc.SERVICE_NAMES];"
+            "import coordinator.clients.services as cs, populora.rpc as rpc; [cs.service_type(s) for s in rpc.SERVICE_NAMES];"
             "import populora.healthcheck")
     env = {"PYTHONPATH": str(app), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "HF_HUB_OFFLINE": "1"}
     for cmd in ([sys.executable, "-m", "populora.protoc"], [sys.executable, "-c", code]):

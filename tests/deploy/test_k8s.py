@@ -323,7 +323,7 @@ def test_populora_pods_meet_the_restricted_pod_security_profile():
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_placed_services_are_statefulsets_behind_headless_services(overlay, tmp_path):
     """Each trainer and inference pod has a stable name, and the coordinator resolves the Service's name to every
-    ready pod (services.<name>.resolve), placing each adapter on one of them (coordinator.replicas)."""
+    ready pod (services.<name>.resolve), placing each adapter on one of them (coordinator.clients.replicas)."""
     from populora.config import load_config
 
     docs = rendered(overlay)

@@ -108,7 +108,7 @@ def reference_records(echo_model: str | Path, make=None, run_id: str = "e2e", st
 
 def train(cfg, run_id: str, steps: int):
     """An embedded run of `cfg` for `steps` steps: (journal, run directory)."""
-    from coordinator.journal import JournalDB
+    from coordinator.run.journal import JournalDB
     from coordinator.train import run_training
 
     cfg.run.steps = steps  # before the run is created: the run is recorded with the config it trains with

@@ -8,8 +8,8 @@ import time
 import sqlalchemy as sa
 
 from coordinator.distributed import LocalCluster
-from coordinator.journal import JournalDB
-from coordinator.queue import PhaseJob, RedisStreamQueue
+from coordinator.run.journal import JournalDB
+from coordinator.run.queue import PhaseJob, RedisStreamQueue
 from tests.e2e.conftest import e2e_overrides
 from tests.e2e.records import differences, reference_records, run_records
 from tests.e2e.test_overlap import _without

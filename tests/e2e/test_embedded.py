@@ -6,8 +6,8 @@ import os
 import pytest
 import sqlalchemy as sa
 
-from coordinator.journal import Journal
-from coordinator.phases import rollouts
+from coordinator.run.journal import Journal
+from coordinator.run.phases import rollouts
 from coordinator.train import run_training
 from populora.config import load_config
 from populora.store import ArtifactStore
@@ -114,7 +114,7 @@ def test_population_run_agrees_with_itself(tmp_path, echo_model):
     assert [r["step"] for r in rows] == [0, 1, 2]
     assert rows[2]["evolution"] and set(rows[1]["task_types"]) == {"code_i", "code_o", "code_f"}
     assert list((run_dir / "tb").glob("events.out.tfevents.*"))
-    from coordinator.report import write_report
+    from coordinator.record.report import write_report
 
     report = write_report(run_dir)
     for png in ("solve_rate.png", "complexity.png", "ratings.png", "lineage.png"):
@@ -168,7 +168,7 @@ def test_baseline_and_resume(tmp_path, echo_model):
 def _tokens_in_records(j: Journal, cfg, steps: int) -> int:
     """Generated + trained tokens (spec 14) counted straight from the stored phase results; a row the update skips
     (zero advantage) is not trained on and not counted."""
-    from coordinator.phases.accounting import charged_rows
+    from coordinator.run.phases.accounting import charged_rows
 
     total = j.get(0, "seed").generated_tokens
     for s in range(1, steps + 1):
@@ -256,7 +256,7 @@ def test_eval_phase_scores_the_population_every_step_and_resumes(tmp_path, echo_
     metrics = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [m["eval"]["benchmark"] for m in metrics] == ["heldout"] * 3
     assert set(metrics[0]["eval"]["pass_at_1"]) == {"base", "ev.B0@v1"}
-    from coordinator.report import write_report
+    from coordinator.record.report import write_report
 
     page = write_report(run_dir).read_text()
     assert "Held-out evaluation" in page and "evals.png" in page and (run_dir / "evals.png").stat().st_size > 1000

@@ -11,7 +11,7 @@ import pytest
 from coordinator.cli import main as cli_main
 from coordinator.experiment.plan import plan
 from coordinator.experiment.runner import run_experiment
-from coordinator.journal import JournalDB
+from coordinator.run.journal import JournalDB
 from coordinator.train import parse_budget, run_training
 from populora.config import load_config
 from tests.e2e.conftest import e2e_overrides

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from coordinator.phases.evolve import _pick_operator
-from coordinator.phases.run import Run
+from coordinator.run.phases.evolve import _pick_operator
+from coordinator.run.phases.run import Run
 from populora.config import OPERATORS, load_config
 from populora.store import ArtifactStore
 from tests.e2e.conftest import e2e_overrides
@@ -100,7 +100,7 @@ def test_a_population_of_mixed_ranks_trains_evolves_and_shows_its_ranks(tmp_path
         server.stop()
 
     # and the report (as `populora train` writes it): each member's rank, each child's ranks
-    from coordinator.report import write_report
+    from coordinator.record.report import write_report
 
     report = write_report(run_dir, cfg).read_text()
     for adapter_id, member in final.items():

@@ -19,7 +19,7 @@ import redis
 import sqlalchemy as sa
 
 from coordinator.distributed import LocalCluster
-from coordinator.journal import JournalDB
+from coordinator.run.journal import JournalDB
 from populora.pb import league_pb2
 from populora.retry import Backoff, OutageError
 from populora.rpc import ServiceError, connect
@@ -331,8 +331,8 @@ def test_a_check_routed_to_an_external_verifier_waits_for_the_registry(own_postg
 # ---- the step queue, Redis restarted without its data -------------------------------------------------------------
 def test_a_queue_that_lost_its_data_is_recreated_and_the_awaited_job_published_again(tmp_path):
     need_binaries()
-    from coordinator.journal import Journal
-    from coordinator.queue import RedisStreamQueue
+    from coordinator.run.journal import Journal
+    from coordinator.run.queue import RedisStreamQueue
     from populora.records import Matched, Pairing, to_json
 
     rd = OwnRedis(persistent=False)

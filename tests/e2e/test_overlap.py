@@ -10,7 +10,7 @@ import sys
 import textwrap
 import time
 
-from coordinator.journal import JournalDB
+from coordinator.run.journal import JournalDB
 from coordinator.train import run_training
 from populora.config import load_config
 from tests.e2e.conftest import e2e_overrides
@@ -22,7 +22,7 @@ STEPS = 3  # cpu-tiny evolves at step 2 (every_k=2): step 3's games wait for it
 OVERLAP = ("loop.max_staleness=1",)  # the run's shape beside e2e_overrides, as tests/e2e/records.py makes it
 SCRIPT = textwrap.dedent("""
     import sys
-    from coordinator.journal import JournalDB
+    from coordinator.run.journal import JournalDB
     from coordinator.train import run_training
     from populora.config import load_config
     cfg = load_config(preset="cpu-tiny", overrides=sys.argv[2:], env=False)

@@ -14,7 +14,7 @@ import time
 from collections import Counter
 
 from coordinator.distributed import LocalCluster
-from coordinator.journal import JournalDB
+from coordinator.run.journal import JournalDB
 from populora.placement import owner
 from populora.store import ArtifactStore
 from tests.e2e.conftest import e2e_overrides

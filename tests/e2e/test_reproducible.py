@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 from coordinator.distributed import LocalCluster
-from coordinator.journal import JournalDB
+from coordinator.run.journal import JournalDB
 from populora import models
 from populora.config import load_config
 from populora.reproduce import differences

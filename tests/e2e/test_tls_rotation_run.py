@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from coordinator.distributed import LocalCluster
-from coordinator.journal import JournalDB
+from coordinator.run.journal import JournalDB
 from populora import certs, rpc
 from populora.pb import league_pb2
 from populora.tls import TlsFiles

@@ -13,7 +13,7 @@ import grpc
 import pytest
 
 from coordinator.distributed import LocalCluster
-from coordinator.journal import JournalDB
+from coordinator.run.journal import JournalDB
 from populora import rpc
 from tests.e2e.conftest import e2e_overrides
 from tests.e2e.records import differences, reference_records, run_records

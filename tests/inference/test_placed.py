@@ -8,7 +8,7 @@ import copy
 import grpc
 import pytest
 
-from coordinator.replicas import PlacedInference, Replicas
+from coordinator.clients.replicas import PlacedInference, Replicas
 from populora.config import ALL_TARGET_MODULES, load_config
 from populora.pb import common_pb2, inference_pb2
 from populora.placement import balanced, owner

@@ -60,7 +60,7 @@ def short_run(tmp_path_factory) -> ShortRun:
     """The cpu-tiny end-to-end run (the tiny model fitted to write valid proposals, tests/e2e): 2 of its 3 steps,
     with one evolution at step 2, its members at ranks 8 and 16 (teachers) and 32 and 64 (students), so every view
     shows several (spec 9, "Mixed ranks"). Built once per session (about a minute and a half on 2 cores)."""
-    from coordinator.journal import JournalDB
+    from coordinator.run.journal import JournalDB
     from coordinator.train import run_training
     from populora.config import load_config
     from tests.e2e.conftest import e2e_overrides

@@ -304,7 +304,7 @@ def test_overview_follows_the_run_as_it_trains(page, site, short_run, monkeypatc
     A cpu-tiny phase can end between two of the page's polls, so after each phase of step 3 is stored the training
     waits (at most 20 s) until the page shows another phase than it did: what is checked is that the page follows,
     not how fast the machine is."""
-    from coordinator.runprogress import RunProgress
+    from coordinator.run.runprogress import RunProgress
     from coordinator.train import run_training
 
     shown = threading.Condition()

@@ -1,5 +1,5 @@
 """The overview's efficiency panel in a real headless Chromium: each phase of the latest step against the machine's
-peak, from the `efficiency` the coordinator puts in a step's summary (coordinator/efficiency.py, stepsummary.py)."""
+peak, from the `efficiency` the coordinator puts in a step's summary (coordinator/record/efficiency.py, stepsummary.py)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ RUN = "measured"
 
 
 def _summary(step: int) -> dict:
-    from coordinator.efficiency import efficiency
+    from coordinator.record.efficiency import efficiency
 
     seconds = {"propose": 2.0, "solve": 1.0, "update": 12.0 * step, "check": 1.0}
     out = {"step": step, "phases": list(seconds), "seconds": seconds, "step_seconds": sum(seconds.values()),

@@ -24,9 +24,9 @@ HOSTILE = ['"><img src=x onerror="window.__pwned=1">', "<script>window.__pwned=2
 def hostile_site(browser, tmp_path_factory):
     """A league and a journal whose programs, model output and recorded events are HTML and script."""
     from bench.league_dashboard import store_step
-    from coordinator.journal import Journal, JournalDB
-    from coordinator.runprogress import RunProgress
-    from coordinator.step import StepRecord
+    from coordinator.run.journal import Journal, JournalDB
+    from coordinator.run.runprogress import RunProgress
+    from coordinator.run.step import StepRecord
     from populora import records as r
     from populora.config import Config
     from populora.pb import league_pb2 as pb

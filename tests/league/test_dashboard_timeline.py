@@ -1,5 +1,5 @@
 """The overview's timeline in a real headless Chromium: each step's phases per service from the step summaries the
-coordinator records (coordinator/stepsummary.py), and the trainer's and inference's idle fractions per step."""
+coordinator records (coordinator/record/stepsummary.py), and the trainer's and inference's idle fractions per step."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.timeline import timeline_metrics
+from coordinator.record.timeline import timeline_metrics
 from populora.pb import league_pb2
 from populora.ports import free_port
 from services.league.db import LeagueDB

@@ -11,7 +11,7 @@ import pytest
 from fastapi.testclient import TestClient
 from grpc import StatusCode
 
-from coordinator.services import build
+from coordinator.clients.services import build
 from populora.config import load_config
 from populora.pb import league_pb2 as pb
 from populora.rpc import ServiceError

@@ -17,7 +17,7 @@ def test_dynamics_equal_the_coordinators_own(short_run):
     """On the real cpu-tiny run: the dashboard's dynamics (from the step summaries and problems the league was
     sent) are the comparison's (coordinator.experiment.armdynamics, from metrics.jsonl and the store)."""
     from coordinator.experiment.armdynamics import arm_dynamics
-    from coordinator.stepmetrics import read_metrics
+    from coordinator.record.stepmetrics import read_metrics
     from services.league.db import LeagueDB
 
     rows = read_metrics(short_run.root / "runs" / short_run.run_id)

@@ -1,5 +1,5 @@
 """What the dashboard shows of a run: what the coordinator records in the league from its own records and journal
-(the run and its phases: RecordRun and RecordPhases, coordinator/runprogress.py; each step's summary and problems:
+(the run and its phases: RecordRun and RecordPhases, coordinator/run/runprogress.py; each step's summary and problems:
 RecordStepSummary and RecordStepProblems) and the views over them (services/league/runview.py). Every step here is
 stored as `populora train` stores it: its typed records through the coordinator's journal, then its phases, problems
 and summary through the league's RPCs. Recording again replaces, never duplicates; problems of another layout read
@@ -15,12 +15,12 @@ import pytest
 import sqlalchemy as sa
 
 from bench.league_dashboard import store_step
-from coordinator.journal import Journal as CoordinatorJournal
-from coordinator.journal import JournalDB
-from coordinator.runprogress import RunProgress
-from coordinator.step import Prepared, StepRecord
-from coordinator.stepmetrics import prepared_metrics
-from coordinator.stepsummary import record_step_summary, step_summary
+from coordinator.record.stepmetrics import prepared_metrics
+from coordinator.record.stepsummary import record_step_summary, step_summary
+from coordinator.run.journal import Journal as CoordinatorJournal
+from coordinator.run.journal import JournalDB
+from coordinator.run.runprogress import RunProgress
+from coordinator.run.step import Prepared, StepRecord
 from populora import records as r
 from populora.config import Config
 from populora.pb import league_pb2 as pb
@@ -309,7 +309,7 @@ def test_a_run_the_coordinator_never_recorded(sqlite_url):
 @pytest.mark.slow
 def test_per_step_figures_equal_the_coordinators_own_metrics(short_run):
     """On the real cpu-tiny run: what the dashboard shows per step is what metrics.jsonl says."""
-    from coordinator.stepmetrics import read_metrics
+    from coordinator.record.stepmetrics import read_metrics
     from services.league.db import LeagueDB
 
     rows = {r["step"]: r for r in read_metrics(short_run.root / "runs" / short_run.run_id)}

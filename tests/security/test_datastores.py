@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from coordinator.queue import PhaseJob, RedisStreamQueue
+from coordinator.run.queue import PhaseJob, RedisStreamQueue
 from populora import certs
 from populora.config import ConfigError, load_config
 from populora.datastores import check_db_url, redis_acl, redis_client, redis_tls

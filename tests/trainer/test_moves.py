@@ -61,7 +61,7 @@ def test_a_replica_joining_between_steps_takes_its_share_and_the_old_owner_frees
     """Two trainer servers on one store behind the coordinator's PlacedTrainer: the population starts on one; the
     second joins; the next update sends each adapter to its new owner, which takes it from the store, and the old
     owner frees the ones that moved."""
-    from coordinator.replicas import PlacedTrainer, Replicas
+    from coordinator.clients.replicas import PlacedTrainer, Replicas
     from populora.placement import owner
     from populora.rpc import make_server
     from tests.trainer.conftest import trainer_config

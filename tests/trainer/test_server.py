@@ -5,7 +5,7 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from coordinator.services import open_services
+from coordinator.clients.services import open_services
 from populora.pb import trainer_pb2
 from populora.rpc import Remote, ServiceError
 from tests.conftest import served

@@ -1,5 +1,5 @@
 // PopuLoRA league dashboard: where a step's time goes against what the machine could do (the step summary's
-// `efficiency`, coordinator/efficiency.py): per computing phase and for the whole step, the seconds it took, the
+// `efficiency`, coordinator/record/efficiency.py): per computing phase and for the whole step, the seconds it took, the
 // least the roofline allows its work, its FLOPs charged per second over the measured peak (mfu) and the share of
 // the roofline it reached, drawn as a bar.
 "use strict";

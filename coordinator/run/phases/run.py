@@ -6,8 +6,8 @@ import random
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from coordinator.modelsize import ModelSize, model_size
-from coordinator.services import Services
+from coordinator.clients.services import Services
+from coordinator.run.modelsize import ModelSize, model_size
 from populora.config import Config
 from populora.pb import common_pb2
 from populora.rpc import ref_to_pb

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from coordinator.phases.generation import chat_messages, generate, sampling_params
-from coordinator.phases.run import Run
+from coordinator.run.phases.generation import chat_messages, generate, sampling_params
+from coordinator.run.phases.run import Run
 from populora.pb import inference_pb2, sandbox_pb2
 from populora.records import Proposal, Verdict
 from populora.tasks import BufferSet, Triplet, teacher_messages

@@ -18,9 +18,17 @@ from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from coordinator.journal import Journal
-from coordinator.phases import Run
-from coordinator.step import Prepared, StepRecord, behaviour_step, finish_step, play_step, prepare, train_step
+from coordinator.run.journal import Journal
+from coordinator.run.phases import Run
+from coordinator.run.step import (
+    Prepared,
+    StepRecord,
+    behaviour_step,
+    finish_step,
+    play_step,
+    prepare,
+    train_step,
+)
 from populora.logs import step_var
 
 

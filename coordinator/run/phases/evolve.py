@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import math
 
-from coordinator.phases.run import Run
-from coordinator.phases.update import member_digests, refresh_inference
+from coordinator.run.phases.run import Run
+from coordinator.run.phases.update import member_digests, refresh_inference
 from populora.pb import evolver_pb2, league_pb2, trainer_pb2
 from populora.records import EvolutionEvent, Evolved, Member, Population
 from populora.rpc import ref_from_pb, ref_to_pb

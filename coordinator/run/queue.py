@@ -3,11 +3,11 @@ phases directly and need no queue).
 
 A job names one phase of one step of one run. A consumer acknowledges a job only after the phase's result is
 persisted, so a worker killed mid-phase leaves its job pending; another consumer reclaims it after `claim_idle_ms`
-and runs the phase again (phases are idempotent: see coordinator.phases).
+and runs the phase again (phases are idempotent: see coordinator.run.phases).
 
 While Redis is away every call waits for it (retries with backoff, `outage.wait_s` at most). Redis restarted
 without its data (no append-only file) loses the stream: a consumer recreates the group, and the coordinator
-publishes its job again when the entry it published is gone (coordinator.journal).
+publishes its job again when the entry it published is gone (coordinator.run.journal).
 """
 
 from __future__ import annotations

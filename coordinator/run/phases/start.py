@@ -5,8 +5,8 @@ from __future__ import annotations
 import logging
 from collections import Counter
 
-from coordinator.phases.proposals import Slot, sandbox_verdicts, write_proposals
-from coordinator.phases.run import Run
+from coordinator.run.phases.proposals import Slot, sandbox_verdicts, write_proposals
+from coordinator.run.phases.run import Run
 from populora.pb import common_pb2, evolver_pb2, league_pb2, trainer_pb2
 from populora.records import Initialized, Member, Population, Seeded, WarmStarted
 from populora.rpc import ref_from_pb, ref_to_pb

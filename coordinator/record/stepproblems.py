@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from populora.pb import league_pb2
 
 if TYPE_CHECKING:
-    from coordinator.step import StepRecord
+    from coordinator.run.step import StepRecord
 
 
 def _finite(value: float | int | None) -> float | int | None:

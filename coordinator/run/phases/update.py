@@ -8,8 +8,8 @@ import time
 from collections import defaultdict
 from dataclasses import replace
 
-from coordinator.phases.run import Run
-from coordinator.phases.staleness import Staleness, behaviour_logprobs, bound
+from coordinator.run.phases.run import Run
+from coordinator.run.phases.staleness import Staleness, behaviour_logprobs, bound
 from populora.pb import common_pb2, inference_pb2, trainer_pb2
 from populora.records import (
     AdapterDigest,

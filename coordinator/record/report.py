@@ -8,10 +8,10 @@ import json
 import sys
 from pathlib import Path
 
-from coordinator.efficiency import efficiency_table
-from coordinator.experiment.births import evolution_table
-from coordinator.figures import plt, save_figure
-from coordinator.stepmetrics import read_metrics
+from coordinator.record.births import evolution_table
+from coordinator.record.efficiency import efficiency_table
+from coordinator.record.figures import plt, save_figure
+from coordinator.record.stepmetrics import read_metrics
 from populora import names
 
 COLORS = {"code_i": "#1f77b4", "code_o": "#d62728", "code_f": "#2ca02c"}

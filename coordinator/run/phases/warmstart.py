@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import time
 
-from coordinator.phases import Run
+from coordinator.run.phases import Run
 from populora.pb import sandbox_pb2, trainer_pb2
 from populora.records import WarmStarted
 from populora.rpc import ref_from_pb

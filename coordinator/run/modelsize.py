@@ -1,7 +1,7 @@
 """N of spec 14: how many parameters a forward pass of the run's model touches, the base model's and an adapter's.
 
 Counted on PyTorch's meta device from the model's config.json, so no weights are read: the coordinator needs the
-count to charge compute (coordinator/phases/accounting.py) without loading the model the services already hold.
+count to charge compute (coordinator/run/phases/accounting.py) without loading the model the services already hold.
 """
 
 from __future__ import annotations

@@ -16,8 +16,8 @@ import functools
 import logging
 from collections.abc import Iterable
 
-from coordinator.modelsize import ModelSize, model_size
-from coordinator.phases.accounting import budget_flops
+from coordinator.run.modelsize import ModelSize, model_size
+from coordinator.run.phases.accounting import budget_flops
 from populora.analysis.roofline import Ceiling, fraction, generation_seconds, mfu, update_seconds
 from populora.config import Config
 

@@ -2,10 +2,10 @@
 
 Each line is one phase of spec/ALGORITHMS.md, run through the journal (`j.once`), which stores the phase's typed
 result before the next line runs; a resumed run reads what is stored instead of running it again, and in
-distributed mode the journal hands each phase to a worker. The phases themselves are in coordinator.phases.
+distributed mode the journal hands each phase to a worker. The phases themselves are in coordinator.run.phases.
 
 A step is its games (`play_step`: match to rate) then its update (`finish_step`: update, evolve, account, eval),
-so that with loop.max_staleness >= 1 coordinator.pipeline can run the games of one step beside the update of the
+so that with loop.max_staleness >= 1 coordinator.run.pipeline can run the games of one step beside the update of the
 one before (spec 16); `train_step` runs both, as lock-step does and as a worker replaying a step does.
 """
 
@@ -13,9 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from coordinator.experiment.evaluate import eval_phase
-from coordinator.journal import Journal
-from coordinator.phases import (
+from coordinator.run.journal import Journal
+from coordinator.run.phases import (
     Run,
     account,
     check,
@@ -32,7 +31,8 @@ from coordinator.phases import (
     usage,
     validate,
 )
-from coordinator.warmstart import warm_start
+from coordinator.run.phases.evaluate import eval_phase
+from coordinator.run.phases.warmstart import warm_start
 from populora.records import (
     Accounted,
     Checked,

@@ -1,6 +1,6 @@
 """Each step's summary for the league's dashboard, recorded in the league (RecordStepSummary) as the step ends.
 
-The figures are the step's metrics row (coordinator/stepmetrics.py, computed from the stored records, so a resumed
+The figures are the step's metrics row (coordinator/record/stepmetrics.py, computed from the stored records, so a resumed
 run summarises a step identically) in the layout of the league's /v1/runs/{run}/steps entries, with the phases'
 timings from the journal and the members' versions. The coordinator owns its journal; the league keeps what it is
 sent and never reads the journal's results to work these figures out again.
@@ -13,13 +13,13 @@ import math
 from collections import Counter
 from typing import TYPE_CHECKING
 
-from coordinator.phases.accounting import budget_flops
-from coordinator.stepmetrics import COMPLEXITY_KEYS
+from coordinator.record.stepmetrics import COMPLEXITY_KEYS
+from coordinator.run.phases.accounting import budget_flops
 from populora.pb import league_pb2
 from populora.records import Accounted, Population
 
 if TYPE_CHECKING:
-    from coordinator.step import Prepared, StepRecord
+    from coordinator.run.step import Prepared, StepRecord
 
 TASK_TYPE_KEYS = ("proposals", "valid_rate", "rejections", "solve_rate", "ast_depth", "cyclomatic", "lines_of_code")
 

@@ -147,7 +147,7 @@ def failed_key(phase: str) -> str:
 class Journal:
     """One run's phase results, typed. `queue` set: phases are dispatched to workers (distributed). `on_phase(step)`
     is called once a phase of `step` that this journal ran or dispatched is stored, or has failed for good (the
-    coordinator tells the league where the run stands: coordinator.runprogress)."""
+    coordinator tells the league where the run stands: coordinator.run.runprogress)."""
 
     REPUBLISH_CHECK_S = 5.0  # how often a dispatched job is looked for in the queue while its result is awaited
 
@@ -192,7 +192,7 @@ class Journal:
             self.on_phase(step)
 
     def _dispatch(self, step: int, phase: str) -> Any:
-        from coordinator.queue import PhaseJob
+        from coordinator.run.queue import PhaseJob
 
         job = PhaseJob(self.run_id, step, phase)
         entry = self.queue.publish(job)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 
-from coordinator.journal import JournalDB, failed_key
+from coordinator.run.journal import JournalDB, failed_key
 from populora.pb import league_pb2
 
 log = logging.getLogger(__name__)

@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import replace
 
-from coordinator.phases.generation import chat_messages, generate, sampling_params
-from coordinator.phases.proposals import Slot, sandbox_verdicts, write_proposals
-from coordinator.phases.run import Run
+from coordinator.run.phases.generation import chat_messages, generate, sampling_params
+from coordinator.run.phases.proposals import Slot, sandbox_verdicts, write_proposals
+from coordinator.run.phases.run import Run
 from populora.pb import inference_pb2, league_pb2, sandbox_pb2
 from populora.records import (
     Attempt,

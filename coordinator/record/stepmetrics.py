@@ -9,7 +9,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from statistics import mean, pstdev
 
-from coordinator.step import Prepared, StepRecord
+from coordinator.run.step import Prepared, StepRecord
 from populora.analysis.dynamics import COMPLEXITY_METRICS
 from populora.config import Config
 from populora.records import Accounted, Evaluated, Usage, to_json

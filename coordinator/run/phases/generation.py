@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from tqdm import tqdm
 
-from coordinator.phases.run import Run
+from coordinator.run.phases.run import Run
 from populora.pb import inference_pb2
 
 log = logging.getLogger(__name__)

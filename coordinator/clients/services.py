@@ -66,10 +66,10 @@ def client_tls(cfg: Config) -> TlsFiles | None:
 def remote(name: str, cfg: Config) -> Any:
     """The service `name` over gRPC at cfg.services.<name>, with the run's token, deadline and retries. A trainer or
     inference with several replicas (`replicas`, or `resolve` of a DNS name) is one object over all of them, each
-    adapter's calls going to its owner (coordinator.replicas)."""
+    adapter's calls going to its owner (coordinator.clients.replicas)."""
     ep = getattr(cfg.services, name)
     if name in PLACED and (ep.replicas or ep.resolve):
-        from coordinator.replicas import placed
+        from coordinator.clients.replicas import placed
 
         return placed(name, cfg)
     return connect(name, f"{ep.host}:{ep.port}", cfg.services.token, cfg.services.grpc_timeout_s,

@@ -101,7 +101,7 @@ def evolution_table(rows: list[dict], cfg) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m coordinator.experiment.births RUN_DIR [RUN_DIR ...]`: every child of the runs with its two rates,
+    """`python -m coordinator.record.births RUN_DIR [RUN_DIR ...]`: every child of the runs with its two rates,
     and their summary per operator and role, as JSON (how docs/evolver.md's measurement of children's start was
     made)."""
     import argparse
@@ -109,9 +109,9 @@ def main(argv: list[str] | None = None) -> int:
     import sys
     from pathlib import Path
 
-    from coordinator.stepmetrics import read_metrics
+    from coordinator.record.stepmetrics import read_metrics
 
-    p = argparse.ArgumentParser(prog="python -m coordinator.experiment.births", description=main.__doc__)
+    p = argparse.ArgumentParser(prog="python -m coordinator.record.births", description=main.__doc__)
     p.add_argument("runs", nargs="+", type=Path, help="run directories (holding metrics.jsonl)")
     args = p.parse_args(argv)
     births = []

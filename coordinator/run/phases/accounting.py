@@ -2,7 +2,7 @@
 
 FLOPs after Kaplan et al. (populora/analysis/flops.py): 2N per token a forward pass reads (the prompt pass before
 generation and every generated token), 6N per trained token, N = the base model's parameters plus the adapter's
-(coordinator/modelsize.py). A row the update skips (its (task type, role) group has equal rewards, so zero
+(coordinator/run/modelsize.py). A row the update skips (its (task type, role) group has equal rewards, so zero
 advantage, spec 5) costs no pass and is not charged; with an entropy bonus every row is trained and charged.
 """
 
@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Mapping
 
-from coordinator.modelsize import ModelSize
-from coordinator.phases.run import Run
+from coordinator.run.modelsize import ModelSize
+from coordinator.run.phases.run import Run
 from populora.analysis.flops import TokenCounts, phase_flops
 from populora.config import Config
 from populora.pb import league_pb2

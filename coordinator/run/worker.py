@@ -1,8 +1,8 @@
 """Phase workers (distributed mode): take a phase job from the step queue, run that phase, store its result, then
 acknowledge. A worker runs the same step function as the coordinator: replaying it, every earlier phase is read from
-the journal and the job's phase is computed (coordinator.journal.PhaseJournal).
+the journal and the job's phase is computed (coordinator.run.journal.PhaseJournal).
 
-`python -m coordinator.worker --run-id RUN --db-url URL` joins a distributed run as one more worker; its config is
+`python -m coordinator.run.worker --run-id RUN --db-url URL` joins a distributed run as one more worker; its config is
 the run's own (read from the journal), its token comes from the environment.
 """
 
@@ -17,10 +17,10 @@ import threading
 import time
 import traceback
 
-from coordinator.journal import ForeignJob, JournalDB, PhaseDone, PhaseJournal, failed_key
-from coordinator.phases import Run
-from coordinator.queue import Delivery, RedisStreamQueue
-from coordinator.step import prepare, train_step
+from coordinator.run.journal import ForeignJob, JournalDB, PhaseDone, PhaseJournal, failed_key
+from coordinator.run.phases import Run
+from coordinator.run.queue import Delivery, RedisStreamQueue
+from coordinator.run.step import prepare, train_step
 from populora.logs import run_id_var, step_var
 from populora.retry import Backoff
 
@@ -90,13 +90,13 @@ def start_worker_threads(run: Run, db: JournalDB, queue: RedisStreamQueue, n: in
 def main(argv: list[str] | None = None) -> int:
     import signal
 
-    from coordinator.services import open_services
+    from coordinator.clients.services import open_services
     from populora import names
     from populora.config import config_from_yaml
     from populora.logs import setup_logging
     from populora.store import ArtifactStore
 
-    p = argparse.ArgumentParser(prog="python -m coordinator.worker", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m coordinator.run.worker", description=__doc__)
     p.add_argument("--run-id", required=True)
     p.add_argument("--db-url", required=True, help="the shared database holding the run's journal")
     p.add_argument("--name", default=None, help="consumer name (default: host-pid)")

@@ -1,0 +1,1 @@
+"""The recording of a run: per-step metrics, timeline, efficiency, the report and its figures."""
