@@ -85,7 +85,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--checkpoints", type=int, default=4)
     p.add_argument("--curve", type=int, default=100, help="eval.curve_limit")
     p.add_argument("--jobs", type=int, default=3)
-    p.add_argument("--sd-seed", type=float, default=None, help="default: the spread result's heldout sd_seed")
+    p.add_argument("--sd-seed", type=float, default=None,
+                   help="default: the spread result's heldout sd_seed (net of scoring noise)")
     p.add_argument("--sd-problem", type=float, default=None, help="default: from the pilot's pass rates")
     p.add_argument("--heldout", type=int, default=380, help="heldout problems (costed at the pilot's mean answer, "
                                                                "its spread the measured one; 0: left out)")
@@ -95,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     pilot = json.loads(args.pilot.read_text())
     measured = spread(args.spread)
     held = measured.get("heldout", {})
-    sd_seed = args.sd_seed if args.sd_seed is not None else held.get("sd_seed_means", 0.0)
+    sd_seed = args.sd_seed if args.sd_seed is not None else held.get("sd_seed", 0.0)
     from populora.evals import load_problems
 
     sizes = {b: len([x for x in load_problems(b) if not x.set_apart]) for b in pilot["scoring"]["benchmarks"]}
@@ -107,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     budgets = args.budget or [6.8e13]
     sd_seeds = dict.fromkeys(sizes, sd_seed)
     if args.heldout and held:  # the generated benchmark's own spread, measured over seeds
-        sizes["heldout"], sd_seeds["heldout"], sd_problem["heldout"] = args.heldout, held["sd_seed_means"], held[
+        sizes["heldout"], sd_seeds["heldout"], sd_problem["heldout"] = args.heldout, held["sd_seed"], held[
             "sd_problem"]
     rows = design_table(pilot, sizes, seeds, budgets, students=args.students, checkpoints=args.checkpoints,
                         curve=args.curve, sd_seed=sd_seeds, sd_problem=sd_problem, jobs=args.jobs)
