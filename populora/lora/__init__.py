@@ -4,8 +4,8 @@ Every target `nn.Linear` W of the base is wrapped so that row b of a batch compu
 
     y_b = W x_b + s_a * B_a (A_a x_b),        a = adapter of row b, s_a = alpha_a / r_a  (rsLoRA: alpha_a / sqrt r_a)
 
-with A_a (r x d_in) and B_a (d_out x r) in PEFT's layout (spec/ALGORITHMS.md section 1: rank-32 LoRA on all
-attention and MLP projections; section 9 writes the same update as delta_w = s B A). Rows of the base (adapter
+with A_a (r x d_in) and B_a (d_out x r) in PEFT's layout (spec 1: rank-32 LoRA on all attention and MLP
+projections; spec 9 writes the same update as delta_w = s B A). Rows of the base (adapter
 None) get y_b = W x_b. The base matmul is shared by all rows; only the rank-r path is per adapter.
 
 Two ways to run the per-adapter path (both exact, both differentiable):

@@ -2,7 +2,7 @@
 
 Each path takes the layer's input x (B, ..., d_in) and its base output y (B, ..., d_out) and returns y with every
 adapter row's delta added; all are exact, and they differ only in how they batch the rank-r matmuls
-(spec/ALGORITHMS.md section 1). The layer (`populora.lora.layer`) picks one per pass from the row plan:
+(spec 1). The layer (`populora.lora.layer`) picks one per pass from the row plan:
 
 - `slices` / `groups`: one pair of matmuls per adapter, on contiguous views or on gathered rows (differentiable).
 - `uniform`: N adapters x k rows on consecutive bank slots, two bmm over views of the banks, no copies.

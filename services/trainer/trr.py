@@ -1,4 +1,4 @@
-"""The TRR++ policy-gradient update of spec/ALGORITHMS.md §5, for one or several LoRA adapters at once.
+"""The TRR++ policy-gradient update of spec §5 (docs/algorithm.md), for one or several LoRA adapters at once.
 
 Read top to bottom: rollouts -> advantages per (task type, role) group -> rows packed into micro-batches under a
 token budget -> log pi of every response token under the row's adapter, at the temperature it was sampled at (spec
