@@ -1,6 +1,6 @@
 """One training step of PopuLoRA, top to bottom: the map of the system.
 
-Each line is one phase of spec/ALGORITHMS.md, run through the journal (`j.once`), which stores the phase's typed
+Each line is one phase of docs/algorithm.md, run through the journal (`j.once`), which stores the phase's typed
 result before the next line runs; a resumed run reads what is stored instead of running it again, and in
 distributed mode the journal hands each phase to a worker. The phases themselves are in coordinator.run.phases.
 

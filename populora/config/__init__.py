@@ -1,6 +1,6 @@
 """The one configuration schema of PopuLoRA: pydantic models, presets, overrides, and the loader.
 
-Every default marked [choice] in spec/ALGORITHMS.md is a field here with that default; the docstring of each
+Every default marked [choice] in docs/algorithm.md is a field here with that default; the docstring of each
 field says what it means and cites the spec section. Load a config with `load_config(preset=..., overrides=...)`.
 The sections live by concept (`run`, `learning`, `population`, `deployment`), the root `Config` in `schema`, the
 loader in `loader`; every public name is importable from `populora.config`, as users and the docs import it.
