@@ -22,7 +22,8 @@ SANDBOX_STATUS = Counter("populora_sandbox_results_total", "sandbox job results 
                          registry=REGISTRY)
 TOKENS_PER_S = Gauge("populora_tokens_per_second", "generation or training throughput of the last batch",
                      ["service", "kind"], registry=REGISTRY)
-TOKENS = Counter("populora_tokens_total", "tokens generated or trained on", ["service", "kind"], registry=REGISTRY)
+TOKENS = Counter("populora_tokens_total", "tokens generated, trained on or scored", ["service", "kind"],
+                 registry=REGISTRY)
 
 
 def generate_latest() -> bytes:

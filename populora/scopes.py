@@ -20,7 +20,8 @@ IDENTITIES: tuple[str, ...] = (*SERVICE_NAMES, *CLIENTS)
 # call nothing there. The services call one another nothing: the coordinator drives every phase.
 SCOPES: dict[str, dict[str, tuple[str, ...]]] = {
     "coordinator": {  # the step's phases (coordinator/phases), the warm start, accounting, run progress, evaluation
-        "inference": ("Generate", "LoadAdapter", "UnloadAdapter", "ListAdapters"),
+        # (Score: an experiment's likelihood of reference answers, populora.evals.likelihood)
+        "inference": ("Generate", "Score", "LoadAdapter", "UnloadAdapter", "ListAdapters"),
         "trainer": ("InitAdapter", "AdoptAdapter", "UpdateBatch", "DropAdapter", "WarmStart"),
         "league": ("CreateRun", "RegisterAdapters", "Matchmake", "ReportMatches", "SelectForReplacement",
                    "RecordChild", "GetRatings", "RecordCompute", "RecordEvals", "RecordStepSummary", "RecordRun",

@@ -1,7 +1,7 @@
 """The one error a service raises for its caller: a gRPC status code and a message for the user.
 
-Services raise it through the constructors (`invalid`, `not_found`, `conflict`, `precondition`, `exhausted`); the
-gRPC layer (`populora.rpc`, which exports them all) maps it to the call's status, and `populora.retry` waits out the
+Services raise it through the constructors (`invalid`, `not_found`, `conflict`, `precondition`, `exhausted`,
+`unimplemented`); the gRPC layer (`populora.rpc`) maps it to the call's status, and `populora.retry` waits out the
 UNAVAILABLE ones. It has a module of its own so that both can import it without importing each other.
 """
 
@@ -39,3 +39,8 @@ def precondition(message: str) -> ServiceError:
 
 def exhausted(message: str) -> ServiceError:
     return ServiceError(grpc.StatusCode.RESOURCE_EXHAUSTED, message)
+
+
+def unimplemented(message: str) -> ServiceError:
+    """A method the serving backend does not implement (the message names one that does)."""
+    return ServiceError(grpc.StatusCode.UNIMPLEMENTED, message)

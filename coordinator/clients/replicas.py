@@ -293,6 +293,19 @@ class PlacedInference:
         yield from self.replicas.scatter(list(req.requests), lambda r: r.adapter.adapter_id or r.request_id, part,
                                          weight=work)
 
+    def Score(self, req: inference_pb2.ScoreRequest) -> inference_pb2.ScoreResponse:
+        """Each row scored by its adapter's owner (a base row by the owner of its row id), the parts at once; the
+        scores in the order of the rows."""
+        def part(remote, rows: list[inference_pb2.ScoreRow]) -> list[inference_pb2.RowScore]:
+            got = list(remote.Score(inference_pb2.ScoreRequest(rows=rows)).scores)
+            if [g.row_id for g in got] != [r.row_id for r in rows]:
+                raise ServiceError(grpc.StatusCode.INTERNAL, f"inference scored {len(got)} rows of {len(rows)}, or "
+                                   "out of order")
+            return got
+
+        scores = self.replicas.scatter(list(req.rows), lambda r: r.adapter.adapter_id or r.row_id, part)
+        return inference_pb2.ScoreResponse(scores=scores)
+
     def LoadAdapter(self, req: inference_pb2.LoadAdapterRequest) -> inference_pb2.LoadAdapterResponse:
         return self.replicas.one(req.adapter.adapter_id, lambda r: r.LoadAdapter(req))
 

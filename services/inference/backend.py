@@ -32,6 +32,10 @@ class BadRequest(InferenceError):
     """A malformed request: no prompt, both prompt and messages, negative budgets, ..."""
 
 
+class Unsupported(InferenceError):
+    """A method this backend does not implement (the message names the backend that does)."""
+
+
 @dataclass(frozen=True)
 class Sampling:
     """How one request is decoded. temperature 0 = greedy; completion k of a request uses seed + k."""
@@ -83,6 +87,32 @@ class Result:
 
 
 @dataclass
+class ScoreRow:
+    """One continuation to score: an adapter version (None = the base), a prompt (chat messages, raw text or token
+    ids: exactly one), an unscored prefix after it, and the continuation text whose tokens are scored."""
+
+    row_id: str
+    adapter: AdapterRef | None = None
+    messages: list[dict[str, str]] | None = None
+    prompt: str | None = None
+    prompt_token_ids: list[int] | None = None
+    prefix: str = ""
+    continuation: str = ""
+
+
+@dataclass
+class ScoreResult:
+    """A row's score: the sum of its continuation tokens' log-probabilities (log_softmax(logits), T = 1), how many
+    tokens the continuation has, how many came before it (prompt and prefix), and the version that scored it."""
+
+    row_id: str
+    logprob: float
+    tokens: int
+    prompt_tokens: int
+    adapter: AdapterRef | None
+
+
+@dataclass
 class LoadOutcome:
     ref: AdapterRef
     already_resident: bool
@@ -115,6 +145,28 @@ def validate_requests(requests: list[Request], max_batch: int) -> None:
     if rows > max_batch:
         raise BatchTooLarge(f"batch of {rows} rows (requests x n) is over generation.max_batch={max_batch}; "
                             "split it or raise the limit")
+
+
+def validate_score_rows(rows: list[ScoreRow], max_batch: int) -> None:
+    """Refuse malformed score rows and batches over `max_batch` rows before any work starts."""
+    if not rows:
+        raise BadRequest("empty score request: send at least one row")
+    seen: set[str] = set()
+    for i, row in enumerate(rows):
+        where = f"score row {i} ({row.row_id!r})"
+        if row.row_id in seen:
+            raise BadRequest(f"{where}: row_id is repeated in the request; ids must be unique within a request")
+        seen.add(row.row_id)
+        if sum(bool(x) for x in (row.messages, row.prompt, row.prompt_token_ids)) != 1:
+            raise BadRequest(f"{where}: give exactly one of `messages`, `prompt` and `prompt_token_ids`")
+        for m in row.messages or []:
+            if m.get("role") not in ("system", "user", "assistant"):
+                raise BadRequest(f"{where}: message role {m.get('role')!r} is not system, user or assistant")
+        if not row.continuation:
+            raise BadRequest(f"{where}: the continuation is empty; there is nothing to score")
+    if len(rows) > max_batch:
+        raise BatchTooLarge(f"score request of {len(rows)} rows is over generation.max_batch={max_batch}; split it or "
+                            "raise the limit")
 
 
 def encode_prompt(tokenizer, request: Request, chat_template: bool = True) -> list[int]:
@@ -250,6 +302,13 @@ class InferenceBackend(ABC):
     def generate(self, requests: list[Request]) -> Iterator[Result]:
         """Serve the batch as one multi-adapter batch. Raises BadRequest / BatchTooLarge / UnknownAdapter before
         it yields anything."""
+
+    def score(self, rows: list[ScoreRow]) -> list[ScoreResult]:
+        """Score every row's continuation after its prompt and prefix, all rows in one multi-adapter prompt pass; one
+        result per row, in order. Raises BadRequest / BatchTooLarge / UnknownAdapter before any work starts. A
+        backend that cannot score says so (Unsupported)."""
+        raise Unsupported(f"the {self.name or type(self).__name__} backend does not score continuations (Score); "
+                          "serve with generation.backend=hf")
 
     # Every backend keeps its adapters in a ResidentAdapters set (LRU, pinning); these delegate to it.
     resident: ResidentAdapters

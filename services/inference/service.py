@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from populora.metrics import BATCH_SIZE, TOKENS, TOKENS_PER_S
 from populora.pb import inference_pb2
 from populora.rpc import CONTRACTS, ServiceError, exhausted, invalid, not_found, ref_from_pb, ref_to_pb
+from populora.service_errors import unimplemented
 from populora.store import AdapterRef, ArtifactStore, StoreError, validate_adapter_id
 from services.inference.backend import (
     BadRequest,
@@ -18,11 +19,14 @@ from services.inference.backend import (
     Request,
     Result,
     Sampling,
+    ScoreResult,
+    ScoreRow,
     UnknownAdapter,
+    Unsupported,
 )
 
 # Domain errors -> the gRPC code a caller can act on.
-ERROR_CODES = {UnknownAdapter: not_found, BatchTooLarge: exhausted, BadRequest: invalid}
+ERROR_CODES = {UnknownAdapter: not_found, BatchTooLarge: exhausted, BadRequest: invalid, Unsupported: unimplemented}
 
 
 def as_service_error(e: InferenceError) -> ServiceError:
@@ -41,6 +45,21 @@ def request_from_pb(msg: inference_pb2.GenerationRequest, default_max_new_tokens
     adapter = ref_from_pb(msg.adapter) if msg.HasField("adapter") and msg.adapter.adapter_id else None
     messages = [{"role": m.role, "content": m.content} for m in msg.messages] or None
     return Request(msg.request_id, adapter, msg.prompt or None, messages, sampling)
+
+
+def score_row_from_pb(msg: inference_pb2.ScoreRow) -> ScoreRow:
+    """A proto score row as a domain ScoreRow (an unset or empty adapter is the base)."""
+    adapter = ref_from_pb(msg.adapter) if msg.HasField("adapter") and msg.adapter.adapter_id else None
+    return ScoreRow(msg.row_id, adapter, [{"role": m.role, "content": m.content} for m in msg.messages] or None,
+                    msg.prompt or None, list(msg.prompt_token_ids) or None, msg.prefix, msg.continuation)
+
+
+def score_to_pb(result: ScoreResult) -> inference_pb2.RowScore:
+    out = inference_pb2.RowScore(row_id=result.row_id, logprob=result.logprob, tokens=result.tokens,
+                                 prompt_tokens=result.prompt_tokens)
+    if result.adapter is not None:
+        out.adapter.CopyFrom(ref_to_pb(result.adapter))
+    return out
 
 
 def result_to_pb(result: Result) -> inference_pb2.GenerateResult:
@@ -67,7 +86,7 @@ def make_backend(cfg, store: ArtifactStore | None = None, **kw) -> InferenceBack
 
 
 class InferenceService:
-    """Generate / LoadAdapter / UnloadAdapter / ListAdapters over one backend."""
+    """Generate / Score / LoadAdapter / UnloadAdapter / ListAdapters over one backend."""
 
     CONTRACT = CONTRACTS["inference"]
 
@@ -100,6 +119,17 @@ class InferenceService:
             raise as_service_error(e) from None
         TOKENS.labels("inference", "generated").inc(tokens)
         TOKENS_PER_S.labels("inference", "generated").set(tokens / max(time.perf_counter() - start, 1e-9))
+
+    def Score(self, request: inference_pb2.ScoreRequest) -> inference_pb2.ScoreResponse:
+        """Every row's continuation scored in one multi-adapter prompt pass; one score per row, in order."""
+        try:
+            rows = [score_row_from_pb(r) for r in request.rows]
+            results = self.backend.score(rows)
+        except InferenceError as e:
+            raise as_service_error(e) from None
+        BATCH_SIZE.labels("inference", "Score").observe(len(rows))
+        TOKENS.labels("inference", "scored").inc(sum(r.tokens + r.prompt_tokens for r in results))
+        return inference_pb2.ScoreResponse(scores=[score_to_pb(r) for r in results])
 
     def LoadAdapter(self, request: inference_pb2.LoadAdapterRequest) -> inference_pb2.LoadAdapterResponse:
         ref = self._ref(request.adapter, "LoadAdapter")

@@ -1,5 +1,6 @@
 """A Generate batch split by placement over two inference replicas gives the tokens one replica gives, in the
-batch's order, and each replica loads only the adapters the balanced split gave it."""
+batch's order, and each replica loads only the adapters the balanced split gave it; a Score request split so gives
+one replica's scores, in the rows' order."""
 
 from __future__ import annotations
 
@@ -55,6 +56,12 @@ def test_a_split_batch_gives_one_replicas_tokens(tiny, store, adapters):
             adapter=common_pb2.AdapterRef(adapter_id=gone.adapter_id, version=gone.version))).unloaded
         assert all(gone.adapter_id not in {a.adapter_id for a in s.ListAdapters(
             inference_pb2.ListAdaptersRequest()).adapters} for s in services[1:])
+        rows = [inference_pb2.ScoreRow(row_id=r.request_id, adapter=r.adapter, prompt=r.prompt, continuation=" x * 2")
+                for r in requests]
+        scored = [p.Score(inference_pb2.ScoreRequest(rows=rows)).scores for p in (one, two)]
+        assert [s.row_id for s in scored[1]] == [r.row_id for r in rows]
+        assert [s.logprob for s in scored[1]] == pytest.approx([s.logprob for s in scored[0]], abs=1e-4)
+        assert len({round(s.logprob, 3) for s in scored[1]}) > 1
     finally:
         one.close()
         two.close()
