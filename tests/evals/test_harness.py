@@ -88,7 +88,7 @@ def test_bad_targets_and_settings_are_refused_before_generating(services, adapte
             evaluate(services, [target], "humaneval", limit=1, **kw)
     with pytest.raises(EvalError, match="unknown benchmark"):
         evaluate(services, [target], "nope")
-    with pytest.raises(EvalError, match="--data"):  # not shipped with the harness, unlike MBPP+ and CRUXEval
+    with pytest.raises(EvalError, match="--data"):  # read from the user's file only
         evaluate(services, [target], "humaneval-plus")
     # nothing was generated: the base model's rows never reached the backend
     assert services.inference.backend.decoder.steps == 0

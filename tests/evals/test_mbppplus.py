@@ -1,13 +1,13 @@
 """MBPP+ scored as EvalPlus scores it: the argument types EvalPlus rebuilds per task, `plus_input: {}` read as no
 inputs, outputs that are not plain data (a Counter compared as its dict, a re.Match judged by whether it is None),
 time limits from the canonical solution's own time, large outputs compared by digest; and the rows of the published
-file whose references failed before (tests/evals/data/mbppplus_rows.jsonl) all pass through `populora eval`."""
+file whose references failed before (read from $POPULORA_BENCHMARKS/MbppPlus.jsonl) all pass through `populora
+eval`."""
 
 from __future__ import annotations
 
 import json
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
@@ -18,8 +18,13 @@ from populora.evals.plusruns import python_literal
 from populora.evals.problem import BenchmarkError
 from populora.evals.scoring import SCORERS, Answer, check_references
 from populora.tasks.literals import literal_value
+from tests.conftest import published_benchmarks
+from tests.evals.own_rows import write_jsonl
 
-ROWS = Path(__file__).with_name("data") / "mbppplus_rows.jsonl"
+# the rows of the published MbppPlus.jsonl whose canonical solutions failed the reference check before the harness
+# scored MBPP+ as EvalPlus does
+FAILED_BEFORE = ("Mbpp/88", "Mbpp/106", "Mbpp/124", "Mbpp/252", "Mbpp/255", "Mbpp/580", "Mbpp/599", "Mbpp/720",
+                 "Mbpp/737", "Mbpp/787", "Mbpp/793", "Mbpp/794")
 
 
 def _row(task_id: str, entry: str, solution: str, base: list, plus: list | dict, prompt: str = '"""\nA task.\n"""\n'):
@@ -170,9 +175,17 @@ def test_the_rows_that_failed_before_all_pass_their_reference_check(tmp_path, ca
     old memory limit (255) and one over the old time limit (599)."""
     from tests.evals.test_layouts import _cli
 
-    assert len(ROWS.read_text().splitlines()) == 12
+    published = published_benchmarks("MbppPlus.jsonl") / "MbppPlus.jsonl"
+    rows = {r["task_id"]: r for r in map(json.loads, published.read_text().splitlines())
+            if r["task_id"] in FAILED_BEFORE}
+    assert sorted(rows) == sorted(FAILED_BEFORE)
+    # to keep the test short: Mbpp/255 without its plus input 85 (1.66 million tuples: 20-30 s a run), Mbpp/599 with
+    # the first 3 of its 88 plus inputs (its reference runs about a minute on all)
+    assert len(rows["Mbpp/255"]["plus_input"]) == 109 and len(rows["Mbpp/599"]["plus_input"]) == 88
+    del rows["Mbpp/255"]["plus_input"][85]
+    del rows["Mbpp/599"]["plus_input"][3:]
+    data = write_jsonl(tmp_path / "MbppPlus.jsonl", [rows[t] for t in FAILED_BEFORE])
     out = tmp_path / "refs.json"
-    assert _cli(tmp_path, "--benchmark", "mbpp-plus", "--data", str(ROWS), "--check-references", "--out",
-                str(out)) == 0
+    assert _cli(tmp_path, "--benchmark", "mbpp-plus", "--data", data, "--check-references", "--out", str(out)) == 0
     assert "references of mbpp-plus: 12/12 pass (100.0%), 0 fail" in capsys.readouterr().out
     assert {r["status"] for r in json.loads(out.read_text())["references"]} == {"passed"}

@@ -1,7 +1,8 @@
 """The two prompt protocols: `training` (the format adapters were trained on) and `benchmark` (as each benchmark's
 authors prompt and read answers: few-shot assertions for CRUXEval, signature-and-docstring completion for HumanEval
-and MBPP), on the bare SmolLM2-135M-Instruct's real CRUXEval answers (tests/evals/data/smollm2_outputs.json, made by
-tests/evals/smollm2_outputs.py from tests/evals/data/cruxeval_rows.jsonl) and on the shapes answers take."""
+and MBPP), on the bare SmolLM2-135M-Instruct's real answers to rows in CRUXEval's layout (the tests' own:
+tests/evals/own_rows.py; the answers in tests/evals/data/smollm2_outputs.json, made by tests/evals/smollm2_outputs.py)
+and on the shapes answers take."""
 
 from __future__ import annotations
 
@@ -22,18 +23,24 @@ from populora.evals.prompts import (
     read_task_answer,
 )
 from populora.evals.scoring import SCORERS, Answer
+from tests.evals.own_rows import CRUXEVAL_LAYOUT_ROWS, write_jsonl
 
 DATA = Path(__file__).with_name("data")
 REAL = json.loads((DATA / "smollm2_outputs.json").read_text())
-ROWS = str(DATA / "cruxeval_rows.jsonl")
-CRUX = {name: {p.id: p for p in load_problems(name, ROWS)} for name in ("cruxeval-o", "cruxeval-i")}
 HUMANEVAL = load_problems("humaneval", limit=1)[0]
 MBPP = Problem("Mbpp/2", "evalplus", prompt='"""\nWrite a function to reverse a list.\nassert rev([1, 2]) == [2, 1]\n"""\n',
                entry_point="rev")
 
 
-def test_forms_per_protocol_and_model_kind():
-    o = CRUX["cruxeval-o"]["sample_0"]
+@pytest.fixture(scope="module")
+def crux(tmp_path_factory) -> dict[str, dict[str, Problem]]:
+    """The tests' own CRUXEval-layout rows as cruxeval-o and cruxeval-i problems, by id."""
+    rows = write_jsonl(tmp_path_factory.mktemp("rows") / "rows.jsonl", CRUXEVAL_LAYOUT_ROWS)
+    return {name: {p.id: p for p in load_problems(name, rows)} for name in ("cruxeval-o", "cruxeval-i")}
+
+
+def test_forms_per_protocol_and_model_kind(crux):
+    o = crux["cruxeval-o"]["sample_0"]
     heldout = Problem("h", "task", task_type="code_o")
     assert [prompt_form(o, p, True) for p in ("training", "benchmark")] == ["training", "cruxeval"]
     assert prompt_form(heldout, "benchmark", True) == "training"  # the project's own benchmark: its own format
@@ -44,19 +51,19 @@ def test_forms_per_protocol_and_model_kind():
     assert target_protocol(EvalTarget("a", "run.A0", 1), "benchmark") == "benchmark"
 
 
-def test_benchmark_requests_are_raw_prompts_with_the_authors_stops():
+def test_benchmark_requests_are_raw_prompts_with_the_authors_stops(crux):
     base = EvalTarget("base", None)
-    crux = _request(CRUX["cruxeval-i"]["sample_2"], base, "r", "cruxeval", 1, 0.0, 64, 0)
-    assert not crux.messages and list(crux.sampling.stop) == list(CRUXEVAL_STOP)
-    assert crux.prompt.endswith("def f(a, b):\n    return a - b\nassert f(??) == 6\n[/PYTHON]\n[ANSWER]\n")
-    assert crux.prompt.count("[/ANSWER]\n\n[PYTHON]") == 2  # two worked examples before the question
-    out = _request(CRUX["cruxeval-o"]["sample_4"], base, "r", "cruxeval", 1, 0.0, 64, 0)
+    req = _request(crux["cruxeval-i"]["sample_2"], base, "r", "cruxeval", 1, 0.0, 64, 0)
+    assert not req.messages and list(req.sampling.stop) == list(CRUXEVAL_STOP)
+    assert req.prompt.endswith("def f(a, b):\n    return a - b\nassert f(??) == 6\n[/PYTHON]\n[ANSWER]\n")
+    assert req.prompt.count("[/ANSWER]\n\n[PYTHON]") == 2  # two worked examples before the question
+    out = _request(crux["cruxeval-o"]["sample_4"], base, "r", "cruxeval", 1, 0.0, 64, 0)
     assert "assert f() == ??" in out.prompt  # the no-argument row
     he = _request(HUMANEVAL, base, "r", "completion", 1, 0.0, 64, 0)
     assert he.prompt == HUMANEVAL.prompt and "\ndef " in he.sampling.stop
     mbpp = _request(MBPP, base, "r", "completion", 1, 0.0, 64, 0)
     assert list(mbpp.sampling.stop) == list(DESCRIPTION_STOP)  # the model writes the def: "\ndef " cannot stop it
-    trained = _request(CRUX["cruxeval-o"]["sample_0"], base, "r", "training", 1, 0.0, 64, 0)
+    trained = _request(crux["cruxeval-o"]["sample_0"], base, "r", "training", 1, 0.0, 64, 0)
     assert trained.messages and "<answer>" in trained.messages[-1].content
 
 
@@ -70,18 +77,18 @@ def test_benchmark_requests_are_raw_prompts_with_the_authors_stops():
     ("cruxeval-i", "assert f() == 'xxx'", ""),
     ("cruxeval-i", "assert f(g(1)) == 2", "g(1)"),  # read; the verifier refuses the call as not restricted
 ])
-def test_cruxeval_answers_are_read_as_its_authors_read_them(name, text, answer):
-    problem = next(iter(CRUX[name].values()))
+def test_cruxeval_answers_are_read_as_its_authors_read_them(crux, name, text, answer):
+    problem = next(iter(crux[name].values()))
     assert read_task_answer(problem, text, "cruxeval") == f"<think></think><answer>{answer}</answer>"
 
 
 @pytest.mark.parametrize("text", ["", "I think the answer is 3.", "[/ANSWER]", "assert x"])
-def test_a_cruxeval_answer_without_an_assertion_is_no_answer(text):
-    assert read_task_answer(CRUX["cruxeval-o"]["sample_0"], text, "cruxeval") is None
+def test_a_cruxeval_answer_without_an_assertion_is_no_answer(crux, text):
+    assert read_task_answer(crux["cruxeval-o"]["sample_0"], text, "cruxeval") is None
 
 
-def test_cruxeval_answers_in_the_benchmark_form_are_judged_by_the_training_verifier(sandbox):
-    o, i = CRUX["cruxeval-o"], CRUX["cruxeval-i"]
+def test_cruxeval_answers_in_the_benchmark_form_are_judged_by_the_training_verifier(crux, sandbox):
+    o, i = crux["cruxeval-o"], crux["cruxeval-i"]
     answers = [Answer("o_right", o["sample_2"], "assert f(10, 4) == 6\n", "cruxeval"),
                Answer("o_wrong", o["sample_2"], "assert f(10, 4) == 14\n", "cruxeval"),
                Answer("i_right", i["sample_5"], "assert f('help', 3) == 'hel'\n", "cruxeval"),  # another input
@@ -103,14 +110,14 @@ def test_a_description_prompt_completion_keeps_the_function():
     assert prompt_of(MBPP, "completion")[0] == MBPP.prompt
 
 
-def _real_cruxeval():
-    return [(CRUX[a["mode"]][a["problem"]], a["text"]) for a in REAL["answers"] if a["mode"].startswith("cruxeval")]
+def _real_cruxeval(crux):
+    return [(crux[a["mode"]][a["problem"]], a["text"]) for a in REAL["answers"] if a["mode"].startswith("cruxeval")]
 
 
-def test_the_bare_models_cruxeval_answers_under_the_benchmark_protocol_are_read(sandbox):
+def test_the_bare_models_cruxeval_answers_under_the_benchmark_protocol_are_read(crux, sandbox):
     """Under the training format every answer of the bare SmolLM2 was no_answer; under the benchmark protocol its
     real greedy answers hold an assertion the reading takes and the verifier judges."""
-    real = _real_cruxeval()
+    real = _real_cruxeval(crux)
     assert len(real) == 15 and REAL["model"] == "smollm2-135m"  # 8 output rows, 7 input rows (one set apart)
     read = [read_task_answer(p, text, "cruxeval") for p, text in real]
     assert all(r is not None for r in read), [t for (_, t), r in zip(real, read) if r is None]
