@@ -131,6 +131,12 @@ def cmd_evolve(args: argparse.Namespace) -> int:
     from services.evolver.cli import main as evolve_main
 
     return int(evolve_main(args) or 0)
+def cmd_verifiers(args: argparse.Namespace) -> int:
+    from services.sandbox.verifiers_cli import main as verifiers_main
+
+    return int(verifiers_main(args, load_cli_config(args)) or 0)
+
+
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -254,8 +260,13 @@ def main(argv: list[str] | None = None) -> int:
     from populora.names import InvalidName
     from populora.store import StoreError
 
+    from populora.tokens import add_parser as add_token_parser
+    from services.sandbox.verifiers_cli import add_parser as add_verifiers_parser
+
+    add_verifiers_parser(sub, _config_args, cmd_verifiers)
     args = build_parser().parse_args(argv)
     try:
+    add_token_parser(sub)
         return args.func(args)
     except (ConfigError, InvalidName, ModelError, StoreError) as e:
         print(f"error: {e}", file=sys.stderr)

@@ -1,12 +1,14 @@
 """Who is calling, and may they: the gRPC servers' one check of a call's credential against the scope table
 (populora.scopes), before the service sees the call.
 
-The caller's identity is the one its client certificate names (mutual TLS); without TLS, the identity whose scoped
-token (`services.tokens`) the call presents as `authorization: Bearer <token>`. The deployment-wide token
-(`services.token`) stands for every identity at once, as it always has. A call without a credential it needs ends
-UNAUTHENTICATED; an identity calling outside its scope ends PERMISSION_DENIED; either way the service never sees it.
-Reads need no credential only on a plaintext server with no scoped tokens (as before scopes existed); the health
-service is always open.
+The caller's identity is the one its client certificate names (mutual TLS); without one, the identity whose scoped
+token the call presents as `authorization: Bearer <token>`. A server keeps no identity's token, only its verifier
+(`services.tokens`, `services.tokens_path`: populora.tokens), and checks a presented token against every verifier in
+constant time. The deployment-wide token (`services.token` on a server) stands for every identity at once: it is for
+a development setup on one machine, and a server that holds one says so in its log. A call without a credential it
+needs ends UNAUTHENTICATED; an identity calling outside its scope ends PERMISSION_DENIED, naming what that identity may
+call on this service and nothing else; either way the service never sees it. Reads need no credential only on a
+plaintext server with no scoped tokens; the health service is always open.
 """
 
 from __future__ import annotations
@@ -23,9 +25,10 @@ import grpc
 import yaml
 from google.protobuf.descriptor import ServiceDescriptor
 
+from populora import tokens
 from populora.config.base import ConfigError
 from populora.contracts import CONTRACTS, is_read_only
-from populora.scopes import IDENTITIES, allowed, kind, scope_of, token_index
+from populora.scopes import IDENTITIES, allowed, kind, verifier_index
 from populora.tls import peer_identity
 
 log = logging.getLogger(__name__)
@@ -97,44 +100,63 @@ def token_mapping(text: str) -> dict:
     except yaml.YAMLError as e:
         raise ValueError(f"not YAML: {' '.join(str(e).split())}") from None
     if not isinstance(tokens, dict):
-        raise ValueError("the file must hold a mapping identity -> token")
-    token_index(tokens)
+        raise ValueError("the file must hold a mapping identity -> the verifier of its token")
+    verifier_index(tokens)
     return tokens
 
 
+def scope_on(identity: str, service: str) -> str:
+    """`Service.Method, ...` of what `identity` may call on `service` (over gRPC and REST), "nothing" when none: the
+    one scope a refusal names (never another service's methods, never another identity's)."""
+    from populora.scopes import rest_scope_on
+
+    methods = [f"{CONTRACTS[service].name}.{m.name}" for m in CONTRACTS[service].methods
+               if allowed(identity, service, m.name)]
+    methods += [f"{CONTRACTS[service].name}.{op} (REST)" for op in rest_scope_on(identity, service)]
+    return ", ".join(methods) or "nothing"
+
+
 class Access:
-    """The credentials a server accepts: its deployment-wide token, the scoped tokens, and (with TLS) the identity
-    of each client certificate. Tokens in files (`token_file`, `tokens_file`) are read again when they change."""
+    """The credentials a server accepts: the deployment-wide token (development on one machine), the verifiers of the
+    scoped tokens, and (with TLS) the identity of each client certificate. Files (`token_file`, `tokens_file`) are
+    read again when they change."""
 
     def __init__(self, token: str = "", tokens: dict | None = None, tls: bool = False, token_file: str = "",
                  tokens_file: str = ""):
         self.tls, self._token = tls, token
         self._static = dict(tokens or {})
-        self._index = token_index(self._static)
+        self._index = verifier_index(self._static)
         self._token_file = WatchedFile(token_file, one_token, "services.token_path") if token_file else None
         self._tokens_file = WatchedFile(tokens_file, token_mapping, "services.tokens_path") if tokens_file else None
-        self._merged: tuple[Any, dict[str, str]] = (None, self._index)
-        # a plaintext server without scoped tokens: reads are open, as before scopes existed
+        self._merged: tuple[Any, list] = (None, self._index)
+        # a plaintext server without scoped tokens (development on one machine): reads are open
         self.open_reads = not tls and not self._index and self._tokens_file is None
 
     @classmethod
-    def from_config(cls, services, tls: bool) -> Access:
-        """From a ServicesConfig (token, tokens, token_path, tokens_path)."""
-        return cls(services.token, services.tokens, tls, services.token_path, services.tokens_path)
+    def from_config(cls, services, tls: bool, server: str = "") -> Access:
+        """From a ServicesConfig (token, tokens, token_path, tokens_path); `server` names the server that takes
+        them, which warns when it holds the deployment-wide token."""
+        access = cls(services.token, services.tokens, tls, services.token_path, services.tokens_path)
+        if server and access.token:
+            log.warning("%s: services.token is set: this server takes that one token for every identity and every "
+                        "method. It is for a development setup on one machine; a deployment gives each server the "
+                        "verifiers of the identities' own tokens (services.tokens_path, `populora token`) and each "
+                        "client its own token or certificate", server)
+        return access
 
     @property
     def token(self) -> str:
         return self._token_file.get() if self._token_file else self._token
 
     @property
-    def scoped(self) -> dict[str, str]:
-        """token -> identity, the tokens file's (as last read) over the configuration's."""
+    def scoped(self) -> list[tuple[tuple[bytes, bytes], str]]:
+        """[(verifier, identity)], the tokens file's (as last read) over the configuration's."""
         if self._tokens_file is None:
             return self._index
         loaded = self._tokens_file.get()
         seen, index = self._merged
         if loaded is not seen:
-            index = token_index({**self._static, **loaded})
+            index = verifier_index({**self._static, **loaded})
             self._merged = (loaded, index)
         return index
 
@@ -142,10 +164,14 @@ class Access:
         if token_matches(given, self.token):
             return EVERY
         found = ""
-        for t, identity in self.scoped.items():  # every one compared, so the time does not say which matched
-            if hmac.compare_digest(given.encode(), t.encode()):
+        for parsed, identity in self.scoped:  # every one computed and compared: the time does not say which matched
+            if tokens.matches(given, parsed):
                 found = identity
         return found
+
+    def takes_credentials(self) -> bool:
+        """Whether any credential could pass here: a certificate (TLS), the deployment-wide token or a verifier."""
+        return self.tls or bool(self.token) or bool(self.scoped)
 
     def identity(self, authorization: str, certificate_identity: str, read_only: bool) -> str:
         """The identity of a call (EVERY for the deployment-wide token, "" for an open read); Refused
@@ -162,14 +188,14 @@ class Access:
             return found
         if read_only and self.open_reads:
             return ""
-        if not self.token and not self.scoped:
-            why = ("this server has no token configured, so it refuses every write: set services.token (or "
-                   "$POPULORA_TOKEN) on it")
-        elif not self.scoped:
-            why = "this call needs the metadata 'authorization: Bearer <services.token>'"
+        if not self.takes_credentials():
+            why = ("this server takes no credential (no TLS, no scoped token verifiers, no token), so it refuses "
+                   "this call: give it services.tokens_path (`populora token`) or turn on services.tls")
+        elif given:
+            why = "the bearer token is not one this server takes"
         else:
-            why = ("this call needs the metadata 'authorization: Bearer <token>' with the caller's own token "
-                   "(services.tokens) or the deployment's (services.token)")
+            why = ("this call needs the caller's credential: its client certificate (services.tls) or "
+                   "'authorization: Bearer <token>' with its own token (`populora token`)")
         raise Refused(grpc.StatusCode.UNAUTHENTICATED, why)
 
     def check(self, service: str, method: str, authorization: str, certificate_identity: str) -> str:
@@ -177,10 +203,9 @@ class Access:
         identity = self.identity(authorization, certificate_identity, kind(service, method) == "read")
         if identity in (EVERY, "") or allowed(identity, service, method):
             return identity
-        scope = ", ".join(scope_of(identity)) or "nothing"
         raise Refused(grpc.StatusCode.PERMISSION_DENIED,
                       f"{identity} may not call {CONTRACTS[service].name}.{method} (a {kind(service, method)}); "
-                      f"it may call: {scope}")
+                      f"on {service} it may call: {scope_on(identity, service)}")
 
 
 class AccessInterceptor(grpc.ServerInterceptor):

@@ -1,7 +1,8 @@
-"""What the REST apps of the league and the sandbox share: the status code of each service error, the bearer-token
-dependency of the operations that need the credential (the same token as gRPC writes, populora.rpc), declared in the
-OpenAPI documents as their security scheme, the id fields of populora.names' rule, the refusal of JSON booleans
-where a number is expected, and a 405 whose Allow header names every method of the path."""
+"""What the REST apps share: the status code of each service error; the Guard that names each request's caller (its
+client certificate over HTTPS, else its bearer token: the same identities, scopes and verifiers as gRPC,
+populora.access) and holds it to the operation its route runs before the body is read, with that credential declared
+in the OpenAPI documents as their security scheme; the id fields of populora.names' rule; the refusal of JSON
+booleans where a number is expected; and a 405 whose Allow header names every method of the path."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from collections.abc import Callable
 from typing import Annotated, Any
 
 import grpc
-from fastapi import Depends, FastAPI, Request
+from fastapi import Depends, FastAPI, Request, Security
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -18,9 +19,11 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
 from populora import names
-from populora.access import EVERY, Access, Refused
-from populora.rpc import ServiceError
-from populora.scopes import allowed, scope_of
+from populora.access import EVERY, Access, Refused, scope_on
+from populora.contracts import CONTRACTS
+from populora.scopes import rest_allowed, rest_kind
+from populora.service_errors import ServiceError
+from populora.tls import PEER_IDENTITY
 
 HTTP_STATUS = {grpc.StatusCode.INVALID_ARGUMENT: 400, grpc.StatusCode.NOT_FOUND: 404,
                grpc.StatusCode.FAILED_PRECONDITION: 409, grpc.StatusCode.ALREADY_EXISTS: 409,
@@ -40,41 +43,123 @@ def error_response(e: ServiceError, detail: str) -> JSONResponse:
     return JSONResponse({"detail": detail}, status_code=status, headers=headers)
 
 
-# The one security scheme of both REST apps: what the OpenAPI documents declare on every operation that needs it.
+# The one security scheme of every REST app: what the OpenAPI documents declare on every operation that needs it.
 BEARER = HTTPBearer(scheme_name="bearerToken", auto_error=False,
-                    description="The server's `services.token` (or `$POPULORA_TOKEN`), or the caller's own scoped "
-                                "token (`services.tokens`) where its scope allows the operation, sent as "
-                                "`Authorization: Bearer <token>`; the same tokens as gRPC. A server without any "
-                                "refuses these operations (403).")
+                    description="The caller's own token (`populora token`; the server keeps only its verifier, "
+                                "`services.tokens_path`), sent as `Authorization: Bearer <token>`: the same tokens as "
+                                "gRPC. Over HTTPS a client certificate of the deployment's CA names the caller instead "
+                                "(its identity, as over gRPC). A development server on one machine may take its "
+                                "`services.token` for every operation. An operation outside the caller's scope is 403.")
+IDENTITY = "populora.identity"  # the request scope's key for the caller's identity, once the Guard checked it
+OPEN_PATHS = frozenset({"/healthz", "/"})  # open to anyone (health checks, the dashboard page's own HTML)
 
 
-def require_token(token: Callable[[], str], tokens: dict | Access | None = None, service: str = "",
-                  method: str = "") -> Callable[..., None]:
-    """A FastAPI dependency for the operations that need the credential: 403 while the server has neither its token
-    nor scoped ones (they are disabled), 401 without `Authorization: Bearer <token>` matching the server's token
-    or a scoped one of `tokens` (identity -> token), 403 for a scoped token whose identity may not call
-    `service`.`method`, the gRPC method the operation runs (populora.scopes); an operation that runs none takes the
-    server's token only. `tokens` may be the server's Access (tokens read again from their files), whose token
-    then stands for `token`."""
+def requirement(service: str, operation: str) -> Callable[..., str]:
+    """A FastAPI dependency that names the operation a route runs: a gRPC method of `service` (the league's POST
+    /v1/runs runs CreateRun) or one of populora.scopes.REST_OPERATIONS (`Read`, the verifier registry's). The Guard
+    checks the caller against it before the request's body is read; the dependency, run afterwards, answers the
+    identity the Guard found, and refuses a request the Guard did not check (an app without one). It declares the
+    bearer scheme in the OpenAPI document."""
 
-    def check(credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(BEARER)]) -> None:
-        access = tokens if isinstance(tokens, Access) else Access(token(), tokens)
-        if not access.token and not access.scoped:
+    def checked(request: Request,
+                _credentials: Annotated[HTTPAuthorizationCredentials | None, Security(BEARER)]) -> str:
+        found = request.scope.get(IDENTITY)
+        if found is None or found[1:] != (service, operation):
             raise ServiceError(grpc.StatusCode.PERMISSION_DENIED,
-                               "writes are disabled: set services.token (or $POPULORA_TOKEN) on the server")
-        given = credentials.credentials if credentials else ""
-        try:
-            identity = access.identity(f"Bearer {given}", "", read_only=False)
-        except Refused:
-            raise ServiceError(grpc.StatusCode.UNAUTHENTICATED,
-                               "this operation needs the header 'Authorization: Bearer <token>' with the server's "
-                               "services.token" + (" or the caller's own (services.tokens)" if access.scoped else "")) from None
-        if identity != EVERY and not (method and allowed(identity, service, method)):
-            what = f"{service}.{method}" if method else "this operation (the server's services.token only)"
-            raise ServiceError(grpc.StatusCode.PERMISSION_DENIED, f"{identity} may not call {what}; it may call: "
-                                                                 f"{', '.join(scope_of(identity)) or 'nothing'}")
+                               f"{service}.{operation}: no credential was checked for this request")
+        return found[0]
 
-    return check
+    checked.populora_operation = (service, operation)  # type: ignore[attr-defined]
+    return checked
+
+
+def guarded_get(app: FastAPI, service: str, operation: str, refusals: dict) -> Callable[..., Callable]:
+    """`app.get`, with every route it adds held to `service`.`operation` (its requirement) and documenting
+    `refusals` (the app's 401 and 403 entries) beside its own responses."""
+
+    def get(path: str, **kwargs: Any) -> Callable:
+        kwargs["dependencies"] = [*kwargs.get("dependencies", ()), Depends(requirement(service, operation))]
+        kwargs["responses"] = {**refusals, **kwargs.get("responses", {})}
+        return app.get(path, **kwargs)
+
+    return get
+
+
+def _refusal(status: int, detail: str) -> JSONResponse:
+    headers = {"WWW-Authenticate": 'Bearer realm="populora"'} if status == 401 else None
+    return JSONResponse({"detail": detail}, status_code=status, headers=headers)
+
+
+class Guard:
+    """ASGI middleware: each request to a route of the app is checked against the operation the route runs (its
+    `requirement`; a route without one is the service's `Read` for GET and HEAD, and open to no one otherwise) before
+    anything of the request's body is read, so a request without a credential is 401 and one outside its caller's
+    scope 403, whatever its body. The caller is the identity its client certificate names (HTTPS, where uvicorn runs
+    with populora.tls.uvicorn_ssl), else the one its bearer token's verifier names; a server's `services.token` opens
+    every operation. Reads (`Read`) need no credential only where the server takes none for them: plaintext and no
+    scoped tokens (populora.access.Access.open_reads). OPEN_PATHS, the OpenAPI document and static files are open."""
+
+    def __init__(self, app, router, access: Access, service: str):
+        self.app, self.router, self.access, self.service = app, router, access, service
+
+    def _operation(self, scope) -> tuple[str, str] | None:
+        """(service, operation) of the route `scope` reaches; None where the request is open (or reaches nothing:
+        the router's 404 or 405 answers it)."""
+        for route in self.router.routes:
+            match, _ = route.matches(scope)
+            if match == Match.FULL:
+                if not isinstance(route, APIRoute) or route.path in OPEN_PATHS:
+                    return None
+                for dep in route.dependant.dependencies:
+                    needed = getattr(dep.call, "populora_operation", None)
+                    if needed is not None:
+                        return needed
+                return (self.service, "Read") if scope["method"] in ("GET", "HEAD") else (self.service, "")
+        return None
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        needed = self._operation(scope)
+        if needed is None:
+            await self.app(scope, receive, send)
+            return
+        refused = self.check(scope, *needed)
+        if refused is not None:
+            await refused(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+    def check(self, scope, service: str, operation: str) -> JSONResponse | None:
+        """None when the caller may run `operation` (its identity then in scope[IDENTITY]); the refusal otherwise."""
+        authorization = ""
+        for key, value in scope.get("headers") or ():
+            if key == b"authorization":
+                authorization = value.decode("latin-1")
+        name = f"{CONTRACTS[service].name}.{operation}"
+        if not operation:
+            return _refusal(403, f"{scope['method']} {scope['path']} is open to no identity")
+        access = self.access
+        if operation != "Read" and not access.takes_credentials():
+            return _refusal(403, f"{name} is disabled: this server takes no credential (no TLS, no scoped token "
+                                 "verifiers, no token); give it services.tokens_path (`populora token`) or turn on "
+                                 "services.tls")
+        try:
+            identity = access.identity(authorization, scope.get(PEER_IDENTITY, ""), read_only=operation == "Read")
+        except Refused as e:
+            return _refusal(401, f"{name}: {e.message}")
+        kind = rest_kind(service, operation)
+        if identity not in (EVERY, "") and not rest_allowed(identity, service, operation):
+            return _refusal(403, f"{identity} may not call {name} (a {kind}); on {service} it may call: "
+                                 f"{scope_on(identity, service)}")
+        scope[IDENTITY] = (identity, service, operation)
+        return None
+
+
+def guard(app: FastAPI, access: Access, service: str) -> None:
+    """Check every request of `app` (a REST app of `service`) with a Guard over `access`."""
+    app.add_middleware(Guard, router=app.router, access=access, service=service)
 
 
 def Name(max_length: int, param: Callable[..., Any] = Field, optional: bool = False, **extra: Any):  # noqa: N802

@@ -1,12 +1,14 @@
 """Prometheus metrics shared by every service: request counts and latencies per RPC (a gRPC interceptor), plus the
-service-specific gauges and histograms each service registers here, served at /metrics."""
+service-specific gauges and histograms each service registers here, served at /metrics: on the REST app of the league
+and the sandbox, on a port of its own for the others. /metrics is its service's `Read` (populora.scopes): open on a
+plaintext server without scoped tokens, else for a reader's credential (the dashboard's certificate or token)."""
 
 from __future__ import annotations
 
 import time
 
 import grpc
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client import generate_latest as _generate_latest
 
 REGISTRY = CollectorRegistry(auto_describe=True)
@@ -30,16 +32,62 @@ def generate_latest() -> bytes:
     return _generate_latest(REGISTRY)
 
 
-def start_metrics_server(port: int, host: str = "0.0.0.0", tls=None) -> None:
-    """Serve /metrics on its own port (services without a REST app); HTTPS with the certificate of `tls`
-    (populora.tls.TlsFiles) where the service speaks mutual TLS, a client certificate checked when one is presented
-    and not required (a scraper that only checks the server's)."""
-    if port and tls is not None:
-        tls.read()
-        start_http_server(port, addr=host, registry=REGISTRY, certfile=str(tls.cert), keyfile=str(tls.key),
-                          client_cafile=str(tls.ca))
-    elif port:
-        start_http_server(port, addr=host, registry=REGISTRY)
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+def metrics_app(service: str, access):
+    """An app that serves /metrics alone, as `service`'s `Read`, its callers checked by `access`
+    (populora.access.Access)."""
+    from fastapi import Depends, FastAPI
+    from fastapi.responses import Response
+
+    from populora.http import guard, requirement
+
+    app = FastAPI(title=f"PopuLoRA {service} metrics", openapi_url=None, docs_url=None, redoc_url=None)
+
+    @app.get("/metrics", dependencies=[Depends(requirement(service, "Read"))])
+    def metrics() -> Response:
+        return Response(generate_latest(), media_type=CONTENT_TYPE)
+
+    guard(app, access, service)
+    return app
+
+
+def start_metrics_server(port: int, host: str = "0.0.0.0", tls=None, service: str = "", access=None):
+    """Serve /metrics on its own port in a thread (services without a REST app) and return the uvicorn server once
+    it listens (None for port 0); HTTPS with the certificate of `tls` (populora.tls.TlsFiles) where the service speaks
+    mutual TLS, a client certificate naming the caller where one is presented. `access` (populora.access.Access)
+    checks the callers; by default no credential but a certificate, so /metrics is open on plaintext and needs a
+    reader's certificate over HTTPS."""
+    if not port:
+        return None
+    import threading
+
+    import uvicorn
+
+    from populora.access import Access
+    from populora.tls import uvicorn_ssl
+
+    service = service or (tls.identity if tls is not None else "inference")
+    app = metrics_app(service, access if access is not None else Access(tls=tls is not None))
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False,
+                                           **(uvicorn_ssl(tls) if tls is not None else {})))
+    def serve() -> None:
+        try:
+            server.run()
+        except SystemExit:  # uvicorn's answer to a port it cannot bind (it logs why); the wait below reports it
+            pass
+
+    thread = threading.Thread(target=serve, daemon=True, name=f"{service}-metrics")
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        if not thread.is_alive():
+            raise OSError(f"{service}: /metrics cannot listen on {host}:{port} (in use?)")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{service}: /metrics did not start on {host}:{port} within 30 s")
+        time.sleep(0.02)
+    return server
 
 
 class MetricsInterceptor(grpc.ServerInterceptor):

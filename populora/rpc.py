@@ -189,11 +189,11 @@ def run_server(name: str, service: object, port: int, host: str, token: str, met
     from populora.metrics import MetricsInterceptor, start_metrics_server
 
     check_bind(name, host, tls, insecure)
+    access = access or Access(token, tokens, tls is not None)
     server, bound, health_servicer = make_server([service], port, host, token, max_workers,
-                                                 interceptors=[MetricsInterceptor(name)], tls=tls, tokens=tokens,
-                                                 access=access)
+                                                 interceptors=[MetricsInterceptor(name)], tls=tls, access=access)
     log.info("%s gRPC listening on %s:%d%s%s", name, host, bound, f" (mutual TLS as {tls.identity})" if tls else
-             " (plaintext)", "" if token or tokens or tls else " (no token: writes refused)")
+             " (plaintext)", "" if access.takes_credentials() else " (no credential taken: writes refused)")
     uv = None
     if rest_app is not None and rest_port:
         import uvicorn
@@ -203,7 +203,7 @@ def run_server(name: str, service: object, port: int, host: str, token: str, met
         threading.Thread(target=uv.run, daemon=True, name=f"{name}-rest").start()
         log.info("%s REST (and /metrics) on %s://%s:%d", name, "https" if tls else "http", host, rest_port)
     elif metrics_port:
-        start_metrics_server(metrics_port, host, tls)
+        start_metrics_server(metrics_port, host, tls, name, access)
         log.info("%s /metrics on %s://%s:%d", name, "https" if tls else "http", host, metrics_port)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

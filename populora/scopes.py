@@ -35,6 +35,22 @@ SCOPES: dict[str, dict[str, tuple[str, ...]]] = {
 }
 READ, WRITE = "read", "write"
 
+# The REST operations that run no gRPC method (service -> operation -> READ or WRITE): `Read` is every REST read of a
+# service's data and its /metrics (the league's leaderboard, lineage, match log, the dashboard's views, ...); the
+# verifier registry's three are the sandbox's. A REST write that runs a gRPC method (the league's POST /v1/runs runs
+# CreateRun, ...) is held to SCOPES as that method.
+REST_OPERATIONS: dict[str, dict[str, str]] = {
+    **{service: {"Read": READ} for service in SERVICE_NAMES},
+    "sandbox": {"Read": READ, "RegisterVerifier": WRITE, "ListVerifiers": READ, "DeleteVerifier": WRITE},
+}
+# identity -> service -> the REST operations of REST_OPERATIONS it may call. The dashboard reads every service's
+# data and metrics (a Prometheus presents its certificate or token); the coordinator, the operator's identity, reads
+# the league and keeps the verifier registry.
+REST_SCOPES: dict[str, dict[str, tuple[str, ...]]] = {
+    "coordinator": {"league": ("Read",), "sandbox": ("RegisterVerifier", "ListVerifiers", "DeleteVerifier")},
+    "dashboard": {service: ("Read",) for service in SERVICE_NAMES},
+}
+
 
 def kind(service: str, method: str) -> str:
     """READ for a method its contract marks read-only, else WRITE."""
@@ -46,38 +62,66 @@ def allowed(identity: str, service: str, method: str) -> bool:
     return method in SCOPES.get(identity, {}).get(service, ())
 
 
+def rest_kind(service: str, operation: str) -> str:
+    """READ or WRITE of a REST operation: a gRPC method's kind, or REST_OPERATIONS'."""
+    if operation in REST_OPERATIONS.get(service, {}):
+        return REST_OPERATIONS[service][operation]
+    return kind(service, operation)
+
+
+def rest_allowed(identity: str, service: str, operation: str) -> bool:
+    """Whether `identity` may call a REST operation of `service`: a gRPC method it runs (SCOPES), or one of
+    REST_OPERATIONS (REST_SCOPES)."""
+    if operation in REST_OPERATIONS.get(service, {}):
+        return operation in REST_SCOPES.get(identity, {}).get(service, ())
+    return allowed(identity, service, operation)
+
+
+def rest_scope_on(identity: str, service: str) -> list[str]:
+    """The REST operations of REST_OPERATIONS `identity` may call on `service`."""
+    return [op for op in REST_OPERATIONS.get(service, {}) if op in REST_SCOPES.get(identity, {}).get(service, ())]
+
+
 def scope_of(identity: str) -> list[str]:
     """`Service.Method` of every method `identity` may call, in the contracts' order."""
     return [f"{CONTRACTS[s].name}.{m.name}" for s in SERVICE_NAMES for m in CONTRACTS[s].methods
             if allowed(identity, s, m.name)]
 
 
-def token_index(tokens: dict[str, str | list[str]]) -> dict[str, str]:
-    """Scoped tokens (identity -> its token, or its tokens while one is being replaced by another) as token ->
-    identity; ValueError for an identity that does not exist, or one token given to two identities (a call
-    presenting it could not say which it is)."""
+def verifier_index(tokens: dict[str, str | list[str]]) -> list[tuple[tuple[bytes, bytes], str]]:
+    """Scoped tokens as a server keeps them (identity -> the verifier of its token, or its verifiers while one token
+    replaces another: populora.tokens) as [(parsed verifier, identity)]; ValueError for an identity that does not
+    exist, or an entry that is not a verifier (a token in clear among them: servers keep verifiers only)."""
+    from populora.tokens import TokenError, parse
+
     unknown = sorted(set(tokens) - set(IDENTITIES))
     if unknown:
         raise ValueError(f"services.tokens: unknown identities {unknown}; allowed: {list(IDENTITIES)}")
-    out: dict[str, str] = {}
+    out: list[tuple[tuple[bytes, bytes], str]] = []
+    seen: dict[str, str] = {}
     for identity, given in tokens.items():
-        for token in ([given] if isinstance(given, str) else given):
-            if not isinstance(token, str):
-                raise ValueError(f"services.tokens: {identity}'s token is not text")
-            if token and out.setdefault(token, identity) != identity:
-                raise ValueError("services.tokens: two identities hold the same token; give each its own")
+        for entry in ([given] if isinstance(given, str) else given):
+            if not isinstance(entry, str):
+                raise ValueError(f"services.tokens: {identity}'s entry is not text")
+            try:
+                out.append((parse(entry), identity))
+            except TokenError as e:
+                raise ValueError(f"services.tokens: {identity}'s entry is {e}") from None
+            if seen.setdefault(entry, identity) != identity:
+                raise ValueError("services.tokens: two identities hold the same verifier; give each its own token")
     return out
 
 
 def check_tokens(tokens: dict[str, str | list[str]]) -> None:
-    """token_index's checks alone."""
-    token_index(tokens)
+    """verifier_index's checks alone."""
+    verifier_index(tokens)
 
 
 def table_markdown() -> str:
-    """The scope table as docs/operations.md shows it: one row per method, one column per identity that may call
-    something, `R`/`W` where that identity may call it (a read or a write), `-` where it may not."""
-    callers = [i for i in IDENTITIES if any(SCOPES.get(i, {}).values())]
+    """The scope table as docs/operations.md shows it: one row per method (then the service's REST operations), one
+    column per identity that may call something, `R`/`W` where that identity may call it (a read or a write), `-`
+    where it may not."""
+    callers = [i for i in IDENTITIES if any(SCOPES.get(i, {}).values()) or any(REST_SCOPES.get(i, {}).values())]
     head = ["service", "method", "kind", *callers]
     rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for service in SERVICE_NAMES:
@@ -85,8 +129,11 @@ def table_markdown() -> str:
             k = kind(service, m.name)
             cells = [("R" if k == READ else "W") if allowed(i, service, m.name) else "-" for i in callers]
             rows.append(f"| {service} | {m.name} | {k} | " + " | ".join(cells) + " |")
+        for op, k in REST_OPERATIONS.get(service, {}).items():
+            cells = [("R" if k == READ else "W") if rest_allowed(i, service, op) else "-" for i in callers]
+            rows.append(f"| {service} | {op} (REST) | {k} | " + " | ".join(cells) + " |")
     nothing = [i for i in IDENTITIES if i not in callers]
-    return "\n".join(rows) + f"\n\nMay call no gRPC method of any service: {', '.join(nothing)}.\n"
+    return "\n".join(rows) + f"\n\nMay call nothing on any service: {', '.join(nothing)}.\n"
 
 
 if __name__ == "__main__":  # the table for docs/operations.md

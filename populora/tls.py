@@ -145,15 +145,48 @@ def channel_credentials(files: TlsFiles) -> grpc.ChannelCredentials:
     return grpc.ssl_channel_credentials(root_certificates=ca, private_key=key, certificate_chain=cert)
 
 
+PEER_IDENTITY = "populora.peer_identity"  # an HTTPS request's scope key: the identity its client certificate names
+
+
+def _certificate_identity(peercert: dict | None) -> str:
+    """The common name of a verified peer certificate as `ssl.SSLSocket.getpeercert()` gives it ("" for none)."""
+    for rdn in (peercert or {}).get("subject", ()):
+        for key, value in rdn:
+            if key == "commonName":
+                return value
+    return ""
+
+
+def _peer_protocol():
+    """uvicorn's HTTP protocol, with each connection's client certificate (checked against the CA by the TLS
+    handshake) named in the scope of every request it carries (PEER_IDENTITY), as gRPC reads it off its peer."""
+    from uvicorn.protocols.http.auto import AutoHTTPProtocol
+
+    class PeerIdentityProtocol(AutoHTTPProtocol):  # type: ignore[misc, valid-type]
+        def connection_made(self, transport) -> None:
+            super().connection_made(transport)
+            identity = _certificate_identity(transport.get_extra_info("peercert"))
+            inner = self.app
+
+            async def app(scope, receive, send):
+                scope[PEER_IDENTITY] = identity
+                await inner(scope, receive, send)
+
+            self.app = app
+
+    return PeerIdentityProtocol
+
+
 def uvicorn_ssl(files: TlsFiles) -> dict:
     """uvicorn.Config's arguments for HTTPS with this identity's certificate: a client certificate is checked
-    against the CA when one is presented, and not required (a browser, an operator's curl), since the REST
-    operations take their credential from the Authorization header (populora.http). Read when the server starts."""
+    against the CA when one is presented, and not required (a browser, an operator's curl with a bearer token); one
+    that is presented names the caller of every request of its connection (PEER_IDENTITY, read by populora.http's
+    Guard). Read when the server starts."""
     import ssl
 
     files.read()
     return {"ssl_certfile": str(files.cert), "ssl_keyfile": str(files.key), "ssl_ca_certs": str(files.ca),
-            "ssl_cert_reqs": ssl.CERT_OPTIONAL}
+            "ssl_cert_reqs": ssl.CERT_OPTIONAL, "http": _peer_protocol()}
 
 
 def peer_identity(context: grpc.ServicerContext) -> str:

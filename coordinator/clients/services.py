@@ -94,9 +94,9 @@ def serve(name: str, cfg: Config, port: int | None = None, bind: str | None = No
     tls = tls_files(cfg.services.tls, name)
     insecure = insecure or cfg.services.tls.insecure
     check_bind(name, bind or ep.bind, tls, insecure)
-    access = Access.from_config(cfg.services, tls is not None)
+    access = Access.from_config(cfg.services, tls is not None, server=name)
     service = build(name, cfg)
-    rest_app = importlib.import_module(_REST[name]).create_app(service, tokens=access) if name in _REST else None
+    rest_app = importlib.import_module(_REST[name]).create_app(service, access=access) if name in _REST else None
     try:
         return run_server(name, service, ep.port if port is None else port, bind or ep.bind, cfg.services.token,
                           metrics_port=ep.metrics_port if metrics_port is None else metrics_port,

@@ -157,21 +157,24 @@ class ServicesConfig(Section):
     tls: TlsConfig = TlsConfig()
     """Mutual TLS between the services (off by default: embedded runs and loopback clusters stay plaintext)."""
     token: str = ""
-    """Bearer token every write needs, gRPC (`authorization` metadata) and REST (`Authorization` header) alike; read
-    from $POPULORA_TOKEN (or the file $POPULORA_TOKEN_FILE names) when that is set. A server with no token refuses
-    every write; reads stay open."""
+    """The bearer token this process presents (`authorization` metadata, `Authorization` header): a client's own
+    scoped token (`populora token`), where its certificate does not name it. Read from $POPULORA_TOKEN (or the file
+    $POPULORA_TOKEN_FILE names) when that is set. On a server it is the deployment-wide token, which opens every
+    method of every service for whoever presents it: for a development setup on one machine only (the server says
+    so in its log); no shipped deployment sets it."""
     tokens: dict[str, str | list[str]] = Field(default_factory=dict)
-    """Scoped tokens where TLS is off: identity (populora.scopes.IDENTITIES) -> its own token. A call presenting one
-    may call only that identity's scope (docs/operations.md, Who may call what); with scoped tokens set, reads need
-    a token too. A server reads them (from here, or read again on change from tokens_path); a client presents
-    services.token, so give each client its own token there. An identity may hold two tokens while one replaces the
-    other ([old, new]). Never stored with a run."""
+    """A server's scoped tokens: identity (populora.scopes.IDENTITIES) -> the VERIFIER of its token
+    (`hmac-sha256:<salt>:<digest>`, made by `populora token`), or its verifiers while one token replaces another
+    ([old, new]). Never a token: a server keeps no identity's token, so its files give none away. A call presenting a
+    token may call only its identity's scope (docs/operations.md, Who may call what). With scoped tokens (or TLS),
+    every call needs a credential, reads included. Never stored with a run."""
     token_path: str = ""
-    """A file holding services.token (the token this process presents, and a server's deployment-wide one), read
-    again whenever it changes, so a token is replaced without a restart; overrides services.token."""
+    """A file holding services.token, read again whenever it changes (a client's token replaced without a restart);
+    overrides services.token."""
     tokens_path: str = ""
-    """A YAML mapping like services.tokens (identity -> token or [tokens]) that a server reads again whenever it
-    changes, merged over services.tokens: the scoped tokens replaced without a restart."""
+    """A YAML mapping like services.tokens (identity -> verifier or [verifiers]; `populora token new` writes
+    token-verifiers.yaml) that a server reads again whenever it changes, merged over services.tokens: a rotation
+    without a restart."""
 
     @model_validator(mode="before")
     @classmethod

@@ -76,7 +76,7 @@ class LeagueDB(MatchStore, LineageStore, TelemetryStore, RunProgressStore):
     transactional methods. This module holds the connection, the schema, runs and adapters; the rest are the stores
     it mixes in."""
 
-    def __init__(self, url: str, rules: RatingRules | None = None, pool_size: int = 10):
+    def __init__(self, url: str, rules: RatingRules | None = None, pool_size: int = 10, read_url: str = ""):
         self.url = url
         self.rules = rules or RatingRules()
         self.dialect = sa.engine.make_url(url).get_backend_name()
@@ -90,6 +90,10 @@ class LeagueDB(MatchStore, LineageStore, TelemetryStore, RunProgressStore):
             self.engine = sa.create_engine(url, pool_size=pool_size, max_overflow=2 * pool_size,
                                            pool_pre_ping=True)
             self.read_engine = self.engine
+            if read_url:  # the reads through a role that cannot write (league.read_db_url)
+                check_db_url(read_url, "league.read_db_url")
+                self.read_engine = sa.create_engine(read_url, pool_size=pool_size, max_overflow=2 * pool_size,
+                                                    pool_pre_ping=True)
         self.bulk = bulk_writer(self.dialect)
         self._env = self.rules.params.environment()
         # Bumped by every write made through this object; readers use it to invalidate caches.
@@ -122,7 +126,8 @@ class LeagueDB(MatchStore, LineageStore, TelemetryStore, RunProgressStore):
 
     def close(self) -> None:
         self.engine.dispose()
-        self.read_engine.dispose()
+        if self.read_engine is not self.engine:
+            self.read_engine.dispose()
 
     def _bump(self) -> None:
         with self._gen_lock:

@@ -7,13 +7,13 @@ import json
 import math
 
 import sqlalchemy as sa
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 
 from populora.access import Access
-from populora.http import answer_http_errors, error_response, require_token
+from populora.http import answer_http_errors, error_response, guard, requirement
 from populora.metrics import generate_latest
 from populora.retry import db_unavailable
 from populora.rpc import ServiceError
@@ -45,10 +45,12 @@ def _finite(value: object) -> object:
     return value
 
 
-def create_app(service: LeagueService, read_only: bool = False, tokens: dict | Access | None = None) -> FastAPI:
+def create_app(service: LeagueService, read_only: bool = False, access: Access | None = None) -> FastAPI:
     """The REST app over a LeagueService (served beside the gRPC server by `serve`, or alone by uvicorn); with
-    `read_only` it has no write endpoints (the dashboard beside a run). A write takes the service's token, or a
-    scoped token of `tokens` whose identity may call its gRPC method (populora.scopes)."""
+    `read_only` it has no write endpoints (the dashboard beside a run). `access` (default: the service's token alone,
+    plaintext) names each caller and holds it to the operation it calls before its body is read (populora.http's
+    Guard): a write to the gRPC method it runs, a read to `Read` (open only on a plaintext server without scoped
+    tokens)."""
     app = FastAPI(title="PopuLoRA league", version="1",
                   description="TrueSkill leaderboard, lineage, match log, payoff matrix and the phase journal of "
                               "PopuLoRA runs, and the web dashboard at `/`.", max_body_size=MAX_BODY_BYTES,
@@ -88,23 +90,22 @@ def create_app(service: LeagueService, read_only: bool = False, tokens: dict | A
                                 status_code=503, headers={"Retry-After": "5"})
         return JSONResponse({"detail": f"database error: {type(e.orig).__name__}"}, status_code=500)
 
-    def token_check(method: str):
-        return require_token(lambda: service.token, tokens, "league", method)
-
     @app.get("/healthz", tags=["ops"], response_model=Health)
     def healthz() -> dict:
         with db.read_engine.connect() as conn:
             conn.execute(sa.text("SELECT 1"))
         return {"status": "ok"}
 
-    @app.get("/metrics", tags=["ops"], response_class=Response,
-             responses={200: {"content": {"text/plain": {}}, "description": "Prometheus metrics"}})
+    @app.get("/metrics", tags=["ops"], response_class=Response, dependencies=[Depends(requirement("league", "Read"))],
+             responses={200: {"content": {"text/plain": {}}, "description": "Prometheus metrics"},
+                        **responses(401, 403)})
     def metrics() -> Response:
         return Response(generate_latest(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
     add_league_routes(app, service, cache)
     add_run_routes(app, service, cache)
     if not read_only:
-        add_write_routes(app, service, token_check)
+        add_write_routes(app, service)
     add_page(app)
+    guard(app, access if access is not None else Access(service.token), "league")
     return app

@@ -13,6 +13,7 @@ from fastapi import FastAPI, Query
 from fastapi.responses import HTMLResponse, Response
 from fastapi.staticfiles import StaticFiles
 
+from populora.http import guarded_get
 from populora.rpc import ServiceError
 from services.league import reads
 from services.league.rest_cache import ReadCache, dumps, json_response
@@ -49,10 +50,12 @@ class _Static(StaticFiles):
 
 def add_run_routes(app: FastAPI, service: LeagueService, cache: ReadCache) -> None:
     """The run's views on `app`, from what the coordinator recorded in the league: the run and its phases for where
-    it stands, its step summaries, and each step's problems and answers."""
+    it stands, its step summaries, and each step's problems and answers. Each is the league's `Read`, as every read
+    of services.league.rest_league."""
     db = service.db
     runs = RunView(db)
     not_found = responses(404)
+    get = guarded_get(app, "league", "Read", responses(401, 403))
 
     def require_run(run_id: str) -> None:
         if not db.run_exists(run_id):
@@ -71,14 +74,14 @@ def add_run_routes(app: FastAPI, service: LeagueService, cache: ReadCache) -> No
                             f"{counts['adapters']}.{counts['evals']}.{counts['evals_recorded_at']:.3f}",
                 "league": counts, **view}
 
-    @app.get("/v1/runs/{run_id}/overview", response_model=Overview, tags=["run"], responses=not_found)
+    @get("/v1/runs/{run_id}/overview", response_model=Overview, tags=["run"], responses=not_found)
     async def overview(run_id: RunPath) -> Response:
         """Where the run stands, for a page that polls it: status, the step and phase in progress, the latest
         step's seconds per phase, valid-proposal rate, rejection reasons and solve rate per task type, compute so
         far, the last evolution events, and a `revision` that changes whenever any of the other views would."""
         return json_response(await cache.get(("overview", run_id), lambda: build_overview(run_id)))
 
-    @app.get("/v1/runs/{run_id}/steps", response_model=Steps, tags=["run"], responses=not_found)
+    @get("/v1/runs/{run_id}/steps", response_model=Steps, tags=["run"], responses=not_found)
     async def steps(run_id: RunPath) -> Response:
         """Per-step metrics as the coordinator summarised each step (seconds per phase, valid and solve rates per
         task type, rejections, outcomes, compute, evolution); empty until the run records a step."""
@@ -88,7 +91,7 @@ def add_run_routes(app: FastAPI, service: LeagueService, cache: ReadCache) -> No
 
         return json_response(await cache.get(("steps", run_id), build))
 
-    @app.get("/v1/runs/{run_id}/dynamics", response_model=Dynamics, tags=["run"], responses=not_found)
+    @get("/v1/runs/{run_id}/dynamics", response_model=Dynamics, tags=["run"], responses=not_found)
     async def dynamics(run_id: RunPath) -> Response:
         """The run's training dynamics per step against the compute charged to its budget (spec 11, 14): mean
         complexity of valid proposals, coverage (distinct program shapes and AST node types so far, shapes new at
@@ -100,7 +103,7 @@ def add_run_routes(app: FastAPI, service: LeagueService, cache: ReadCache) -> No
 
         return json_response(await cache.get(("dynamics", run_id), build))
 
-    @app.get("/v1/runs/{run_id}/tasks", response_model=Tasks, tags=["run"], responses=not_found)
+    @get("/v1/runs/{run_id}/tasks", response_model=Tasks, tags=["run"], responses=not_found)
     def tasks(run_id: RunPath, step: StepQuery = None, include_invalid: bool = False) -> Response:
         """The problem explorer: tasks proposed at one step (default: the latest with proposals) with program,
         inputs, gold outputs, complexity, proposer, matched student and solve rate; `include_invalid` adds the
@@ -108,7 +111,7 @@ def add_run_routes(app: FastAPI, service: LeagueService, cache: ReadCache) -> No
         require_run(run_id)
         return json_response(dumps(runs.tasks(run_id, db.step_summaries(run_id), step, include_invalid)))
 
-    @app.get("/v1/adapters/{adapter_id}", response_model=AdapterPage, tags=["run"], responses=not_found)
+    @get("/v1/adapters/{adapter_id}", response_model=AdapterPage, tags=["run"], responses=not_found)
     def adapter(adapter_id: AdapterPath) -> Response:
         """One adapter: its league record, the versions the run used (from the step summaries) and where its
         latest version is stored."""
@@ -121,13 +124,14 @@ def add_run_routes(app: FastAPI, service: LeagueService, cache: ReadCache) -> No
         return json_response(dumps({"adapter": record, "k": db.rules.params.k, "versions": versions, "store_root": root,
                                      "store_path": path, "journal": run is not None}))
 
-    @app.get("/v1/adapters/{adapter_id}/samples", response_model=Samples, tags=["run"], responses=not_found)
+    @get("/v1/adapters/{adapter_id}/samples", response_model=Samples, tags=["run"], responses=not_found)
     def samples(adapter_id: AdapterPath, limit: Annotated[int, Query(ge=1, le=200)] = 20) -> Response:
         """The adapter's latest proposals (teacher) with their verdicts, and answers (student) with their outcomes,
         from the problems each step recorded, newest first."""
         record = reads.adapter_record(db, adapter_id)
         return json_response(dumps(runs.samples(record["run_id"], adapter_id, limit, record["created_step"],
                                                     record["retired_step"])))
+
 
 def add_page(app: FastAPI) -> None:
     """The dashboard page at `/` and its files under `/static`."""

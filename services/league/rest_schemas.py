@@ -18,7 +18,10 @@ class ErrorOut(Model):
 def responses(*codes: int) -> dict:
     """OpenAPI documentation of the error statuses an endpoint answers (422 is documented by FastAPI)."""
     what = {400: "invalid input (the message names the field); nothing was written",
-            401: "missing or wrong bearer token", 403: "writes are disabled (no token configured)",
+            401: "no credential this server takes (a client certificate over HTTPS, or a bearer token); checked "
+                 "before the body is read",
+            403: "the caller's identity may not call this operation (the message names what it may call on the "
+                 "league), or the server takes no credential",
             404: "unknown run or adapter",
             409: "the write contradicts what the league holds (a run in another mode, an adapter id of "
                  "another run or role, a child id with other parents or operator, a match id of another match); "

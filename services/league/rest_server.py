@@ -12,6 +12,7 @@ from services.league.rest_app import create_app
 from services.league.service import LeagueService
 
 if TYPE_CHECKING:
+    from populora.access import Access
     from populora.config import Config
     from populora.tls import TlsFiles
 
@@ -21,13 +22,13 @@ class LeagueRestServer:
     thread beside an embedded run (`populora train --dashboard`)."""
 
     def __init__(self, service: LeagueService, host: str = "127.0.0.1", port: int = 8080, read_only: bool = True,
-                 tls: TlsFiles | None = None):
+                 tls: TlsFiles | None = None, access: Access | None = None):
         import uvicorn
 
         from populora.tls import uvicorn_ssl
 
         self.service = service
-        config = uvicorn.Config(create_app(service, read_only=read_only), host=host, port=port, log_level="warning",
+        config = uvicorn.Config(create_app(service, read_only=read_only, access=access), host=host, port=port, log_level="warning",
                                 access_log=False, **(uvicorn_ssl(tls) if tls else {}))
         self.server = uvicorn.Server(config)
         self.url = f"{'https' if tls else 'http'}://{host}:{port}/"
@@ -61,16 +62,22 @@ def dashboard_server(cfg: Config, host: str = "127.0.0.1", port: int = 8080,
     """The read-only dashboard over the run database `cfg` names (`league.db_url`: the embedded SQLite file under
     `run.output_dir`, or the distributed Postgres). With `existing`, a SQLite file that is not there is an error
     rather than a new empty database. HTTPS with the dashboard's certificate where services.tls is on; plaintext on
-    a non-loopback address only when `insecure` (or services.tls.insecure)."""
+    a non-loopback address only when `insecure` (or services.tls.insecure). Its reads are open only on plaintext
+    without scoped tokens; with either, they need a reader's credential (a client certificate, or a token whose
+    verifier services.tokens_path holds). It reads through league.read_db_url where that is set (a database role
+    that cannot write)."""
+    from populora.access import Access
     from populora.config import ConfigError
     from populora.tls import check_bind, tls_files
 
     tls = tls_files(cfg.services.tls, "dashboard")
     check_bind("dashboard", host, tls, insecure or cfg.services.tls.insecure, what="HTTP")
 
-    url = cfg.resolve(cfg.league.db_url) if existing else cfg.league_db_url
+    url = cfg.resolve(cfg.league.read_db_url or cfg.league.db_url) if existing else cfg.league_db_url
     if existing and url.startswith("sqlite:///") and not FilePath(url[len("sqlite:///"):]).exists():
         raise ConfigError(f"no run database at {url[len('sqlite:///'):]}: point --set run.output_dir=DIR at the "
                           "directory `populora train` wrote to, or --set league.db_url=URL at its database")
-    return LeagueRestServer(LeagueService.from_config(cfg, url), host, port, tls=tls)
+    access = Access.from_config(cfg.services, tls is not None, server="dashboard")
+    service = LeagueService.from_config(cfg, url, migrate=not (existing and cfg.league.read_db_url))
+    return LeagueRestServer(service, host, port, tls=tls, access=access)
 

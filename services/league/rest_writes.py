@@ -1,25 +1,25 @@
-"""The league's REST writes: create a run, register adapters, report matches, record a child. Each needs
-`Authorization: Bearer <token>` (the OpenAPI security scheme `bearerToken`) and goes through the same LeagueService
-method as its gRPC call. Sending a write again is safe: it changes nothing; a write that contradicts what the league
+"""The league's REST writes: create a run, register adapters, report matches, record a child. Each needs a caller that
+may call the gRPC method it runs (a client certificate over HTTPS, or `Authorization: Bearer <token>`: the OpenAPI
+security scheme `bearerToken`) and goes through the same LeagueService method as its gRPC call. Sending a write again is safe: it changes nothing; a write that contradicts what the league
 holds is a 409."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 
 from fastapi import Depends, FastAPI
 
+from populora.http import requirement
 from populora.pb import league_pb2
 from services.league.rest_schemas import responses
 from services.league.rest_validation import AdaptersIn, ChildIn, MatchesIn, RunIn, RunPath
 from services.league.service import LeagueService
 
 
-def add_write_routes(app: FastAPI, service: LeagueService, token_check: Callable[[str], Callable]) -> None:
-    """The write endpoints on `app`, each behind `token_check(its gRPC method)`."""
+def add_write_routes(app: FastAPI, service: LeagueService) -> None:
+    """The write endpoints on `app`, each held to the gRPC method it runs (the app's Guard checks the caller)."""
     def auth(method: str) -> list:
-        return [Depends(token_check(method))]
+        return [Depends(requirement("league", method))]
 
     errors = responses(400, 401, 403, 404, 409, 413)
 

@@ -131,11 +131,12 @@ class LeagueService:
 
     @classmethod
     def from_config(cls, cfg: Config, url: str | None = None, migrate: bool = True) -> LeagueService:
-        """Build from `cfg.league` and `cfg.evolution`; upgrades the database schema to head first."""
+        """Build from `cfg.league` and `cfg.evolution`; upgrades the database schema to head first. The reads go
+        through league.read_db_url where it is set (and `url` is not given)."""
         lg = cfg.league
         rules = RatingRules(RatingParams(lg.mu, lg.sigma, lg.beta, lg.tau, lg.draw_probability, lg.k),
                             lg.outcome, lg.margin, lg.payoff_decay)
-        db = LeagueDB(url or cfg.league_db_url, rules)
+        db = LeagueDB(url or cfg.league_db_url, rules, read_url="" if url else cfg.resolve(lg.read_db_url))
         if migrate:
             db.migrate()
         return cls(db, PfspParams(lg.pfsp, lg.pfsp_p, lg.pfsp_floor),

@@ -1,6 +1,9 @@
 """The sandbox's REST API (FastAPI, OpenAPI at /docs): run jobs, check answers, and register external
-verifiers. Every POST and DELETE, and the verifier list (its URLs may be internal addresses or carry a key), needs
-`Authorization: Bearer <services.token>` (the OpenAPI security scheme `bearerToken`); /healthz and /metrics are open.
+verifiers. Every operation but /healthz needs its caller's credential, checked before the body is read (populora.http's
+Guard: a client certificate over HTTPS, else `Authorization: Bearer <token>`, the OpenAPI security scheme
+`bearerToken`): running and checking as the gRPC methods they run (Execute, CheckAnswers), the verifier registry as
+populora.scopes.REST_OPERATIONS' RegisterVerifier, ListVerifiers (its URLs may be internal addresses or carry a key)
+and DeleteVerifier, /metrics as the sandbox's `Read`.
 
 Every field is bounded and validated here, at the edge: text must be valid UTF-8 (no lone surrogates) and of
 bounded length, identifiers hold no control characters (NUL included), an adapter id follows populora.names, numbers
@@ -23,7 +26,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from populora import names
 from populora.access import Access
-from populora.http import Name, Number, answer_http_errors, error_response, require_token
+from populora.http import Name, Number, answer_http_errors, error_response, guard, requirement
 from populora.metrics import generate_latest
 from populora.rpc import ServiceError
 from populora.tasks.triplet import Triplet
@@ -83,7 +86,10 @@ def _errors(*codes: int) -> dict:
     """OpenAPI entries of the error statuses a route returns."""
     text = {400: "the body cannot be read (not UTF-8 JSON), or it is well-formed but not valid (the message says "
                  "which field)",
-            401: "no valid `Authorization: Bearer <token>`", 403: "the server has no token: writes are disabled",
+            401: "no credential this server takes (a client certificate over HTTPS, or `Authorization: Bearer <token>`); "
+                 "checked before the body is read",
+            403: "the caller's identity may not call this operation (the message names what it may call on the "
+                 "sandbox), or the server takes no credential",
             404: "no such verifier", 409: "this sandbox has no verifier registry",
             422: "a field is missing, of the wrong type or out of bounds (`detail[].loc` names it)",
             429: f"more than {MAX_BATCH} items in one request", 503: "the registry's database is unavailable"}
@@ -196,10 +202,11 @@ def external_verifier_contract(body: ExternalRequest) -> None:  # pragma: no cov
     marks the attempts `verifier_error` (excluded from rewards)."""
 
 
-def create_app(service: SandboxService, tokens: dict | Access | None = None) -> FastAPI:
-    """The REST app over a SandboxService (served beside the gRPC server by `serve`, or alone by uvicorn). Running
-    and checking take the service's token or a scoped token of `tokens` whose identity may call Execute or
-    CheckAnswers (populora.scopes); the verifier registry takes the service's token only."""
+def create_app(service: SandboxService, access: Access | None = None) -> FastAPI:
+    """The REST app over a SandboxService (served beside the gRPC server by `serve`, or alone by uvicorn). `access`
+    (default: the service's token alone, plaintext) names each caller, which must be one that may call Execute or
+    CheckAnswers to run or check, and RegisterVerifier, ListVerifiers or DeleteVerifier for the registry
+    (populora.scopes)."""
     app = FastAPI(title="PopuLoRA sandbox", version="1",
                   description="Isolated execution of untrusted Python, AZR answer checking, external verifiers.")
 
@@ -216,6 +223,11 @@ def create_app(service: SandboxService, tokens: dict | Access | None = None) -> 
 
     @app.exception_handler(SQLAlchemyError)
     def _database_error(_request: Request, e: SQLAlchemyError) -> JSONResponse:
+        if getattr(getattr(e, "orig", None), "sqlstate", "") == "42501":  # the database refused this role the write
+            return JSONResponse({"detail": "this sandbox's database role may only read the verifier registry (as in "
+                                           "the shipped deployments: python -m populora.pgroles); register or remove "
+                                           "verifiers with `populora verifiers`, as the database's owner"},
+                                status_code=409)
         return JSONResponse({"detail": f"the verifier registry's database is unavailable ({type(e).__name__}); "
                                        "try again once it is back (registering or deleting again is safe)"},
                             status_code=503, headers={"Retry-After": "5"})
@@ -230,9 +242,8 @@ def create_app(service: SandboxService, tokens: dict | Access | None = None) -> 
         return Response(json.dumps(jsonable_encoder({"detail": issues})), status_code=422,
                         media_type="application/json")
 
-    token_check = require_token(lambda: service.token, tokens)  # the registry: the server's token only
-    may_execute = require_token(lambda: service.token, tokens, "sandbox", "Execute")
-    may_check = require_token(lambda: service.token, tokens, "sandbox", "CheckAnswers")
+    def may(operation: str) -> list:
+        return [Depends(requirement("sandbox", operation))]
 
     def registry():
         if service.registry is None:
@@ -244,11 +255,12 @@ def create_app(service: SandboxService, tokens: dict | Access | None = None) -> 
     def healthz() -> dict:
         return {"status": "ok", "backend": service.executor.name, "isolation": service.executor.isolation()}
 
-    @app.get("/metrics", tags=["ops"], response_class=Response)
+    @app.get("/metrics", tags=["ops"], response_class=Response, dependencies=may("Read"),
+             responses=_errors(401, 403))
     def metrics() -> Response:
         return Response(generate_latest(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
-    @app.post("/v1/execute", tags=["run"], response_model=ExecuteOut, dependencies=[Depends(may_execute)],
+    @app.post("/v1/execute", tags=["run"], response_model=ExecuteOut, dependencies=may("Execute"),
               responses=_errors(400, 401, 403, 422, 429))
     def execute(body: ExecuteIn) -> ExecuteOut:
         """Run programs in the sandbox; one result per job, in order."""
@@ -261,7 +273,7 @@ def create_app(service: SandboxService, tokens: dict | Access | None = None) -> 
                                                  cpu_seconds=r.cpu_seconds)
                                    for r in res.results])
 
-    @app.post("/v1/check", tags=["run"], response_model=CheckResponse, dependencies=[Depends(may_check)],
+    @app.post("/v1/check", tags=["run"], response_model=CheckResponse, dependencies=may("CheckAnswers"),
               responses=_errors(400, 401, 403, 422, 429))
     def check(body: CheckIn) -> CheckResponse:
         """Check student attempts (spec 2) in the sandbox or through the configured external verifier."""
@@ -278,7 +290,7 @@ def create_app(service: SandboxService, tokens: dict | Access | None = None) -> 
                                       for c in service.check(attempts)])
 
     @app.post("/v1/verifiers", tags=["verifiers"], status_code=201, response_model=VerifierOut,
-              dependencies=[Depends(token_check)], callbacks=contract.routes,
+              dependencies=may("RegisterVerifier"), callbacks=contract.routes,
               responses=_errors(400, 401, 403, 409, 422, 503))
     def register(body: VerifierIn) -> VerifierOut:
         """Register (or replace) an external verifier; `sandbox.verifiers` in the run's config routes a task
@@ -287,18 +299,19 @@ def create_app(service: SandboxService, tokens: dict | Access | None = None) -> 
         return VerifierOut(**rec.to_dict())
 
     @app.get("/v1/verifiers", tags=["verifiers"], response_model=list[VerifierOut],
-             dependencies=[Depends(token_check)], responses=_errors(401, 403, 409, 503))
+             dependencies=may("ListVerifiers"), responses=_errors(401, 403, 409, 503))
     def list_verifiers() -> list[VerifierOut]:
         """The registered verifiers. Their URLs may be addresses inside the cluster or carry a key, so the list needs
         the credential, as registering does."""
         return [VerifierOut(**r.to_dict()) for r in registry().list()]
 
     @app.delete("/v1/verifiers/{name}", tags=["verifiers"], status_code=204,
-                dependencies=[Depends(token_check)], responses=_errors(401, 403, 404, 409, 422, 503))
+                dependencies=may("DeleteVerifier"), responses=_errors(401, 403, 404, 409, 422, 503))
     def delete(name: Annotated[str, Path(pattern=NAME_PATTERN)]) -> Response:
         if not registry().delete(name):
             raise ServiceError(grpc.StatusCode.NOT_FOUND, f"no verifier named {name!r}; GET /v1/verifiers "
                                                           "lists them")
         return Response(status_code=204)
 
+    guard(app, access if access is not None else Access(service.token), "sandbox")
     return app

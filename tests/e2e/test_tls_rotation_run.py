@@ -1,9 +1,9 @@
 """Rotation without a stop, in the middle of a distributed run. Over mutual TLS: while the seeded two-step run goes
 on, every process's CA bundle takes a new CA beside the old, every identity's certificate and key are replaced by
 the new CA's, and the old CA is dropped. With scoped tokens (TLS off): the servers take the coordinator's old and
-new token, the coordinator moves to the new one, the servers drop the old. Each stage comes once the run has made
-progress after the one before; the run finishes with the one-process records, no call was refused, and afterwards
-the old certificate or token is."""
+new token (their verifiers: a server holds no token), the coordinator moves to the new one, the servers drop the
+old. Each stage comes once the run has made progress after the one before; the run finishes with the one-process
+records, no call was refused, and afterwards the old certificate or token is."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from coordinator.run.journal import JournalDB
 from populora import certs, rpc
 from populora.pb import league_pb2
 from populora.tls import TlsFiles
+from populora.tokens import verifier
 from tests.e2e.conftest import e2e_overrides
 from tests.e2e.records import differences, reference_records, run_records
 from tests.security.test_rotation import _bundle, _install
@@ -94,7 +95,8 @@ def test_a_scoped_token_rotated_mid_run_changes_nothing(tmp_path, echo_model, pg
     cluster = _cluster(tmp_path, echo_model, pg_url, redis_url, tls=False)
     tokens, mine = tmp_path / "tokens.yaml", tmp_path / "coordinator-token"
     old_token, new_token = "old-" + "o" * 28, "new-" + "n" * 28
-    tokens.write_text(yaml.safe_dump({"coordinator": old_token}))
+    old, new = verifier(old_token), verifier(new_token)  # the servers keep these, never the tokens
+    tokens.write_text(yaml.safe_dump({"coordinator": old}))
     mine.write_text(old_token)
     servers = cluster.env()
     servers.pop("POPULORA_TOKEN")  # no deployment-wide token: every call needs its identity's own
@@ -103,9 +105,9 @@ def test_a_scoped_token_rotated_mid_run_changes_nothing(tmp_path, echo_model, pg
     coordinator = {**servers, "POPULORA__SERVICES__TOKEN_PATH": str(mine)}
     state = JournalDB(pg_url)
     stages = [
-        ("servers take both", lambda: tokens.write_text(yaml.safe_dump({"coordinator": [old_token, new_token]}))),
+        ("servers take both", lambda: tokens.write_text(yaml.safe_dump({"coordinator": [old, new]}))),
         ("coordinator moves", lambda: mine.write_text(new_token)),
-        ("servers drop the old", lambda: tokens.write_text(yaml.safe_dump({"coordinator": new_token}))),
+        ("servers drop the old", lambda: tokens.write_text(yaml.safe_dump({"coordinator": new}))),
     ]
     try:
         _run_through(cluster, state, stages, env=coordinator)

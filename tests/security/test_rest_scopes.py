@@ -1,7 +1,9 @@
-"""The REST writes of the league and the sandbox under scoped tokens, generated from the scope table: each write
+"""The REST operations of the league and the sandbox under scoped tokens, generated from the scope table: each write
 takes the server's token, or a scoped token whose identity may call the gRPC method the write runs; any other is
-403 and changes nothing, no token 401. The verifier registry takes the server's token only. Over TLS (`populora
-serve` with services.tls on), REST answers HTTPS with the service's certificate, and plaintext is refused."""
+403 and changes nothing, no token 401, whatever the body (the credential is checked before it is read). With scoped
+tokens the reads need a reader's credential too. The verifier registry takes an identity whose REST scope holds it.
+Over TLS (`populora serve` with services.tls on), REST answers HTTPS with the service's certificate, plaintext is
+refused, and a client certificate names the caller as over gRPC."""
 
 from __future__ import annotations
 
@@ -16,17 +18,18 @@ import pytest
 from fastapi.testclient import TestClient
 
 from populora import rpc
+from populora.access import Access
 from populora.config import SandboxConfig, TasksConfig, load_config
 from populora.pb import league_pb2
 from populora.ports import free_port
-from populora.scopes import IDENTITIES, allowed
+from populora.scopes import IDENTITIES, allowed, rest_allowed
 from services.league.rest import create_app as league_app
 from services.league.service import LeagueService
 from services.sandbox.rest import create_app as sandbox_app
 from services.sandbox.service import SandboxService
 from tests.conftest import TEST_TOKEN
 from tests.security.conftest import files
-from tests.security.test_scopes import TOKENS
+from tests.security.test_scopes import TOKENS, VERIFIERS
 
 # each league REST write: (path, body, the gRPC method it runs)
 RUN = {"run_id": "r1", "mode": "population"}
@@ -62,7 +65,7 @@ def _state(service) -> tuple:
 
 @pytest.mark.parametrize("identity", IDENTITIES)
 def test_each_scoped_token_writes_only_within_its_scope_on_the_league(league, identity):
-    with TestClient(league_app(league, tokens=TOKENS)) as client:
+    with TestClient(league_app(league, access=Access(tokens=VERIFIERS))) as client:
         for path, body, method in WRITES:
             before = _state(league)
             resp = client.post(path, json=body, headers=_bearer(TOKENS[identity]))
@@ -70,34 +73,62 @@ def test_each_scoped_token_writes_only_within_its_scope_on_the_league(league, id
                 assert resp.status_code in (200, 201), (identity, path, resp.text)
                 continue
             assert resp.status_code == 403, (identity, path, resp.text)
-            assert f"{identity} may not call league.{method}" in resp.json()["detail"]
+            assert f"{identity} may not call League.{method}" in resp.json()["detail"]
             assert _state(league) == before, (identity, path)
+            # a body that is not even JSON: still the credential's answer, never the body's
+            bad = client.post(path, content=b"{not json", headers={**_bearer(TOKENS[identity]),
+                                                                   "Content-Type": "application/json"})
+            assert bad.status_code == 403, (identity, path, bad.text)
 
 
 def test_the_league_without_a_credential_is_401_and_the_servers_token_opens_all(league):
-    with TestClient(league_app(league, tokens=TOKENS)) as client:
+    with TestClient(league_app(league, access=Access(tokens=VERIFIERS))) as client:
         for path, body, _ in WRITES:
-            for headers in ({}, _bearer("not-a-token")):
+            for headers in ({}, _bearer("not-a-token"), _bearer(VERIFIERS["coordinator"])):  # a verifier is no token
                 resp = client.post(path, json=body, headers=headers)
-                assert resp.status_code == 401 and "services.tokens" in resp.json()["detail"], resp.text
+                assert resp.status_code == 401 and "token" in resp.json()["detail"], resp.text
+                assert resp.headers["www-authenticate"].startswith("Bearer")
+                malformed = client.post(path, content=b"[1, 2", headers={**headers,
+                                                                          "Content-Type": "application/json"})
+                assert malformed.status_code == 401, malformed.text  # 401 before 422
         assert not league.db.run_exists("r1")
     league.token = TEST_TOKEN
-    with TestClient(league_app(league, tokens=TOKENS)) as client:
+    with TestClient(league_app(league, access=Access(TEST_TOKEN, VERIFIERS))) as client:
         for path, body, _ in WRITES:
             assert client.post(path, json=body, headers=_bearer(TEST_TOKEN)).status_code in (200, 201), path
 
 
-def test_the_sandbox_rest_takes_scoped_tokens_for_running_and_the_servers_for_its_registry():
-    service = SandboxService(None, TasksConfig(timeout_s=0.5), SandboxConfig(), None, token=TEST_TOKEN)
-    with TestClient(sandbox_app(service, tokens=TOKENS)) as client:
+def test_the_sandbox_rest_holds_each_scoped_token_to_its_scope():
+    service = SandboxService(None, TasksConfig(timeout_s=0.5), SandboxConfig(), None)
+    with TestClient(sandbox_app(service, access=Access(tokens=VERIFIERS))) as client:
         for identity in IDENTITIES:
             for path, method in (("/v1/execute", "Execute"), ("/v1/check", "CheckAnswers")):
                 resp = client.post(path, json={}, headers=_bearer(TOKENS[identity]))
                 # a call in scope gets past the credential to the body's check (422), one outside stops at 403
                 assert resp.status_code == (422 if allowed(identity, "sandbox", method) else 403), (identity, path)
+                if resp.status_code == 403:  # its own scope on the sandbox only: no other service's methods
+                    assert "League." not in resp.json()["detail"] and "Trainer." not in resp.json()["detail"]
             resp = client.get("/v1/verifiers", headers=_bearer(TOKENS[identity]))
-            assert resp.status_code == 403 and "services.token only" in resp.json()["detail"], identity
+            # this sandbox has no registry: an identity that may list gets that far (409), the others 403
+            assert resp.status_code == (409 if rest_allowed(identity, "sandbox", "ListVerifiers") else 403), identity
+            resp = client.get("/metrics", headers=_bearer(TOKENS[identity]))
+            assert resp.status_code == (200 if rest_allowed(identity, "sandbox", "Read") else 403), identity
         assert client.post("/v1/execute", json={}).status_code == 401
+        assert client.get("/metrics").status_code == 401
+
+
+def test_with_scoped_tokens_the_league_reads_need_a_readers_credential(league):
+    reads = ["/v1/runs", "/v1/runs/r0/leaderboard", "/v1/runs/r0/overview", "/v1/adapters/T0/lineage", "/metrics"]
+    with TestClient(league_app(league, access=Access(tokens=VERIFIERS))) as client:
+        for path in reads:
+            assert client.get(path).status_code == 401, path
+            for identity in IDENTITIES:
+                resp = client.get(path, headers=_bearer(TOKENS[identity]))
+                assert resp.status_code == (200 if rest_allowed(identity, "league", "Read") else 403), (identity, path)
+        assert client.get("/healthz").status_code == 200 and client.get("/").status_code == 200
+    with TestClient(league_app(league, access=Access(TEST_TOKEN))) as client:  # plaintext, no scoped tokens
+        for path in reads:
+            assert client.get(path).status_code == 200, path  # one machine: the reads are open
 
 
 def _serve(tmp_path, pki, *extra: str) -> tuple[subprocess.Popen, int, int]:
@@ -157,3 +188,41 @@ def test_the_dashboard_serves_https_with_its_certificate_and_refuses_plain_http_
     with pytest.raises(TlsError, match="plaintext HTTP on 0.0.0.0"):
         dashboard_server(plain, host="0.0.0.0", port=free_port(), existing=False)
     dashboard_server(plain, host="0.0.0.0", port=free_port(), existing=False, insecure=True).service.close()
+
+
+def _https(pki, identity: str | None) -> httpx.Client:
+    ctx = ssl.create_default_context(cafile=str(files(pki, "league").ca))
+    if identity:
+        mine = files(pki, identity)
+        ctx.load_cert_chain(mine.cert, mine.key)
+    return httpx.Client(verify=ctx, timeout=30)
+
+
+def test_over_https_the_client_certificate_names_the_caller(league, pki):
+    """The league's REST app with TLS and no token at all: each identity's certificate is held to its scope (a
+    certificate beats a bearer token of another identity), no certificate is 401 before any body is read."""
+    from services.league.rest_server import LeagueRestServer
+
+    server = LeagueRestServer(league, port=free_port(), read_only=False, tls=files(pki, "league"),
+                              access=Access(tls=True)).start()
+    url = server.url.rstrip("/")
+    try:
+        with _https(pki, None) as anonymous:
+            assert anonymous.get(f"{url}/v1/runs").status_code == 401
+            assert anonymous.post(f"{url}/v1/runs", content=b"{oops", headers={
+                "Content-Type": "application/json"}).status_code == 401
+            assert anonymous.get(f"{url}/healthz").status_code == 200
+        for identity in IDENTITIES:
+            with _https(pki, identity) as client:
+                read = client.get(f"{url}/v1/runs/r0/leaderboard")
+                assert read.status_code == (200 if rest_allowed(identity, "league", "Read") else 403), identity
+                body = {"run_id": f"r-{identity}", "mode": "population"}
+                # another identity's token beside the certificate changes nothing: the certificate names the caller
+                write = client.post(f"{url}/v1/runs", json=body, headers=_bearer(TOKENS["coordinator"]))
+                assert write.status_code == (200 if allowed(identity, "league", "CreateRun") else 403), identity
+                assert league.db.run_exists(f"r-{identity}") == allowed(identity, "league", "CreateRun")
+                if write.status_code == 403:
+                    assert write.json()["detail"].startswith(f"{identity} may not call League.CreateRun")
+    finally:
+        server.server.should_exit = True
+        server._thread.join(10)

@@ -98,40 +98,48 @@ def _write(path: Path, text: str) -> None:
 
 
 def test_a_scoped_token_is_replaced_while_calls_go_on(tmp_path, caplog):
-    """The server's tokens file gives the coordinator [old, new] during the overlap; the client's token file moves
-    to the new one; the old one is then dropped and refused, all without a restart."""
+    """The servers' verifiers file gives the coordinator [old, new] during the overlap (`populora token new
+    --keep-old`); the client's token file moves to the new one; the old one is then dropped (`populora token
+    drop-old`) and refused, all without a restart. The server's file never holds a token."""
     import grpc
 
     from populora.access import Access
+    from populora.tokens import VERIFIERS_FILE, drop_old, new_tokens, token_file
 
-    tokens, mine = tmp_path / "tokens.yaml", tmp_path / "token"
-    _write(tokens, "coordinator: old-token-0123\ndashboard: reader-token-0123\n")
-    _write(mine, "old-token-0123\n")
+    secrets = tmp_path / "secrets"
+    new_tokens(secrets, ["coordinator", "dashboard"])
+    verifiers, mine = secrets / VERIFIERS_FILE, token_file(secrets, "coordinator")
+    old_token = mine.read_text().strip()
     league = LeagueService.from_config(load_config(env=False, overrides=[f"run.output_dir={tmp_path}"]))
-    server, port, _ = rpc.make_server([league], 0, "127.0.0.1", access=Access(tokens_file=str(tokens)))
+    server, port, _ = rpc.make_server([league], 0, "127.0.0.1", access=Access(tokens_file=str(verifiers)))
     address = f"127.0.0.1:{port}"
     client = rpc.connect("league", address, timeout=10, retries=0, token_file=str(mine))
-    stale = rpc.connect("league", address, "old-token-0123", timeout=10, retries=0)
+    stale = rpc.connect("league", address, old_token, timeout=10, retries=0)
 
     def create(who, run_id: str) -> bool:
         return who.CreateRun(league_pb2.CreateRunRequest(run_id=run_id, mode="population")).created
 
     try:
         assert create(client, "r0")
-        _write(tokens, "coordinator: [old-token-0123, new-token-0123]\ndashboard: reader-token-0123\n")
+        new_tokens(secrets, ["coordinator"], keep_old=True)  # the verifiers first, then the client's new token
+        new_token = mine.read_text().strip()
+        assert new_token != old_token and old_token not in verifiers.read_text()
+        assert new_token not in verifiers.read_text()
         assert create(stale, "r1")  # the overlap: both are taken
-        _write(mine, "new-token-0123\n")
         assert create(client, "r2")
-        _write(tokens, "coordinator: new-token-0123\ndashboard: reader-token-0123\n")
+        drop_old(secrets, ["coordinator"])
         assert create(client, "r3")
         with pytest.raises(rpc.ServiceError) as e:
             create(stale, "r4")
         assert e.value.code == grpc.StatusCode.UNAUTHENTICATED
-        _write(tokens, "coordinator: [unclosed\n")  # a file that does not parse keeps the tokens read before
+        _write(verifiers, "coordinator: [unclosed\n")  # a file that does not parse keeps the verifiers read before
         assert create(client, "r5")
         assert "services.tokens_path" in caplog.text
-        assert [r for r in ("r0", "r1", "r2", "r3", "r4", "r5") if league.db.run_exists(r)] == \
-            ["r0", "r1", "r2", "r3", "r5"]
+        _write(verifiers, f"coordinator: {new_token}\n")  # a token in clear is no verifier: refused, not taken
+        assert create(client, "r6")
+        assert "not a token verifier" in caplog.text and new_token not in caplog.text
+        assert [r for r in ("r0", "r1", "r2", "r3", "r4", "r5", "r6") if league.db.run_exists(r)] == \
+            ["r0", "r1", "r2", "r3", "r5", "r6"]
     finally:
         client.close()
         stale.close()
@@ -148,6 +156,10 @@ def test_a_tokens_file_that_cannot_be_used_stops_the_server_from_starting(tmp_pa
     (tmp_path / "bad.yaml").write_text("mallory: x\n")
     with pytest.raises(ConfigError, match="mallory"):
         Access(tokens_file=str(tmp_path / "bad.yaml"))
+    (tmp_path / "clear.yaml").write_text("coordinator: a-token-in-clear-0123456789\n")
+    with pytest.raises(ConfigError, match="not a token verifier") as e:
+        Access(tokens_file=str(tmp_path / "clear.yaml"))
+    assert "a-token-in-clear" not in str(e.value)
     (tmp_path / "token").write_text("two words\n")
     with pytest.raises(ConfigError, match="one token"):
         Access(token_file=str(tmp_path / "token"))
@@ -156,12 +168,13 @@ def test_a_tokens_file_that_cannot_be_used_stops_the_server_from_starting(tmp_pa
 def test_the_token_paths_come_from_the_environment(tmp_path, monkeypatch):
     """POPULORA__SERVICES__TOKENS_PATH names the file (a *_FILE variable would be read once, as the value itself)."""
     from populora.access import EVERY, Access
+    from populora.tokens import verifier
 
-    (tmp_path / "tokens.yaml").write_text("dashboard: reader-token-0123\n")
+    (tmp_path / "tokens.yaml").write_text(f"dashboard: {verifier('reader-token-0123456789abcdef')}\n")
     (tmp_path / "token").write_text("deployment-token-0123\n")
     monkeypatch.setenv("POPULORA__SERVICES__TOKENS_PATH", str(tmp_path / "tokens.yaml"))
     monkeypatch.setenv("POPULORA__SERVICES__TOKEN_PATH", str(tmp_path / "token"))
     access = Access.from_config(load_config().services, tls=False)
-    assert access.identity("Bearer reader-token-0123", "", read_only=True) == "dashboard"
+    assert access.identity("Bearer reader-token-0123456789abcdef", "", read_only=True) == "dashboard"
     assert access.identity("Bearer deployment-token-0123", "", read_only=False) == EVERY
     assert not access.open_reads

@@ -13,7 +13,7 @@ import grpc
 import pytest
 from google.protobuf.message_factory import GetMessageClass
 
-from populora import certs, rpc, scopes
+from populora import certs, rpc, scopes, tokens
 from populora.config import load_config
 from populora.contracts import CONTRACTS, SERVICE_NAMES
 from populora.pb import league_pb2
@@ -24,7 +24,8 @@ from tests.security.conftest import files
 
 ROOT = Path(__file__).resolve().parents[2]
 CALLERS = ("coordinator", "populora/evals")  # where the code that calls the services over gRPC lives
-TOKENS = {identity: f"token-of-{identity}-0123456789" for identity in IDENTITIES}
+TOKENS = {identity: f"token-of-{identity}-0123456789" for identity in IDENTITIES}  # what each client holds
+VERIFIERS = {identity: tokens.verifier(token) for identity, token in TOKENS.items()}  # what the servers keep
 
 
 class Recorder:
@@ -47,14 +48,15 @@ class Recorder:
 
 
 @contextmanager
-def five_servers(pki: Path | None, tokens: dict[str, str] | None = None):
-    """A recording server per service: with its own certificate (pki) or plaintext with scoped tokens."""
+def five_servers(pki: Path | None, verifiers: dict[str, str] | None = None):
+    """A recording server per service: with its own certificate (pki) or plaintext with the scoped tokens'
+    verifiers."""
     with ExitStack() as stack:
         out = {}
         for name in SERVICE_NAMES:
             recorder = Recorder(name)
             server, port, _ = rpc.make_server([recorder], 0, "127.0.0.1", "", tls=files(pki, name) if pki else None,
-                                              tokens=tokens)
+                                              tokens=verifiers)
             stack.callback(server.stop, None)
             out[name] = (recorder, f"127.0.0.1:{port}")
         yield out
@@ -82,6 +84,8 @@ def _matrix(servers, identity: str, tls_dir: Path | None, token: str) -> None:
                     _call(client, service, m.name)
                 assert e.value.code == grpc.StatusCode.PERMISSION_DENIED, (identity, service, m.name, e.value)
                 assert f"{identity} may not call {CONTRACTS[service].name}.{m.name}" in e.value.message
+                # what it may call on this service only: no other service's methods
+                assert not [c.name for n, c in CONTRACTS.items() if n != service and f"{c.name}." in e.value.message]
                 assert recorder.calls == before, f"{identity} -> {service}.{m.name} reached the service"
         finally:
             client.close()
@@ -95,7 +99,7 @@ def test_each_certificate_is_held_to_its_scope(pki, identity):
 
 @pytest.mark.parametrize("identity", IDENTITIES)
 def test_each_scoped_token_is_held_to_its_scope(identity):
-    with five_servers(None, tokens=TOKENS) as servers:
+    with five_servers(None, VERIFIERS) as servers:
         _matrix(servers, identity, None, token=TOKENS[identity])
 
 
@@ -107,16 +111,16 @@ def test_the_sandbox_and_the_dashboard_write_nothing():
 
 
 def test_with_scoped_tokens_every_call_needs_one_and_the_deployment_token_opens_all():
-    with five_servers(None, tokens=TOKENS) as servers:
+    with five_servers(None, VERIFIERS) as servers:
         recorder, address = servers["league"]
         anonymous = rpc.connect("league", address, "", timeout=10, retries=0)
         with pytest.raises(rpc.ServiceError) as e:
             anonymous.GetRatings(league_pb2.GetRatingsRequest())
-        assert e.value.code == grpc.StatusCode.UNAUTHENTICATED and "services.tokens" in e.value.message
+        assert e.value.code == grpc.StatusCode.UNAUTHENTICATED and "own token" in e.value.message
         anonymous.close()
         assert recorder.calls == []
     # services.token beside the scoped ones: every method, as the one token always opened
-    server, port, _ = rpc.make_server([Recorder("league")], 0, "127.0.0.1", TEST_TOKEN, tokens=TOKENS)
+    server, port, _ = rpc.make_server([Recorder("league")], 0, "127.0.0.1", TEST_TOKEN, tokens=VERIFIERS)
     try:
         client = rpc.connect("league", f"127.0.0.1:{port}", TEST_TOKEN, timeout=10, retries=0)
         for m in CONTRACTS["league"].methods:
