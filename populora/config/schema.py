@@ -126,6 +126,30 @@ class Config(Section):
         return yaml.safe_dump(tree, sort_keys=False, width=110)
 
 
+def hide_password(url: str) -> str:
+    """A URL with the password of its user part as `***` (scheme://user:***@host...); others as they are."""
+    scheme, sep, rest = url.partition("://")
+    creds, at, host = rest.rpartition("@")
+    if not sep or not at or ":" not in creds:
+        return url
+    return f"{scheme}{sep}{creds.split(':', 1)[0]}:***@{host}"
+
+
+# the URLs of a config that may carry a database's or Redis' password
+SECRET_URLS = (("league", "db_url"), ("league", "read_db_url"), ("sandbox", "db_url"), ("queue", "redis_url"))
+
+
+def public_yaml(cfg: Config) -> str:
+    """Config.to_yaml with the passwords of its database and Redis URLs as `***`: the copy other readers see (the
+    league's record of a run, which its read-only role reads). The journal's own copy keeps them, for a resume."""
+    tree = yaml.safe_load(cfg.to_yaml())
+    for section, field in SECRET_URLS:
+        value = tree.get(section, {}).get(field)
+        if isinstance(value, str):
+            tree[section][field] = hide_password(value)
+    return yaml.safe_dump(tree, sort_keys=False, width=110)
+
+
 def field_docs(model: type[BaseModel] = Config, prefix: str = "") -> dict[str, str]:
     """Every field's dotted path -> its documentation (used by `populora config docs` and the tests)."""
     out: dict[str, str] = {}

@@ -7,6 +7,7 @@ from collections import Counter
 
 from coordinator.run.phases.proposals import Slot, sandbox_verdicts, write_proposals
 from coordinator.run.phases.run import Run
+from populora.config.schema import public_yaml
 from populora.pb import common_pb2, evolver_pb2, league_pb2, trainer_pb2
 from populora.records import Initialized, Member, Population, Seeded, WarmStarted
 from populora.rpc import ref_from_pb, ref_to_pb
@@ -19,7 +20,7 @@ def init(run: Run, warmed: WarmStarted) -> Initialized:
     """Create the run in the league, initialise every adapter in the trainer (B = 0, or the warm start's weights:
     spec 13) at its initial rank (lora.teacher_ranks / student_ranks, spec 9 "Mixed ranks"), register them."""
     cfg, league, trainer = run.cfg, run.services.league, run.services.trainer
-    league.CreateRun(league_pb2.CreateRunRequest(run_id=run.run_id, config_yaml=cfg.to_yaml(), mode=cfg.run.mode))
+    league.CreateRun(league_pb2.CreateRunRequest(run_id=run.run_id, config_yaml=public_yaml(cfg), mode=cfg.run.mode))
     if cfg.run.mode == "baseline":
         members = [(f"{run.run_id}.B0", "both", cfg.lora.rank)]
     else:
