@@ -3,7 +3,7 @@ adapter_names vs one adapter at a time vs the bare base, and the training loop's
 batches; plus resident memory per adapter. Prints one JSON object.
 
     python -m bench.inference --json [--model smollm2-135m] [--new-tokens N] [--threads N] [--skip-vllm]
-                              [--workloads large,small] [--rounds N]
+                              [--workloads large,small] [--rounds N] [--profile-steps 32]
 
 The batches are the loop's (coordinator/run/phases/ builds them): `propose` (every match's teacher prompts, built from
 the buffers by populora/tasks/prompts.py) then `solve` (every valid task x n samples for its match's student), with
@@ -35,15 +35,19 @@ Every engine runs the same warm-up batch (the small propose batch, 4 new tokens)
                               alternating --rounds rounds (mixed_rank_ratio_rounds)
   prefill_mfu, decode_roofline_fraction (targets >= 0.5), prefill_s, decode_s, decode_tokens_per_s and
                               decode_roofline_tokens_per_s: the hf backend's prompt pass and decode steps against the
-                              peak and the roofline measured in this process (bench/inference_roofline.py; peak_gflops,
-                              bandwidth_gb_s, peak_threads); decode_time_split: the decode steps' time by operator
-                              category (projections, lora, attention, sampling, other_ops, python), profiled
+                              peak and the roofline measured in this process, their work the useful executed FLOPs of
+                              populora/analysis/work.py (bench/inference_roofline.py; peak_gflops, bandwidth_gb_s,
+                              peak_threads, prefill_useful_flops, prefill_padding_flops, decode_useful_flops);
+                              decode_time_split: the decode steps' time by operator category (projections, lora,
+                              attention, sampling, other_ops, python), profiled over at most --profile-steps decode
+                              steps (decode_profile_steps; 0: not profiled)
 and rss_mb_1_adapter, rss_mb_8_adapters, adapter_mb (one adapter's tensors), rss_mb_per_extra_adapter. Threads are
 torch's default unless --threads; `loop_threads` is the loop's (-1: the cores other processes leave free, measured
 before each batch). `targets_met` checks lora_overhead <= 1.25, lora_overhead_small <= 1.6, mixed_vs_peft(_small)
 >= 1.2, rss_mb_per_extra_adapter <= 1.2 adapter_mb, loop_vs_bench(_small) >= 0.8 and
 mixed_rank_tokens_per_s_ratio >= 0.9. When .venv-vllm exists
-(make test-vllm), vllm_cpu_mixed_tokens_per_s: vLLM for CPU, bf16, the large workload.
+(make test-vllm), vllm_cpu_mixed_tokens_per_s: vLLM for CPU, bf16, the large workload. Progress lines (where the
+bench is, each figure as it is taken) go to stderr.
 
 This module is the entry (its options, the targets, vLLM in its own virtualenv); the batches are built in
 bench/inference_workload.py and timed by the engines of bench/inference_engines.py.
@@ -58,7 +62,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench.harness import ChildFailed, emit, load_average, module_command, run_json
+from bench.harness import ChildFailed, emit, load_average, module_command, progress, run_json
 from bench.inference_engines import (
     bench_hf,
     bench_loop,
@@ -67,7 +71,7 @@ from bench.inference_engines import (
     bench_peft,
     run_backend,
 )
-from bench.inference_roofline import bench_fractions
+from bench.inference_roofline import PROFILE_STEPS, bench_fractions
 from bench.inference_workload import (
     N_ADAPTERS,
     RANK,
@@ -145,6 +149,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workloads", default="large,small", help="comma-separated: large, small")
     parser.add_argument("--rounds", type=int, default=2,
                         help="alternating rounds of mixed and base behind lora_overhead (default 2)")
+    parser.add_argument("--profile-steps", type=int, default=PROFILE_STEPS,
+                        help=f"decode steps profiled for decode_time_split (default {PROFILE_STEPS}; 0: none)")
     parser.add_argument("--skip-vllm", action="store_true")
     parser.add_argument("--vllm-only", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -156,6 +162,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--new-tokens must be >= 0")
     if args.rounds < 1:
         parser.error("--rounds must be >= 1")
+    if args.profile_steps < 0:
+        parser.error("--profile-steps must be >= 0")
     import torch
 
     if args.threads:
@@ -173,6 +181,7 @@ def main(argv: list[str] | None = None) -> int:
         out["new_tokens"] = {"propose": cfg.generation.teacher_max_new_tokens, "solve": cfg.generation.max_new_tokens}
         out["sampling"] = {"temperature": cfg.generation.temperature, "top_p": cfg.generation.top_p,
                            "n_samples": cfg.tasks.n_samples}
+        progress("bench.inference", "loading", f"{args.model}, {N_ADAPTERS} adapters, workloads {', '.join(names)}")
         base = load_base_model(args.model)
         store, refs = make_store(base.model, Path(tmp) / "store")
         run, services = open_run(cfg, store, None)
@@ -188,11 +197,16 @@ def main(argv: list[str] | None = None) -> int:
             for r in (r for batch in batches for r in batch):
                 per_adapter[r.adapter.adapter_id] = per_adapter.get(r.adapter.adapter_id, 0) + r.sampling.n
             out[f"rows_per_adapter_{n}"] = [per_adapter.get(i, 0) for i in ids]
+        progress("bench.inference", "stage", "1/6 resident memory per adapter")
         bench_memory(base, store, refs, out)
+        progress("bench.inference", "stage", "2/6 the hf backend: mixed, base, one adapter at a time, gather")
         bench_hf(base, store, refs, workloads, out, rounds=args.rounds)
-        bench_fractions(base, store, refs, workloads, out, args.model, rounds=args.rounds)
+        progress("bench.inference", "stage", "3/6 prompt pass and decode steps against the roofline")
+        bench_fractions(base, store, refs, workloads, out, args.model, rounds=args.rounds,
+                        profile_steps=args.profile_steps)
         ranked = "small" if "small" in workloads else "large"
         out["mixed_rank_workload"] = ranked
+        progress("bench.inference", "stage", "4/6 mixed ranks against one rank")
         bench_mixed_rank(base, Path(tmp), workloads[ranked], warmup_batch(workloads[ranked]), out, rounds=args.rounds)
         loop_run = None
 
@@ -201,11 +215,13 @@ def main(argv: list[str] | None = None) -> int:
             loop_run, _ = open_run(cfg, store, base)
             return loop_run
 
+        progress("bench.inference", "stage", "5/6 the training loop's generation phases")
         try:
             bench_loop(run_of, refs, workloads, plans, out)
         finally:
             if loop_run is not None:
                 loop_run.services.close()
+        progress("bench.inference", "stage", "6/6 plain PEFT")
         bench_peft(base, store, refs, workloads, out)
     for n in names:
         sfx = SUFFIX[n]
@@ -214,6 +230,7 @@ def main(argv: list[str] | None = None) -> int:
         out[f"loop_vs_bench{sfx}"] = out[f"loop_tokens_per_s{sfx}"] / out[f"mixed_tokens_per_s{sfx}"]
     out["extra_adapter_vs_adapter_mb"] = out["rss_mb_per_extra_adapter"] / out["adapter_mb"]
     if not args.skip_vllm and "large" in names:
+        progress("bench.inference", "stage", "vLLM for CPU, in its own virtualenv")
         out.update(run_vllm_subprocess(args.model, args.new_tokens))
     out["targets_met"] = {name: check(out[key]) for name, (key, check) in TARGETS.items() if key in out}
     out["load_average_1m_end"] = load_average()

@@ -23,10 +23,14 @@ the memory model's figure for that update (services/trainer/memory.py); memory_m
 |predicted - measured| / measured over the probes with the settings on, saving_over_plain_1k = peak_mb_1k /
 peak_mb_1k_plain. Both are targets: the settings must lower the peak, the model must hold within 25%.
 
-update_mfu (target >= 0.5, with the memory settings on, as every mode runs): 6N x the tokens the default mode's
-update processed (every row's prompt and response) per second over the peak of the model's products measured in this
-process on its threads (bench.roofline); update_mfu_sequential / _batched per mode, update_mfu_saving_1k /
-update_mfu_plain_1k for the 1,024-token probes (their own processes, the same thread count); peak_gflops.
+update_mfu (target >= 0.5, with the memory settings on, as every mode runs): the useful executed FLOPs of the default
+mode's update (populora/analysis/work.py: forward and backward over every row's prompt and response, activation
+gradients through the frozen base, weight gradients for the adapters only, the head on the response tokens; not
+spec 14's charged 6N) per second over the float32 peak of the model's products measured in this process on its
+threads (bench.roofline); update_mfu_sequential / _batched per mode, update_mfu_saving_1k / update_mfu_plain_1k for
+the 1,024-token probes (their own processes, the same thread count); peak_gflops; update_useful_flops_per_token and
+update_recomputed_flops_per_token (activation checkpointing and the chunked head run again: executed, not useful).
+Progress lines go to stderr.
 
 mixed_rank_update_ratio (spec 9, "Mixed ranks"; target >= 0.9): response tokens per second of a batched update of 4
 adapters of ranks 8, 16, 32, 64 over the same of 4 adapters of rank 30 (the same total rank), on the same rollouts in
@@ -39,7 +43,6 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import os
 import shutil
 import sys
 import tempfile
@@ -48,34 +51,8 @@ from pathlib import Path
 
 import torch
 
-from bench.harness import (
-    emit,
-    load_average,
-    module_command,
-    peak_mb,
-    reset_peak,
-    rss_mb,
-    run_json,
-    update_workload_parser,
-)
-
-
-def _rollouts(n_adapters: int, per_adapter: int, tokens: int, vocab: int, seed: int = 0, prompt_share: float = 0.25):
-    """Rollouts of `tokens` tokens each (`prompt_share` of them prompt, the rest response), rewards spread over
-    [0, 1]."""
-    from populora.pb import trainer_pb2
-
-    gen = torch.Generator().manual_seed(seed)
-    n_prompt = min(tokens - 1, max(1, int(tokens * prompt_share)))
-    out = []
-    for _ in range(n_adapters):
-        rows = []
-        for k in range(per_adapter):
-            ids = torch.randint(100, min(vocab, 30000), (tokens,), generator=gen).tolist()
-            rows.append(trainer_pb2.Rollout(prompt_token_ids=ids[:n_prompt], response_token_ids=ids[n_prompt:],
-                                            reward=float(k % 2), task_type="code_o", role="student"))
-        out.append(rows)
-    return out
+from bench.harness import emit, load_average, progress, rss_mb, update_workload_parser
+from bench.trainer_memory import memory, probe, rollouts
 
 
 def _prune(store_root: Path, refs) -> None:
@@ -99,7 +76,7 @@ def run_mode(mode: str, args, workdir: Path, measure_memory: bool) -> dict:
     store = ArtifactStore(root)
     base = load_base_model(args.model, device=args.device)
     svc = TrainerService.from_config(cfg, base=base, store=store)
-    rows = _rollouts(args.adapters, args.rollouts, args.tokens, svc.pool.host.vocab_size)
+    rows = rollouts(args.adapters, args.rollouts, args.tokens, svc.pool.host.vocab_size)
     refs, out = [], {}
 
     def add_and_update(i: int):
@@ -124,6 +101,7 @@ def run_mode(mode: str, args, workdir: Path, measure_memory: bool) -> dict:
 
     compute, wall, tokens = [], [], 0
     for rep in range(args.repeats):
+        progress("bench.trainer", f"{mode} update", f"{rep + 1} of {args.repeats}")
         req = trainer_pb2.UpdateBatchRequest(updates=[
             trainer_pb2.UpdateRequest(adapter=ref, rollouts=rows[i], seed=rep, step=rep + 1)
             for i, ref in enumerate(refs)])
@@ -138,7 +116,11 @@ def run_mode(mode: str, args, workdir: Path, measure_memory: bool) -> dict:
         refs = [r.adapter for r in resp.results]
         _prune(store.root, refs)
     best = min(compute)
+    n_prompt = len(rows[0][0].prompt_token_ids)
     out.update({"mode": mode, "seconds_per_update_batch": best, "compute_s_all": compute,
+                "rows": args.adapters * args.rollouts, "row_prompt_tokens": n_prompt,
+                "row_response_tokens": args.tokens - n_prompt, "checkpointing": cfg.trainer.activation_checkpointing,
+                "lora_targets": list(cfg.lora.target_modules),
                 "store_write_s": min(w - c for w, c in zip(wall, compute, strict=True)),
                 "response_tokens": tokens, "tokens_per_s": tokens / best,
                 "processed_tokens_per_s": args.adapters * args.rollouts * args.tokens / best})
@@ -167,7 +149,7 @@ def run_mixed_rank(args, workdir: Path) -> dict:
                                  f"trainer.micro_batch_tokens={max(4096, 4 * args.tokens * args.rollouts)}"], env=False)
     store = ArtifactStore(workdir / "ranks")
     svc = TrainerService.from_config(cfg, base=load_base_model(args.model, device=args.device), store=store)
-    rows = _rollouts(len(MIXED_RANKS), args.rollouts, args.tokens, svc.pool.host.vocab_size, seed=3)
+    rows = rollouts(len(MIXED_RANKS), args.rollouts, args.tokens, svc.pool.host.vocab_size, seed=3)
     sides = {"mixed": MIXED_RANKS, "uniform": [UNIFORM_RANK] * len(MIXED_RANKS)}
     refs = {name: [svc.InitAdapter(trainer_pb2.InitAdapterRequest(adapter_id=f"{name}{i}", role="student", seed=i,
                                                                   rank=r)).adapter for i, r in enumerate(ranks)]
@@ -175,6 +157,7 @@ def run_mixed_rank(args, workdir: Path) -> dict:
     seconds: dict[str, list[float]] = {name: [] for name in sides}
     tokens: dict[str, list[int]] = {name: [] for name in sides}
     for rep in range(1 + args.repeats):
+        progress("bench.trainer", "mixed-rank round", f"{rep + 1} of {1 + args.repeats} (the first not counted)")
         for name in ("mixed", "uniform") if rep % 2 == 0 else ("uniform", "mixed"):
             resp = svc.UpdateBatch(trainer_pb2.UpdateBatchRequest(updates=[
                 trainer_pb2.UpdateRequest(adapter=ref, rollouts=rows[i], seed=rep, step=rep + 1)
@@ -194,132 +177,12 @@ def run_mixed_rank(args, workdir: Path) -> dict:
             "mixed_rank_update_ranks": sides, "mixed_rank_update_mode": "batched"}
 
 
-MEMORY_ADAPTERS = 4
 TARGETS = {"mb_per_1k_tokens<=400": ("mb_per_1k_tokens", lambda v: v <= 400),
            "max_abs_logprob_diff<=1e-5": ("max_abs_logprob_diff", lambda v: v <= 1e-5),
            # the memory settings must lower the peak, and the memory model must predict what they leave
            "peak_mb_1k<peak_mb_1k_plain": ("saving_over_plain_1k", lambda v: v < 1),
            "memory_model_error<=0.25": ("memory_model_error", lambda v: v <= 0.25),
            "mixed_rank_update_ratio>=0.9": ("mixed_rank_update_ratio", lambda v: v >= 0.9)}
-
-
-def memory_overrides(saving: bool, micro_batch_tokens: int) -> list[str]:
-    """The trainer settings of a probe: the memory settings at their defaults (on), or all off."""
-    if saving:
-        return []
-    return ["trainer.activation_checkpointing=false", "trainer.attention=eager",
-            f"trainer.logprob_chunk_tokens={micro_batch_tokens}", "trainer.mmap_threshold_kb=0"]
-
-
-def probe(args) -> dict:
-    """One update of MEMORY_ADAPTERS adapters whose rows (args.probe_rows each) fill one micro-batch of args.probe
-    tokens; its peak RSS over the resident set just before (extra_mb), and the memory model's prediction of that."""
-    from populora.config import load_config
-    from populora.models import load_base_model
-    from populora.pb import trainer_pb2
-    from populora.store import ArtifactStore
-    from services.trainer.service import TrainerService
-
-    tokens = args.probe
-    cfg = load_config(overrides=[f"model.name={args.model}", f"lora.rank={args.rank}", f"lora.alpha={2 * args.rank}",
-                                 "trainer.batch_mode=batched", "trainer.lr=1e-5",
-                                 f"trainer.micro_batch_tokens={tokens}",
-                                 *memory_overrides(args.probe_settings == "saving", tokens),
-                                 *args.probe_override], env=False)
-    width = tokens // (MEMORY_ADAPTERS * args.probe_rows)
-    with tempfile.TemporaryDirectory(prefix="bench-trainer-probe-") as tmp:
-        base = load_base_model(args.model, device=args.device)
-        svc = TrainerService.from_config(cfg, base=base, store=ArtifactStore(Path(tmp)))
-        rows = _rollouts(MEMORY_ADAPTERS, args.probe_rows, width, svc.pool.host.vocab_size, seed=1,
-                         prompt_share=args.probe_prompt)
-        refs = [svc.InitAdapter(trainer_pb2.InitAdapterRequest(adapter_id=f"m{i}", role="student", seed=i)).adapter
-                for i in range(MEMORY_ADAPTERS)]
-        # a small first update: lazy imports, Adam state, store writes; the measured one is a steady-state update
-        small = _rollouts(MEMORY_ADAPTERS, 2, 16, svc.pool.host.vocab_size, seed=2)
-        refs = [r.adapter for r in svc.UpdateBatch(trainer_pb2.UpdateBatchRequest(updates=[
-            trainer_pb2.UpdateRequest(adapter=ref, rollouts=small[i], seed=0, step=1)
-            for i, ref in enumerate(refs)])).results]
-        req = trainer_pb2.UpdateBatchRequest(updates=[
-            trainer_pb2.UpdateRequest(adapter=ref, rollouts=rows[i], seed=0, step=2) for i, ref in enumerate(refs)])
-        before = rss_mb(trim=True)
-        reset_peak()  # not Linux: the peak includes loading, the same in every probe
-        resp = svc.UpdateBatch(req)
-        peak = peak_mb()
-        seconds = max(r.stats.seconds for r in resp.results)
-        out = {"micro_batch_tokens": tokens, "settings": args.probe_settings, "overrides": args.probe_override,
-               "rows": MEMORY_ADAPTERS * args.probe_rows, "row_tokens": width, "peak_mb": peak,
-               "rss_mb_before": before, "extra_mb": peak - before, "seconds": seconds,
-               "response_tokens": sum(r.stats.tokens for r in resp.results)}
-        out.update(predicted(svc, out["rows"], width, out["response_tokens"]))
-        out["tokens_per_s"] = out["response_tokens"] / seconds
-        if args.probe_settings == "saving":
-            out["max_abs_logprob_diff"] = logprob_diff(svc, [r for rs in rows for r in rs])
-    return out
-
-
-def predicted(svc, rows: int, width: int, response: int) -> dict:
-    """The memory model's figures for the probe's update (services/trainer/memory.py): its one micro-batch, the
-    held adapters (with Adam moments, after the first update), the trainer's own settings."""
-    from services.trainer import memory
-
-    host, settings = svc.pool.host, svc.pool.trr
-    model = memory.ModelShape.of(host.causal_lm)
-    adapters = [memory.AdapterShape.of(list(h.params.values()), model.layers, True) for h in svc.pool.held.values()]
-    extra = memory.update_bytes(model, adapters, [(rows, width, response)], settings.logprob_chunk_tokens,
-                                settings.activation_checkpointing, settings.entropy_coef > 0, host.device.type == "cpu")
-    return {"predicted_extra_mb": extra / memory.MB, "base_mb": memory.base_bytes(host.causal_lm) / memory.MB,
-            "adapters_at_rest_mb": sum(a.rest_bytes() for a in adapters) / memory.MB}
-
-
-def logprob_diff(svc, rollouts) -> float:
-    """max |chunked - whole| over the response tokens of `rollouts` under the trainer's first adapter."""
-    from services.trainer.logprobs import token_logprobs_whole
-    from services.trainer.trr import Row, collate, response_logprobs
-
-    host, slot = svc.pool.host, next(iter(svc.pool.held.values())).slot
-    rows = [Row(0, list(r.prompt_token_ids) + list(r.response_token_ids), len(r.prompt_token_ids), 1.0, 1.0)
-            for r in rollouts[:2]]
-    mb = collate(rows, [slot], host.device)
-    with torch.no_grad():
-        chunked, _ = response_logprobs(host, mb, False, svc.pool.trr.logprob_chunk_tokens)
-        hidden = host.hidden_states(mb.adapters, mb.input_ids, mb.attention_mask)[mb.pred_rows, mb.pred_pos]
-        whole, _ = token_logprobs_whole(host.output_layer(), hidden, mb.targets)
-    return float((chunked - whole).abs().max())
-
-
-def run_probe(args, tokens: int, settings: str, rows: int = 2, prompt_share: float = 0.25,
-              overrides: tuple[str, ...] = ()) -> dict:
-    """`probe` in a fresh Python process (peaks of different settings never mix)."""
-    cmd = module_command("bench.trainer", "--probe", str(tokens), "--probe-settings", settings,
-                         "--probe-rows", str(rows), "--probe-prompt", str(prompt_share),
-                         *(f"--probe-override={o}" for o in overrides),
-                         "--model", args.model, "--rank", str(args.rank), "--device", args.device)
-    if args.threads:
-        cmd += ["--threads", str(args.threads)]
-    return run_json(cmd, f"memory probe ({tokens} tokens, {settings})", env=os.environ.copy())
-
-
-def memory(args) -> dict:
-    probes = {}
-    for settings, sizes in (("saving", (1024, 4096)), ("plain", args.plain_tokens)):
-        for tokens in sizes:
-            probes[f"{settings}_{tokens}"] = run_probe(args, tokens, settings)
-            if not args.json:
-                print("probe", json.dumps(probes[f"{settings}_{tokens}"]), file=sys.stderr)
-    out = {"peak_mb_1k": probes["saving_1024"]["peak_mb"], "peak_mb_4k": probes["saving_4096"]["peak_mb"]}
-    out["mb_per_1k_tokens"] = (out["peak_mb_4k"] - out["peak_mb_1k"]) / 3
-    for tokens in args.plain_tokens:
-        out[f"peak_mb_{tokens // 1024}k_plain"] = probes[f"plain_{tokens}"]["peak_mb"]
-    out["tokens_per_s_saving"] = probes["saving_1024"]["tokens_per_s"]
-    if "plain_1024" in probes:
-        out["tokens_per_s_plain"] = probes["plain_1024"]["tokens_per_s"]
-        out["saving_over_plain_1k"] = out["peak_mb_1k"] / out["peak_mb_1k_plain"]
-    # the plain probes leave glibc's threshold on, so their freed memory stays resident: the model is not for them
-    out["memory_model_error"] = max(abs(p["predicted_extra_mb"] - p["extra_mb"]) / p["extra_mb"]
-                                    for p in probes.values() if p["settings"] == "saving")
-    out["max_abs_logprob_diff"] = max(p["max_abs_logprob_diff"] for p in probes.values() if "max_abs_logprob_diff" in p)
-    out["memory_probes"] = probes
-    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -373,6 +236,7 @@ def main(argv: list[str] | None = None) -> int:
             if not args.json:
                 print(mode, json.dumps(modes[mode]), file=sys.stderr)
     mem = {k: v for k, v in modes[default].items() if k.startswith(("rss_", "per_adapter", "lora_params"))}
+    result["lora_targets"] = modes[default]["lora_targets"]
     result.update({"tokens_per_s": modes[default]["tokens_per_s"],
                    "sequential_tokens_per_s": modes["sequential"]["tokens_per_s"],
                    "batched_tokens_per_s": modes["batched"]["tokens_per_s"],

@@ -5,9 +5,11 @@ turns a ceiling and a phase's work into the fraction of it the phase reached.
 
 A measurement taken while other processes share the cores comes out low, and a low ceiling flatters every fraction
 measured against it; so each measurement is merged into the best this machine has reached before (`best_known`: the
-highest of every figure, per CPU model, cores, threads, torch version and model shapes, in the populora cache), and
-the fractions are taken against that. A run measures a short one once per process when it starts (`quick`);
-`python -m bench.roofline` measures a longer one and reports it.
+highest of every figure, per host, CPU model, cores, threads, torch version and model shapes, in the populora
+cache), and the fractions are taken against that. Each figure keeps the date it was measured; one older than
+MAX_AGE_DAYS is dropped for the next measurement (a machine's firmware, kernel or neighbours change), and a cache file
+that cannot be parsed is moved aside (logged) and started again. A run measures a short one once per process when
+it starts (`quick`); `python -m bench.roofline` measures a longer one and reports it.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import logging
 import math
 import os
 import platform
+import socket
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -34,6 +37,8 @@ DTYPES = ("float32", "bfloat16")
 # micro-batch 1,024 (cpu-smol); oneDNN and MKL reach their speed from a few hundred rows on.
 ROWS = (256, 1024)
 QUICK_ROWS = (256,)
+# A best figure older than this is not kept: the next measurement replaces it.
+MAX_AGE_DAYS = 90
 # The read measured for the bandwidth: the model's weights, but at least a buffer no cache level holds and at most
 # what a quick measurement can afford to allocate.
 MIN_READ_BYTES, MAX_READ_BYTES = 256 * 2**20, 1024 * 2**20
@@ -77,11 +82,13 @@ class Peaks:
     shapes: str = ""
     measurements: int = 1  # how many measurements the figures are the best of
     methods: dict[str, str] = field(default_factory=dict)  # dtype -> the product that reached the peak
+    host: str = ""  # the machine's name
+    measured_at: str = ""  # when the latest of the measurements was taken (UTC, ISO 8601)
+    dates: dict[str, str] = field(default_factory=dict)  # figure (a dtype, or "bandwidth") -> when its best was taken
 
-    def ceiling(self, dtype: str = "float32") -> Ceiling:
-        """The roofline's two figures for `dtype` (float32 where the device has none for it)."""
-        flops = self.gflops.get(dtype) or self.gflops["float32"]
-        return Ceiling(flops * 1e9, self.bandwidth_gb_s * 1e9)
+    def ceiling(self) -> Ceiling:
+        """The roofline's figures: the peak of every dtype measured, and the bandwidth."""
+        return Ceiling({d: g * 1e9 for d, g in self.gflops.items() if g}, self.bandwidth_gb_s * 1e9)
 
     def as_json(self) -> dict:
         return asdict(self)
@@ -173,8 +180,26 @@ def measure(shapes: Sequence[Shape], weight_bytes: int, threads: int = 0, device
                 continue
             gflops[dtype], methods[dtype] = matmul_gflops(shapes, dtype, dev, rows, repeats)
         bandwidth = read_bandwidth(weight_bytes, dev, repeats + 1)
+    when = stamp()
     return Peaks(device=dev.type, threads=used if dev.type == "cpu" else 0, cores=len(allowed_cpus()),
-                 gflops=gflops, bandwidth_gb_s=bandwidth, shapes=shapes_key(shapes), methods=methods)
+                 gflops=gflops, bandwidth_gb_s=bandwidth, shapes=shapes_key(shapes), methods=methods,
+                 host=socket.gethostname(), measured_at=when,
+                 dates={**{d: when for d, g in gflops.items() if g}, "bandwidth": when})
+
+
+def stamp(now: float | None = None) -> str:
+    """A UTC date and time, ISO 8601, to the second."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() if now is None else now))
+
+
+def _age_days(date: str, now: float) -> float:
+    """Days since `date` (a `stamp`); an unreadable or missing date is taken as too old to keep."""
+    import calendar
+
+    try:
+        return (now - calendar.timegm(time.strptime(date, "%Y-%m-%dT%H:%M:%SZ"))) / 86400
+    except (TypeError, ValueError):
+        return math.inf
 
 
 def cpu_model() -> str:
@@ -189,43 +214,88 @@ def cpu_model() -> str:
 
 
 def machine_key(peaks: Peaks) -> str:
-    """What a ceiling is the ceiling of: the same CPU model (or GPU), cores, threads, torch and model shapes."""
+    """What a ceiling is the ceiling of: the same host, CPU model (or GPU), cores, threads, torch and model shapes."""
     chip = torch.cuda.get_device_name() if peaks.device == "cuda" else cpu_model()
-    return f"{chip}|{peaks.device}|cores={peaks.cores}|threads={peaks.threads}|torch={torch.__version__}|{peaks.shapes}"
+    return (f"{peaks.host or socket.gethostname()}|{chip}|{peaks.device}|cores={peaks.cores}|threads={peaks.threads}"
+            f"|torch={torch.__version__}|{peaks.shapes}")
 
 
 def merged(old: Peaks | None, new: Peaks) -> Peaks:
-    """The higher of each figure of two measurements of the same machine key."""
+    """The higher of each figure of two measurements of the same machine key, each with the date it was taken."""
     if old is None:
         return new
-    gflops, methods = {}, {}
+    gflops, methods, dates = {}, {}, {}
     for dtype in set(old.gflops) | set(new.gflops):
         a, b = old.gflops.get(dtype), new.gflops.get(dtype)
         gflops[dtype] = None if a is None and b is None else max(x for x in (a, b) if x is not None)
         source = new if b is not None and (a is None or b >= a) else old
         if dtype in source.methods:
             methods[dtype] = source.methods[dtype]
+        if dtype in source.dates:
+            dates[dtype] = source.dates[dtype]
+    source = new if new.bandwidth_gb_s >= old.bandwidth_gb_s else old
+    if "bandwidth" in source.dates:
+        dates["bandwidth"] = source.dates["bandwidth"]
     return Peaks(device=new.device, threads=new.threads, cores=new.cores, gflops=gflops,
-                 bandwidth_gb_s=max(old.bandwidth_gb_s, new.bandwidth_gb_s), shapes=new.shapes,
-                 measurements=old.measurements + new.measurements, methods=methods)
+                 bandwidth_gb_s=source.bandwidth_gb_s, shapes=new.shapes,
+                 measurements=old.measurements + new.measurements, methods=methods, host=new.host,
+                 measured_at=max(old.measured_at, new.measured_at), dates=dates)
 
 
-def best_known(new: Peaks, cache: str = "") -> Peaks:
-    """`new` merged into the best figures this machine key has reached (the populora cache's peaks.json), which is
-    written back; the merged figures. A cache that cannot be read or written leaves `new` as it is."""
+def fresh(old: Peaks, now: float | None = None, max_age_days: float = MAX_AGE_DAYS) -> Peaks | None:
+    """`old` without the figures measured more than `max_age_days` ago (None when none is left)."""
+    now = time.time() if now is None else now
+    keep = {k for k, d in old.dates.items() if _age_days(d, now) <= max_age_days}
+    gflops = {d: (g if d in keep else None) for d, g in old.gflops.items()}
+    if "bandwidth" not in keep and not any(gflops.values()):
+        return None
+    return Peaks(device=old.device, threads=old.threads, cores=old.cores, gflops=gflops,
+                 bandwidth_gb_s=old.bandwidth_gb_s if "bandwidth" in keep else 0.0, shapes=old.shapes,
+                 measurements=old.measurements, methods={d: m for d, m in old.methods.items() if d in keep},
+                 host=old.host, measured_at=old.measured_at, dates={k: old.dates[k] for k in keep})
+
+
+def _read(path: Path) -> dict[str, Peaks]:
+    """The stored figures by machine key; a file that does not parse as such is moved aside (logged), and none are
+    returned, so this measurement starts it again."""
+    if not path.exists():
+        return {}
+    try:
+        raw = json.loads(path.read_text())
+        if not isinstance(raw, dict):
+            raise TypeError(f"a JSON object was expected, got {type(raw).__name__}")
+        return {key: Peaks(**entry) for key, entry in raw.items()}
+    except (ValueError, TypeError) as e:
+        aside = path.with_name(f"{path.name}.corrupt-{stamp().replace(':', '')}")
+        path.replace(aside)
+        log.warning("the machine's best known peaks at %s could not be read (%s): moved aside to %s, and started "
+                    "again from this measurement", path, e, aside)
+        return {}
+
+
+def best_known(new: Peaks, cache: str = "", now: float | None = None) -> Peaks:
+    """`new` merged into the best figures this machine key has reached within MAX_AGE_DAYS (the populora cache's
+    peaks.json), which is written back; the merged figures. A file that cannot be parsed is moved aside and written
+    again; a cache that cannot be read or written at all leaves `new` as it is (logged)."""
     path = cache_dir(cache) / "peaks.json"
     key = machine_key(new)
     try:
         with build_lock(path):
-            known = json.loads(path.read_text()) if path.exists() else {}
+            known = _read(path)
             old = known.get(key)
-            best = merged(Peaks(**old) if old else None, new)
-            known[key] = best.as_json()
+            kept = fresh(old, now) if old is not None else None
+            if old is not None and kept != old:
+                log.info("peaks of %s measured more than %d days ago are dropped for this measurement", key,
+                         MAX_AGE_DAYS)
+            best = merged(kept, new)
+            # other keys' entries stay while any of their figures is fresh (entries from before dates: none is)
+            known = {k: p for k, p in known.items() if k != key and fresh(p, now) is not None}
+            known[key] = best
             tmp = path.with_name(f".{path.name}.{os.getpid()}")
-            tmp.write_text(json.dumps(known, indent=1, sort_keys=True))
+            tmp.write_text(json.dumps({k: p.as_json() for k, p in known.items()}, indent=1, sort_keys=True))
             tmp.replace(path)
             return best
-    except (OSError, ValueError, TypeError) as e:
+    except OSError as e:
         log.warning("the machine's best known peaks could not be read or written at %s (%s): using this "
                     "measurement alone", path, e)
         return new

@@ -69,7 +69,7 @@ def test_batches_are_the_phases_own_with_uneven_rows_per_adapter(planned):
 @pytest.mark.slow
 def test_the_bench_runs_on_the_tiny_model_and_counts_every_figure():
     proc = subprocess.run([sys.executable, "-m", "bench.inference", "--json", "--model", "tiny", "--new-tokens", "2",
-                           "--workloads", "small", "--skip-vllm"],
+                           "--workloads", "small", "--skip-vllm", "--rounds", "2", "--profile-steps", "4"],
                           cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -97,12 +97,20 @@ def test_the_bench_runs_on_the_tiny_model_and_counts_every_figure():
                                        "rss_mb_per_extra_adapter<=1.2x_adapter_mb", "loop_vs_bench_small>=0.8",
                                        "mixed_rank_tokens_per_s_ratio>=0.9", "prefill_mfu_small>=0.5",
                                        "decode_roofline_fraction_small>=0.5"}
-    # the prompt pass against the peak measured in the bench's process (bench/inference_roofline.py)
+    # the prompt pass against the peak measured in the bench's process (bench/inference_roofline.py), its work the
+    # useful executed FLOPs (populora/analysis/work.py), the length groups' padding beside it
     assert finite_number(out["prefill_mfu_small"]) and out["prefill_mfu_small"] > 0 and out["peak_gflops"] > 0
     assert out["prefill_tokens_small"] > 0 and out["prefill_s_small"] > 0
+    assert out["prefill_useful_flops_small"] > 0 and out["prefill_padding_flops_small"] >= 0
+    assert out["prefill_mfu_small"] == pytest.approx(
+        out["prefill_useful_flops_small"] / out["prefill_s_small"] / (out["peak_gflops"] * 1e9), rel=1e-2)
     split = out.get("decode_time_split_small")  # present whenever the decode steps could be timed
     if out["decode_roofline_fraction_small"] is not None:
         assert set(split) == set(inference_profile.CATEGORIES) and sum(split.values()) == pytest.approx(1, abs=0.01)
+        assert 0 < out["decode_profile_steps_small"] <= 4  # a bounded sample of decode steps, not all of them
+        assert out["decode_useful_flops_small"] > 0
+    # where it is, for whoever watches: each stage and each figure on stderr
+    assert "bench.inference: stage = 6/6 plain PEFT" in proc.stderr
 
 
 def test_decode_time_is_split_by_operator_category():
@@ -133,3 +141,24 @@ def test_an_unknown_workload_is_refused(capsys):
 def test_figures_over_rounds_are_all_tokens_over_all_time():
     runs = [inference_engines.Measured(tokens=100, seconds=1.0), inference_engines.Measured(tokens=100, seconds=3.0)]
     assert inference_engines.over_runs(runs) == 50.0  # not the mean of 100/s and 33.3/s
+
+
+def test_the_profiled_and_the_prompt_pass_batches_cap_every_row_s_budget():
+    from bench.inference_roofline import _capped
+    from services.inference.backend import Request, Sampling
+
+    batch = [Request(f"r{n}", prompt="x", sampling=Sampling(max_new_tokens=n)) for n in (1, 5, 40)]
+    assert [r.sampling.max_new_tokens for r in _capped([batch], 4)[0]] == [1, 4, 4]
+    assert [r.sampling.max_new_tokens for r in batch] == [1, 5, 40]  # the workload itself is left as it was
+
+
+def test_the_prompt_pass_work_is_counted_in_the_decoding_loop_s_length_groups():
+    from bench.inference_roofline import prompt_work
+    from populora.analysis.work import Shapes, prompt_group
+
+    shapes = Shapes(hidden=64, intermediate=128, layers=2, heads=4, kv_heads=2, head_dim=16, vocab=1000, rank=4,
+                    targets=("q_proj",))
+    # 2,048 padded tokens a group: 3 prompts of 600 fit one group (1,800), a fourth of 700 would make 2,800
+    got = prompt_work(shapes, [[(600, 4), (600, 4), (500, 4), (700, 0)]])
+    assert got == prompt_group(shapes, [500, 600, 600], [4, 4, 4]) + prompt_group(shapes, [700], [0])
+    assert got.padding == prompt_group(shapes, [500, 600, 600], [4, 4, 4]).padding > 0

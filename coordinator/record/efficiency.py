@@ -1,7 +1,8 @@
-"""Each step's phases against what the machine could do: the FLOPs a phase is charged (spec 14) per second over the
-measured compute peak of the cores it ran on (`mfu`), and the least time the roofline allows its work over the time
-it took (`roofline_fraction`; populora/analysis/roofline.py). metrics.jsonl carries them as `efficiency`, the report
-and the dashboard show them.
+"""Each step's phases against what the machine could do: a phase's useful executed FLOPs (spec 14, revised; counted
+from the model's shapes by populora/analysis/work.py) at the measured peak of the precision each runs in, over the
+time it took (`mfu`), and the least time the roofline allows its work over that time (`roofline_fraction`;
+populora/analysis/roofline.py). The charged FLOPs (2N, 6N: the budget) are reported beside them as `flops`.
+metrics.jsonl carries them as `efficiency`, the report and the dashboard show them.
 
 The ceiling is measured in the coordinator's own process, which in embedded mode is the one the services compute in,
 once per process at the run's start (populora/peaks.py, short) for every thread count the phases use, and merged
@@ -14,16 +15,37 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
-from coordinator.run.modelsize import ModelSize, model_size
-from coordinator.run.phases.accounting import budget_flops
-from populora.analysis.roofline import Ceiling, fraction, generation_seconds, mfu, update_seconds
+from coordinator.run.modelsize import model_shapes
+from coordinator.run.phases.accounting import budget_flops, charged_rows
+from coordinator.run.phases.update import rollouts
+from populora.analysis.roofline import (
+    Ceiling,
+    compute_seconds,
+    decode_count,
+    fraction,
+    generation_seconds,
+    prompts_count,
+)
+from populora.analysis.work import Completion, Count, Precision, Shapes, update
 from populora.config import Config
 
 log = logging.getLogger(__name__)
 
 GENERATION_PHASES = ("propose", "solve")
+
+
+@dataclass(frozen=True)
+class UpdateSettings:
+    """What an update's passes depend on besides its rows: the rewards (which rows it trains, spec 5), the entropy
+    bonus (every row), the epochs, and activation checkpointing (each layer's forward again)."""
+
+    rewards: object
+    entropy_coef: float = 0.0
+    epochs: int = 1
+    checkpointing: bool = False
 
 
 def phase_threads(cfg: Config) -> dict[str, int]:
@@ -42,104 +64,139 @@ def phase_threads(cfg: Config) -> dict[str, int]:
 
 
 def compute_dtype(cfg: Config) -> str:
-    """The dtype the base model's products run in (model.dtype, `auto` resolved for the device)."""
+    """The dtype the model computes in (model.dtype, `auto` resolved for the device)."""
     from populora.models import _device, _dtype
 
     return str(_dtype(cfg.model.dtype, _device(cfg.model.device))).removeprefix("torch.")
 
 
 @functools.lru_cache(maxsize=4)
-def _measured(name: str, cache: str, device: str, dtype: str, threads: tuple[int, ...]) -> dict[int, dict]:
-    """{threads: {"gflops", "bandwidth_gb_s"}} for the model's products in `dtype`, the best this machine has reached
-    (populora.peaks.best_known), measured once per process."""
-    import torch
-    from transformers import AutoConfig
+def _measured(shapes: Shapes, cache: str, device: str, dtypes: tuple[str, ...], threads: tuple[int, ...]
+              ) -> dict[int, dict]:
+    """{threads: {"gflops": {dtype: GFLOP/s}, "bandwidth_gb_s"}} for the model's products in `dtypes`, the best this
+    machine has reached (populora.peaks.best_known), measured once per process."""
+    from populora.peaks import Shape, best_known, measure
 
-    from populora.models import resolve_model_dir
-    from populora.peaks import best_known, measure, model_shapes
-
-    config = AutoConfig.from_pretrained(resolve_model_dir(name, cache))
-    shapes = model_shapes(config)
-    weight_bytes = sum(s.d_in * s.d_out * s.count for s in shapes) * torch.empty((), dtype=getattr(torch, dtype)
-                                                                                 ).element_size()
+    products = [Shape(d_out, d_in, shapes.layers) for d_in, d_out in shapes.projections().values()]
+    products.append(Shape(shapes.vocab, shapes.hidden, 1))
+    weight_bytes = 4 * (shapes.projection_params() + shapes.head_params())
     out = {}
     for n in threads:
-        dtypes = ("float32",) if dtype == "float32" else ("float32", dtype)
-        peaks = best_known(measure(shapes, weight_bytes, n, device, dtypes=dtypes, quick=True), cache)
-        out[n] = {"gflops": peaks.gflops.get(dtype) or peaks.gflops["float32"], "bandwidth_gb_s": peaks.bandwidth_gb_s}
+        peaks = best_known(measure(products, weight_bytes, n, device, dtypes=dtypes, quick=True), cache)
+        out[n] = {"gflops": {d: g for d, g in peaks.gflops.items() if g}, "bandwidth_gb_s": peaks.bandwidth_gb_s}
     return out
 
 
 def run_ceilings(cfg: Config) -> dict | None:
-    """What `efficiency` measures a run's phases against: the phases' threads, the dtype and the ceiling per thread
-    count; None in distributed mode, or where the ceiling cannot be measured (it is a report, not a reason to stop
-    a run)."""
+    """What `efficiency` measures a run's phases against: the phases' threads, the precision its products run in,
+    the ceiling per thread count, the model's shapes and the update's settings; None in distributed mode, or where
+    the ceiling cannot be measured (it is a report, not a reason to stop a run)."""
     if cfg.run.deployment != "embedded":
         return None
     threads = phase_threads(cfg)
     dtype = compute_dtype(cfg)
+    low = cfg.model.base_matmul == "bfloat16"
     try:
         from populora.models import _device
 
         device = _device(cfg.model.device).type
-        peaks = _measured(cfg.model.name, cfg.model.cache_dir, device, dtype, tuple(sorted(set(threads.values()))))
+        shapes = model_shapes(cfg)
+        dtypes = tuple(dict.fromkeys(("float32", dtype, *(("bfloat16",) if low else ()))))
+        peaks = _measured(shapes, cfg.model.cache_dir, device, dtypes, tuple(sorted(set(threads.values()))))
     except (OSError, RuntimeError, ValueError) as e:
         log.warning("the machine's peak could not be measured (%s): the steps' metrics leave out their efficiency", e)
         return None
-    return {"threads": threads, "dtype": dtype, "peaks": peaks, "size": model_size(cfg)}
+    # bfloat16 products only where the cores have them (populora/lora/prepack.py falls back to the model's dtype)
+    base = "bfloat16" if low and all("bfloat16" in p["gflops"] for p in peaks.values()) else dtype
+    t = cfg.trainer
+    return {"threads": threads, "precision": Precision(base=base, model=dtype), "peaks": peaks, "shapes": shapes,
+            "update": UpdateSettings(cfg.rewards, t.entropy_coef, t.epochs, t.activation_checkpointing)}
 
 
-def _unique_prompt_tokens(items: Iterable[tuple[str, list[int]]]) -> int:
-    """Prompt tokens a prompt pass must run: a prompt the same adapter reads twice (a request's n samples) once."""
-    return sum(len(p) for p in {(a, tuple(p)): p for a, p in items}.values())
+def _ceiling(ceilings: dict, phase: str) -> Ceiling:
+    """The ceiling of the threads `phase` ran on: each measured precision's peak and the bandwidth."""
+    p = ceilings["peaks"][ceilings["threads"][phase]]
+    return Ceiling({d: g * 1e9 for d, g in p["gflops"].items()}, p["bandwidth_gb_s"] * 1e9)
 
 
-def efficiency(record, row: dict, ceilings: dict | None) -> dict:
-    """metrics.jsonl's `efficiency` for a training step: per computing phase its threads, charged FLOPs, seconds,
-    GFLOP/s, mfu, least seconds on the roofline and roofline_fraction; the step's charged FLOPs over its seconds as
-    `step` (its window when steps overlap). {} without ceilings."""
+def _unique_prompts(items: Iterable[tuple[str, list[int]]]) -> list[tuple[str, list[int]]]:
+    """The prompts a prompt pass must run: a prompt the same adapter reads twice (a request's n samples) once."""
+    return list({(a, tuple(p)): (a, p) for a, p in items}.values())
+
+
+def phase_work(record, ceilings: dict, ranks: Mapping[str, int] | None = None) -> dict[str, tuple[Count, float]]:
+    """Per computing phase of a step, its useful executed FLOPs and the least time the roofline allows them."""
+    shapes: Shapes = ceilings["shapes"]
+    precision: Precision = ceilings["precision"]
+    settings: UpdateSettings = ceilings["update"]
+
+    def rank(adapter: str) -> int:
+        return ranks[adapter] if ranks is not None else shapes.rank
+
+    def ceiling(phase: str) -> Ceiling:
+        return _ceiling(ceilings, phase)
+
+    out = {}
+    for name, items in (("propose", [(p.teacher, p.prompt_token_ids, p.response_token_ids)
+                                     for p in record.proposed.proposals]),
+                        ("solve", [(a.student, a.prompt_token_ids, a.response_token_ids)
+                                   for a in record.solved.attempts])):
+        if not items:
+            continue
+        prompts = [(len(p), rank(a)) for a, p in _unique_prompts((a, p) for a, p, _ in items)]
+        rows = [Completion(len(p), len(r), a, rank(a)) for a, p, r in items]
+        count = prompts_count(shapes, prompts) + decode_count(shapes, rows, precision)
+        out[name] = count, generation_seconds(shapes, prompts, [rows], precision, ceiling(name))
+    batch = rollouts(settings.rewards, record.proposed, record.validated, record.solved, record.checked)
+    count = Count()
+    for adapter, rows in batch.items():
+        if adapter in record.updated.stats:
+            trained = [(len(r.prompt_token_ids), len(r.response_token_ids))
+                       for r in charged_rows(rows, settings.entropy_coef)]
+            count = count + update(shapes, trained, settings.checkpointing, rank(adapter)).times(settings.epochs)
+    out["update"] = count, compute_seconds(count, precision, ceiling("update"))
+    return out
+
+
+def efficiency(record, row: dict, ceilings: dict | None, ranks: Mapping[str, int] | None = None) -> dict:
+    """metrics.jsonl's `efficiency` for a training step: per computing phase its threads, charged FLOPs (`flops`),
+    useful executed FLOPs and those recomputed, seconds, useful GFLOP/s, mfu, least seconds on the roofline and
+    roofline_fraction; the same for the whole step as `step` (its window when steps overlap). `ranks`: each
+    adapter's rank (None: lora.rank). {} without ceilings."""
     if ceilings is None:
         return {}
-    size: ModelSize = ceilings["size"]
-    n = size.with_adapter
-    element = 2 if ceilings["dtype"] in ("bfloat16", "float16") else 4
+    precision: Precision = ceilings["precision"]
     threads, peaks = ceilings["threads"], ceilings["peaks"]
 
     def ceiling(phase: str) -> Ceiling:
-        p = peaks[threads[phase]]
-        return Ceiling(p["gflops"] * 1e9, p["bandwidth_gb_s"] * 1e9)
+        return _ceiling(ceilings, phase)
 
     spent = record.spent.phases
     seconds = row["seconds"]
-    rows = {"propose": [(p.teacher, p.prompt_token_ids, p.response_token_ids) for p in record.proposed.proposals],
-            "solve": [(a.student, a.prompt_token_ids, a.response_token_ids) for a in record.solved.attempts]}
+    work = phase_work(record, ceilings, ranks)
     phases = {}
     for name in (*GENERATION_PHASES, "update"):
-        if name not in spent or not seconds.get(name):
+        if name not in spent or name not in work or not seconds.get(name):
             continue
-        c = ceiling(name)
-        if name == "update":
-            least = update_seconds(spent[name].trained_tokens, n, c)
-        else:
-            adapters = {a for a, _, _ in rows[name]}
-            weight_bytes = element * (size.base + len(adapters) * size.adapter)
-            least = generation_seconds(_unique_prompt_tokens((a, p) for a, p, _ in rows[name]),
-                                       [[len(r) for _, _, r in rows[name]]], n, weight_bytes, c)
-        phases[name] = {"threads": threads[name], "flops": spent[name].flops, "seconds": seconds[name],
-                        "gflops_per_s": spent[name].flops / seconds[name] / 1e9,
-                        "mfu": mfu(spent[name].flops, seconds[name], c.flops_per_s),
+        count, least = work[name]
+        phases[name] = {"threads": threads[name], "flops": spent[name].flops, "useful_flops": count.useful,
+                        "recomputed_flops": count.recomputed, "seconds": seconds[name],
+                        "gflops_per_s": count.useful / seconds[name] / 1e9,
+                        "mfu": fraction(compute_seconds(count, precision, ceiling(name)), seconds[name]),
                         "least_seconds": least, "roofline_fraction": fraction(least, seconds[name])}
     step_s = row.get("window_s") or row["step_seconds"]
-    charged = budget_flops(record.spent)
-    step_peak = ceiling("step").flops_per_s
+    useful = sum((work[p][0] for p in phases), Count())
+    least = sum(p["least_seconds"] for p in phases.values())
     return {"efficiency": {
-        "dtype": ceilings["dtype"],
-        "peaks": {str(t): p for t, p in sorted(peaks.items())},
+        "dtype": precision.base,
+        "peaks": {str(t): {"gflops": p["gflops"].get(precision.base), "bandwidth_gb_s": p["bandwidth_gb_s"],
+                           "gflops_by_dtype": p["gflops"]} for t, p in sorted(peaks.items())},
         "phases": phases,
-        "step": {"threads": threads["step"], "flops": charged, "seconds": step_s,
-                 "gflops_per_s": charged / step_s / 1e9 if step_s else None, "mfu": mfu(charged, step_s, step_peak),
-                 "least_seconds": sum(p["least_seconds"] for p in phases.values()),
-                 "roofline_fraction": fraction(sum(p["least_seconds"] for p in phases.values()), step_s)}}}
+        "step": {"threads": threads["step"], "flops": budget_flops(record.spent), "useful_flops": useful.useful,
+                 "recomputed_flops": useful.recomputed, "seconds": step_s,
+                 "gflops_per_s": useful.useful / step_s / 1e9 if step_s else None,
+                 "mfu": fraction(compute_seconds(useful, precision, ceiling("step")), step_s),
+                 "least_seconds": least, "roofline_fraction": fraction(least, step_s)}}}
 
 
 def efficiency_table(rows: list[dict]) -> str:
@@ -175,7 +232,9 @@ def efficiency_table(rows: list[dict]) -> str:
     peaks = ", ".join(f"{t} thread{'s' if t != '1' else ''}: {p['gflops']:.0f} GFLOP/s, {p['bandwidth_gb_s']:.1f} GB/s"
                       for t, p in last["peaks"].items())
     return (f"<p>Means over {len(measured)} steps, against the best this machine has reached in {html.escape(last['dtype'])}"
-            f" ({html.escape(peaks)}; populora/peaks.py). mfu: FLOPs charged (spec 14) per second over that peak; "
-            "roofline fraction: the least time the work allows (prompt passes at the peak, each decode step at the "
-            "peak or reading every weight once, whichever is longer) over the time taken.</p>"
+            f" ({html.escape(peaks)}; populora/peaks.py). GFLOP/s and mfu: the useful executed FLOPs (spec 14, revised: "
+            "the products the work needs, counted from the model's shapes; not the charged 2N and 6N) per second, "
+            "and the time the peak of each product's precision allows them over the time taken; roofline "
+            "fraction: the least time the work allows (prompt passes and updates at the peak, each decode step at "
+            "the peak or reading every weight and its KV cache once, whichever is longer) over the time taken.</p>"
             f"<table>{head}{''.join(body)}</table>")

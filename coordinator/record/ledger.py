@@ -62,7 +62,7 @@ class StepBook:
         near = [r for s in (t - 1, t + 1) for r in j.db.phase_rows(run.run_id, s)] + phase_rows
         row.update(timeline_metrics(t, near))
         if t:
-            row.update(efficiency(record, row, self.ceilings))
+            row.update(efficiency(record, row, self.ceilings, run.ranks()))
         self.rows.append(row)
         # what the dashboard shows of the step, sent again on a resume: where it stands, its problems, its figures
         self.progress.step(t)

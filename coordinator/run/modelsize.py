@@ -1,4 +1,5 @@
-"""N of spec 14: how many parameters a forward pass of the run's model touches, the base model's and an adapter's.
+"""N of spec 14: how many parameters a forward pass of the run's model touches, the base model's and an adapter's;
+and the shapes its useful executed FLOPs are counted from (populora/analysis/work.py).
 
 Counted on PyTorch's meta device from the model's config.json, so no weights are read: the coordinator needs the
 count to charge compute (coordinator/run/phases/accounting.py) without loading the model the services already hold.
@@ -10,6 +11,7 @@ import functools
 from dataclasses import dataclass
 
 from populora.analysis.flops import lora_parameters, model_parameters
+from populora.analysis.work import Shapes
 from populora.config import Config
 
 
@@ -53,3 +55,18 @@ def _count(name: str, cache: str, rank: int, targets: tuple[str, ...]) -> ModelS
 def model_size(cfg: Config) -> ModelSize:
     """The run's N: base parameters and those of one adapter of rank `lora.rank` on `lora.target_modules`."""
     return _count(cfg.model.name, cfg.model.cache_dir, cfg.lora.rank, tuple(cfg.lora.target_modules))
+
+
+@functools.lru_cache(maxsize=8)
+def _shapes(name: str, cache: str, rank: int, targets: tuple[str, ...]) -> Shapes:
+    from transformers import AutoConfig
+
+    from populora.models import resolve_model_dir
+
+    return Shapes.of(AutoConfig.from_pretrained(resolve_model_dir(name, cache)), rank, targets)
+
+
+def model_shapes(cfg: Config) -> Shapes:
+    """The run's model's shapes with an adapter of rank `lora.rank` on `lora.target_modules` (the useful executed
+    FLOPs' counter, populora/analysis/work.py)."""
+    return _shapes(cfg.model.name, cfg.model.cache_dir, cfg.lora.rank, tuple(cfg.lora.target_modules))

@@ -1,79 +1,83 @@
 """How fast a phase could be on a machine, from the machine's measured ceiling (populora/peaks.py) and the work the
 phase did, and how far from that it was: the fractions bench.roofline, the benches and each step's metrics report.
 
-A phase's work is FLOPs (spec 14's 2N per token a forward pass reads, 6N per trained token) and, for decoding, the
-weights it reads: a decode step computes 2N FLOPs per row but reads every weight once whatever the row count, so
-at a few rows it waits on memory, not on arithmetic. Its ceiling is the roofline: the longer of the time the compute
-peak allows and the time reading every weight once at the measured bandwidth takes.
+A phase's work is its useful executed FLOPs (spec 14, revised; populora/analysis/work.py counts them from the
+model's shapes), each precision's at the measured peak of that precision (under model.base_matmul=bfloat16 the
+base's projections at the bfloat16 peak, the rest at the float32 one), and, for decoding, the bytes it reads: a
+decode step multiplies a few rows by every weight, so at a few rows it waits on reading them, not on arithmetic. Its
+ceiling is the roofline: the longer of the time the compute peaks allow and the time reading every weight once (in
+the precision it is stored in) and the rows' KV cache at the measured bandwidth takes.
 
-    prompt pass   t* = 2N x prompt tokens / peak
-    decode step   t* = max(2N x rows / peak, weight bytes / bandwidth)
-    update        t* = 6N x trained tokens / peak
+    prompt pass   t* = its useful FLOPs at the peaks
+    decode step   t* = max(its useful FLOPs at the peaks, its bytes / bandwidth)
+    update        t* = its useful FLOPs at the peaks
 
-A fraction is t* / the measured seconds (equally: the measured rate over the ceiling's), 1.0 at the ceiling. The
-attention's own arithmetic and its reads of the KV cache are not in N (spec 14 leaves them out too), so a long
-context lowers a fraction that it does not charge. Pure functions over numbers: the callers measure.
+A fraction is t* / the measured seconds, 1.0 at the ceiling; mfu is a phase's useful FLOPs at the peaks over its
+seconds (for a prompt pass or an update, its fraction). Recomputation and padding are executed but not useful: they
+lower a fraction and are reported on their own lines. Pure functions over numbers: the callers measure.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 
-from populora.analysis.flops import FORWARD_FLOPS_PER_PARAM, TRAIN_FLOPS_PER_PARAM
+from populora.analysis.work import Completion, Count, Precision, Shapes, decode_steps, prompt_pass
 
 
 @dataclass(frozen=True)
 class Ceiling:
-    """What the cores a phase ran on reach: dense matrix products (FLOP/s, in the dtype the phase computes in) and
-    the rate at which they read memory (bytes/s)."""
+    """What the cores a phase ran on reach: dense matrix products per precision (FLOP/s) and the rate at which they
+    read memory (bytes/s)."""
 
-    flops_per_s: float
-    bytes_per_s: float
+    flops_per_s: Mapping[str, float] = field(default_factory=dict)
+    bytes_per_s: float = 0.0
 
     def __post_init__(self) -> None:
-        if not (self.flops_per_s > 0 and self.bytes_per_s > 0):
-            raise ValueError(f"a ceiling is positive: {self.flops_per_s} FLOP/s, {self.bytes_per_s} bytes/s")
+        if not self.flops_per_s or not all(f > 0 for f in self.flops_per_s.values()) or not self.bytes_per_s > 0:
+            raise ValueError(f"a ceiling is positive: {dict(self.flops_per_s)} FLOP/s, {self.bytes_per_s} bytes/s")
+
+    def peak(self, precision: str) -> float:
+        if precision not in self.flops_per_s:
+            raise ValueError(f"no measured peak for {precision} products (have {sorted(self.flops_per_s)})")
+        return self.flops_per_s[precision]
+
+    def seconds(self, flops: Mapping[str, int]) -> float:
+        """The least time of products in several precisions: each precision's FLOPs at its peak."""
+        return sum(f / self.peak(p) for p, f in flops.items() if f)
 
 
-def prompt_pass_seconds(prompt_tokens: int, n_params: int, ceiling: Ceiling) -> float:
-    """The least time a prompt pass over `prompt_tokens` tokens takes: 2N per token at the compute peak."""
-    return FORWARD_FLOPS_PER_PARAM * n_params * prompt_tokens / ceiling.flops_per_s
+def compute_seconds(count: Count, precision: Precision, ceiling: Ceiling) -> float:
+    """The least time of a count's useful FLOPs, each precision at its peak."""
+    return ceiling.seconds(count.by_precision(precision))
 
 
-def decode_step_seconds(rows: int, n_params: int, weight_bytes: int, ceiling: Ceiling) -> float:
-    """The least time one decode step of `rows` rows takes: 2N per row at the compute peak, or every weight read
-    once at the measured bandwidth, whichever is longer."""
-    return max(FORWARD_FLOPS_PER_PARAM * n_params * rows / ceiling.flops_per_s, weight_bytes / ceiling.bytes_per_s)
+def step_seconds(count: Count, nbytes: int, precision: Precision, ceiling: Ceiling) -> float:
+    """The least time of one decode step: its useful FLOPs at the peaks or its bytes at the bandwidth, the longer."""
+    return max(compute_seconds(count, precision, ceiling), nbytes / ceiling.bytes_per_s)
 
 
-def live_rows(lengths: Sequence[int]) -> list[int]:
-    """The rows each decode step of a batch holds, from its completions' lengths in tokens: a row's first token
-    comes from the prompt pass, so step i (i = 1 .. longest - 1) runs the rows that generate more than i tokens."""
-    longest = max(lengths, default=0)
-    counts = [0] * max(longest - 1, 0)
-    for n in lengths:
-        for i in range(1, n):
-            counts[i - 1] += 1
-    return counts
+def decode_seconds(shapes: Shapes, rows: Sequence[Completion], precision: Precision, ceiling: Ceiling) -> float:
+    """The least time of one batch's decode steps (work.decode_steps)."""
+    return sum(step_seconds(c, b, precision, ceiling) for c, b in decode_steps(shapes, rows, precision))
 
 
-def decode_seconds(lengths: Sequence[int], n_params: int, weight_bytes: int, ceiling: Ceiling) -> float:
-    """The least time the decode steps of one batch take, given its completions' lengths (`live_rows`)."""
-    return sum(decode_step_seconds(b, n_params, weight_bytes, ceiling) for b in live_rows(lengths))
+def decode_count(shapes: Shapes, rows: Sequence[Completion], precision: Precision) -> Count:
+    """The useful FLOPs of one batch's decode steps."""
+    return sum((c for c, _ in decode_steps(shapes, rows, precision)), Count())
 
 
-def generation_seconds(prompt_tokens: int, batches: Iterable[Sequence[int]], n_params: int, weight_bytes: int,
-                       ceiling: Ceiling) -> float:
-    """The least time of a generation phase: its prompt pass (the tokens actually passed: a prompt shared by a
-    request's n samples once) and the decode steps of each of its batches (`batches`: completion lengths)."""
-    return (prompt_pass_seconds(prompt_tokens, n_params, ceiling)
-            + sum(decode_seconds(lengths, n_params, weight_bytes, ceiling) for lengths in batches))
+def prompts_count(shapes: Shapes, prompts: Iterable[tuple[int, int | None]]) -> Count:
+    """The useful FLOPs of the prompt passes of (length, rank) prompts (rank None: the shapes' own; 0: the base)."""
+    return sum((prompt_pass(shapes, n, r) for n, r in prompts), Count())
 
 
-def update_seconds(trained_tokens: int, n_params: int, ceiling: Ceiling) -> float:
-    """The least time an update over `trained_tokens` tokens takes: 6N per token at the compute peak."""
-    return TRAIN_FLOPS_PER_PARAM * n_params * trained_tokens / ceiling.flops_per_s
+def generation_seconds(shapes: Shapes, prompts: Iterable[tuple[int, int | None]],
+                       batches: Iterable[Sequence[Completion]], precision: Precision, ceiling: Ceiling) -> float:
+    """The least time of a generation phase: its prompt passes (the prompts actually passed: a prompt shared by a
+    request's n samples once) at the peaks, and the decode steps of each of its batches on the roofline."""
+    return (compute_seconds(prompts_count(shapes, prompts), precision, ceiling)
+            + sum(decode_seconds(shapes, rows, precision, ceiling) for rows in batches))
 
 
 def fraction(least_seconds: float, seconds: float) -> float | None:
@@ -81,7 +85,7 @@ def fraction(least_seconds: float, seconds: float) -> float | None:
     return least_seconds / seconds if seconds > 0 else None
 
 
-def mfu(flops: float, seconds: float, peak_flops_per_s: float) -> float | None:
-    """Model FLOPs utilisation: the FLOPs a phase is charged (spec 14) per second over the compute peak (None when
-    nothing was measured)."""
-    return flops / seconds / peak_flops_per_s if seconds > 0 and peak_flops_per_s > 0 else None
+def mfu(count: Count, seconds: float, precision: Precision, ceiling: Ceiling) -> float | None:
+    """Model FLOPs utilisation: a phase's useful executed FLOPs per second over the peak of the precision each ran
+    in (the time the peaks allow them over the time taken; None when nothing was measured)."""
+    return fraction(compute_seconds(count, precision, ceiling), seconds)

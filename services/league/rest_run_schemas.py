@@ -69,24 +69,32 @@ class StepDynamics(Model):
 
 class PhaseEfficiency(Model):
     threads: int = Field(description="torch threads the phase ran on (-1 settings counted as every core it may use)")
-    flops: float = Field(description="FLOPs charged to the phase (spec 14)")
+    flops: float = Field(description="FLOPs charged to the phase (spec 14: 2N, 6N a token; the budget)")
+    useful_flops: float | None = Field(None, description="the products the work needs, counted from the model's "
+                                       "shapes (spec 14, revised)")
+    recomputed_flops: float | None = Field(None, description="products run again (activation checkpointing, the "
+                                           "chunked head): executed, not useful")
     seconds: float
-    gflops_per_s: float | None
-    mfu: float | None = Field(description="charged FLOPs per second over the measured compute peak of its threads")
+    gflops_per_s: float | None = Field(description="useful FLOPs per second")
+    mfu: float | None = Field(description="useful FLOPs per second over the measured compute peak of their "
+                              "precision on its threads")
     least_seconds: float = Field(description="the least time the roofline allows the phase's work")
     roofline_fraction: float | None = Field(description="least_seconds / seconds")
 
 
 class PeakFigures(Model):
-    gflops: float = Field(description="the best measured GFLOP/s of the model's products on these threads")
+    gflops: float = Field(description="the best measured GFLOP/s of the model's products on these threads, in the "
+                          "precision the base's products run in")
     bandwidth_gb_s: float = Field(description="the best measured read bandwidth")
+    gflops_by_dtype: dict[str, float] | None = Field(None, description="the same for every precision measured")
 
 
 class StepEfficiency(Model):
-    dtype: str = Field(description="the dtype the base model's products run in")
+    dtype: str = Field(description="the dtype the base model's products run in (model.base_matmul)")
     peaks: dict[str, PeakFigures] = Field(description="per thread count")
     phases: dict[str, PhaseEfficiency] = Field(description="propose, solve, update")
-    step: PhaseEfficiency = Field(description="the step's charged FLOPs over its seconds (its window when overlapped)")
+    step: PhaseEfficiency = Field(description="the step's phases together over its seconds (its window when "
+                                  "overlapped)")
 
 
 class StepSummary(Model):

@@ -1,7 +1,8 @@
 // PopuLoRA league dashboard: where a step's time goes against what the machine could do (the step summary's
 // `efficiency`, coordinator/record/efficiency.py): per computing phase and for the whole step, the seconds it took, the
-// least the roofline allows its work, its FLOPs charged per second over the measured peak (mfu) and the share of
-// the roofline it reached, drawn as a bar.
+// least the roofline allows its work, its useful executed FLOPs (the products the work needs, counted from the
+// model's shapes) per second and over the measured peak of their precision (mfu), and the share of the roofline it
+// reached, drawn as a bar.
 "use strict";
 
 (() => {
@@ -26,7 +27,8 @@
       table(["phase", "threads", "seconds", "least", "GFLOP/s", "mfu", "of the roofline"], rows,
         { class: "compact", id: "ov-efficiency-table" }),
       h("p", { class: "note", text: `against the best this machine has reached in ${e.dtype} (${peaks}); least: ` +
-        "the prompt passes at that peak and each decode step at the peak or reading every weight once" }));
+        "the prompt passes and updates at that peak, each decode step at the peak or reading every weight and its KV " +
+        "cache once; GFLOP/s and mfu count the products the work needs, not the charged 2N and 6N" }));
   }
   function fill(frac) {
     const track = h("span", { class: "bar-track eff-track" });
