@@ -98,6 +98,10 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_experiment(args: argparse.Namespace) -> int:
+    if args.shard:
+        from coordinator.experiment.shards import main as shard_main
+
+        return int(shard_main(args, load_cli_config(args)) or 0)
     from coordinator.experiment.runner import main as experiment_main
 
     return int(experiment_main(args, load_cli_config(args)) or 0)
@@ -216,6 +220,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seeds trained and scored at once, each in a process of its own (default 1: one after "
                         "another); on a CPU the small generation batches of a step leave cores idle that another "
                         "seed's work fills (docs/experiment.md)")
+    x.add_argument("--shard", default=None, metavar="SEED[:ARM]",
+                   help="run one shard of the experiment: one seed (both arms and their scoring) or one seed and one "
+                        "arm, reproducibly, and export it to RESULTS/<id>/shards/ (no weights) to commit; the result "
+                        "is computed again from every shard there (docs/experiment.md, \"Shards\")")
+    x.add_argument("--results", default="docs/results", metavar="DIR",
+                   help="with --shard: where the experiment's shards, problem sets and result go (default "
+                        "docs/results)")
     x.set_defaults(func=cmd_experiment)
 
     d = sub.add_parser("dashboard", help="serve the web dashboard of the runs in a run database (read-only)")

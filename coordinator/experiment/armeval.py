@@ -15,6 +15,7 @@ from coordinator.experiment.checkpointeval import (
 )
 from coordinator.experiment.headline import HELDOUT
 from coordinator.experiment.plan import Arm, Experiment
+from coordinator.experiment.problemsets import digest
 from coordinator.record.stepmetrics import read_metrics
 
 
@@ -30,13 +31,22 @@ def eval_settings(exp: Experiment) -> dict:
     """What decides an evaluation's scores besides the arm and the benchmark; a file made with other settings is
     redone."""
     e = exp.cfg.eval
-    return {"limit": exp.limit, "samples": exp.samples, "temperature": e.temperature,
-            "max_new_tokens": e.max_new_tokens, "seed": exp.cfg.run.seed, "checkpoints": list(e.checkpoints),
-            "members": e.members, "curve_limit": e.curve_limit, "heldout_seed": e.heldout_seed}
+    out = {"limit": exp.limit, "samples": exp.samples, "temperature": e.temperature,
+           "max_new_tokens": e.max_new_tokens, "seed": exp.cfg.run.seed, "checkpoints": list(e.checkpoints),
+           "members": e.members, "curve_limit": e.curve_limit, "heldout_seed": e.heldout_seed}
+    if exp.problem_sets is not None:  # the fixed subsets scored (coordinator/experiment/problemsets.py)
+        out["problem_sets"] = digest(exp.problem_sets)
+    return out
 
 
 def arm_rows(arm: Arm) -> list[dict]:
     return read_metrics(Path(arm.cfg.run.output_dir) / arm.run_id)
+
+
+def seed_rows(exp: Experiment, arm: Arm) -> dict[str, list[dict]]:
+    """{arm name: metrics rows} of `arm` and the other arms of its seed in the experiment (none in a shard of one
+    arm: with a FLOP budget an arm's checkpoints are fractions of it, whatever the other arm did)."""
+    return {a.name: arm_rows(a) for a in exp.arms if a.seed == arm.seed}
 
 
 def arm_state(arm: Arm) -> dict:
@@ -67,8 +77,7 @@ def checkpoint_targets(exp: Experiment, arm: Arm, budget: float | None) -> dict[
     if budget is None:
         steps = [rows[-1]["step"]] if rows else []
     else:
-        other = next(a for a in exp.arms if a.seed == arm.seed and a.name != arm.name)
-        cps = checkpoints_of({arm.name: rows, other.name: arm_rows(other)}, budget, exp.cfg.eval.checkpoints)
+        cps = checkpoints_of(seed_rows(exp, arm), budget, exp.cfg.eval.checkpoints)
         steps = sorted({cp.arms[arm.name].step or 0 for cp in cps})
     out: dict[str, int] = {}
     for step in steps:

@@ -81,12 +81,18 @@ def label(adapter_id: str, version: int) -> str:
     return f"{adapter_id}@v{version}"
 
 
+def problem_value(p: dict) -> float:
+    """A problem's value in an evaluation file: its pass value (passed / n), or its likelihood (the mean
+    log-probability per token of its reference answer, `value`: populora.evals.likelihood)."""
+    return p["value"] if "value" in p else p["passed"] / p["n"]
+
+
 def per_problem(scores: dict) -> tuple[list[str], dict[str, dict[str, float]]]:
     """An evaluation file's problem ids in the benchmark's order (its longest result's: the curve's versions answer
-    only its first problems), and {target label: {problem: passed / n}}."""
+    only its first problems), and {target label: {problem: its value (problem_value)}}."""
     results = scores.get("results", [])
     ids = [p["id"] for p in max(results, key=lambda r: len(r["problems"]))["problems"]] if results else []
-    return ids, {r["label"]: {p["id"]: p["passed"] / p["n"] for p in r["problems"]} for r in results}
+    return ids, {r["label"]: {p["id"]: problem_value(p) for p in r["problems"]} for r in results}
 
 
 def _state(values: dict[str, dict[str, float]], population: dict[str, int] | None,

@@ -11,7 +11,7 @@ from pathlib import Path
 from coordinator.experiment.armdynamics import arm_dynamics, complexity_values
 from coordinator.experiment.checkpointeval import compare_at_checkpoints
 from coordinator.experiment.evalfiles import removed_templates, write_json
-from coordinator.experiment.headline import headline_html
+from coordinator.experiment.headline import headline_html, is_likelihood
 from coordinator.record.figures import plt, save_figure
 from populora.analysis.dynamics import COMPLEXITY_METRICS
 from populora.analysis.intervals import trend
@@ -63,10 +63,12 @@ def _trend(series: dict) -> dict | None:
             "seed_mean": t.seed_mean}
 
 
-def dynamics_section(exp, metrics: dict[str, list[dict]]) -> dict:
-    """Per arm run its dynamics; per arm the complexity trends over its seeds (slope per FLOP with a 95%
+def dynamics_section(exp, metrics: dict[str, list[dict]], given: dict[str, dict] | None = None) -> dict:
+    """Per arm run its dynamics (`given`, when computed before: a result made of shards; else computed and kept
+    under the experiment's directory); per arm the complexity trends over its seeds (slope per FLOP with a 95%
     bootstrap interval) and the students' mean oscillation."""
-    runs = {a.run_id: _cached_dynamics(exp, a, metrics[a.run_id]) for a in exp.arms if metrics.get(a.run_id)}
+    runs = {a.run_id: given[a.run_id] if given is not None and a.run_id in given else
+            _cached_dynamics(exp, a, metrics[a.run_id]) for a in exp.arms if metrics.get(a.run_id)}
     arms = {}
     for name in ("population", "mixed-rank", "baseline"):
         mine = [a for a in exp.arms if a.name == name and a.run_id in runs]
@@ -131,7 +133,8 @@ def plot_checkpoints(exp, section: dict, path: Path) -> bool:
                                                                 [c["high"] - c["difference"] for c in done]],
                     fmt="s", color="black", capsize=3, label="difference, 95% interval")
         ax.axhline(0, color="grey", lw=0.8)
-        ax.set_title(f"{b}: pass@1 at equal compute (scoring split)", fontsize=9)
+        what = "log-prob per token of the reference answer" if is_likelihood(b) else "pass@1"
+        ax.set_title(f"{b}: {what} at equal compute (scoring split)", fontsize=9)
         ax.set_xlabel("FLOPs charged to the budget")
         ax.legend(fontsize=7)
     save_figure(fig, path, 72)
@@ -159,7 +162,7 @@ def checkpoint_table(exp, section: dict, arms: tuple[str, str] = ("population", 
             arms_at = c["arms"]
             steps = "; ".join(f"s{s}: {a[first]['step']} / {a[second]['step']}" for s, a in arms_at.items())
             gaps = "; ".join(f"s{s}: {_e(a[first]['gap'])} / {_e(a[second]['gap'])}" for s, a in arms_at.items())
-            k = c.get("counts", {})
+            k = c.get("counts") or {}
             cells = [b, f"{c['fraction']:.0%}", _e(c["flops"]), steps, gaps, _f(c.get("population_mean")),
                      _f(c.get("worst_member")), _f(c.get("best_member")), _f(c.get("baseline")),
                      f"{_f(c.get('difference'))} [{_f(c.get('low'))}, {_f(c.get('high'))}]", str(c.get("n_pairs", "-")),

@@ -18,6 +18,18 @@ from populora.analysis.intervals import paired_bootstrap
 from populora.analysis.power import variance_components
 
 HELDOUT = "heldout"  # the project's generated benchmark (populora.evals), always scored by an experiment
+# A benchmark's likelihood score (populora.evals.likelihood) is reported as a benchmark of its own, `<name>-logprob`:
+# its per-problem value is the mean log-probability per token of the problem's reference answer, not a pass value.
+LOGPROB = "-logprob"
+
+
+def measured(benchmark: str) -> str:
+    """The benchmark a reported name scores: `cruxeval-o-logprob` -> `cruxeval-o`; a pass@1 name is itself."""
+    return benchmark[: -len(LOGPROB)] if benchmark.endswith(LOGPROB) else benchmark
+
+
+def is_likelihood(benchmark: str) -> bool:
+    return benchmark.endswith(LOGPROB)
 Members = Mapping[int, Mapping[str, Sequence[float]]]  # {seed: {problem: each member's pass value}}
 Values = Mapping[int, Mapping[str, float]]  # {seed: {problem: the baseline's pass value}}
 
@@ -30,7 +42,7 @@ def template_of(problem_id: str) -> str:
 def family_of(benchmark: str, problem_id: str) -> str:
     """The family a problem belongs to: template x task type for the generated benchmark (one template's problems
     move together when a member learns it), the problem itself for a published one."""
-    if benchmark == HELDOUT:
+    if measured(benchmark) == HELDOUT:
         _, _, task_type, template = problem_id.split("/")[:4]
         return f"{template} x {task_type}"
     return problem_id
@@ -38,7 +50,7 @@ def family_of(benchmark: str, problem_id: str) -> str:
 
 def kept(problems: Sequence[str], benchmark: str, removed: Mapping[str, Sequence[str]] | None) -> list[str]:
     """The problems left after the families of the removed templates (generated benchmark only), in order."""
-    if benchmark != HELDOUT or not removed:
+    if measured(benchmark) != HELDOUT or not removed:
         return list(problems)
     return [p for p in problems if template_of(p) not in removed]
 
@@ -48,7 +60,7 @@ def family_table(benchmark: str, pop: Members, base: Values, warm: Mapping[str, 
     """One row per family of the generated benchmark: its problems per seed, the population mean, the baseline, the
     warm start (when scored) and the difference, each a mean over seeds and problems; removed families included,
     marked with what their template shares behaviour with."""
-    if benchmark != HELDOUT:
+    if measured(benchmark) != HELDOUT:
         return []
     families: dict[str, list[tuple[int, str]]] = {}
     for s, problems in pop.items():
@@ -93,14 +105,16 @@ def headline(benchmark: str, pop: Members, base: Values, warm: Mapping[str, floa
            "seed_t": {"mean": t.mean, "low": t.low, "high": t.high, "sd": t.sd, "n_seeds": t.n_seeds},
            "few_seeds": len(seeds) < FEW_SEEDS,
            "pairs_interval": {"low": flat.low, "high": flat.high},
-           "counts": {"both": flat.counts.both, "only_population": flat.counts.only_population,
-                      "only_baseline": flat.counts.only_baseline, "neither": flat.counts.neither},
+           # solved or not: a likelihood is no pass value, so its problems are not counted so
+           "counts": None if is_likelihood(benchmark) else {
+               "both": flat.counts.both, "only_population": flat.counts.only_population,
+               "only_baseline": flat.counts.only_baseline, "neither": flat.counts.neither},
            "population_mean": mean(v["population"] for v in per_seed.values()),
            "baseline": mean(v["baseline"] for v in per_seed.values())}
     if len(seeds) > 1 and all(len(keep[s]) > 1 for s in seeds):  # the spread a design's power is computed from
         v = variance_components({s: [d for fam in diffs[s].values() for d in fam] for s in seeds})
         out["variance"] = {"sd_seed": v.sd_seed, "sd_problem": v.sd_problem, "sd_seed_means": v.sd_seed_means}
-    if benchmark == HELDOUT:
+    if measured(benchmark) == HELDOUT:
         out["removed"] = sorted({family_of(benchmark, p) for s in seeds for p in pop[s]
                                  if template_of(p) in removed})
         out["removed_because"] = {k: list(v) for k, v in removed.items()}

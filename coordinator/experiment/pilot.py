@@ -3,10 +3,11 @@ numbers): a step's cost in each arm and an answer's cost in the scoring, on this
 
 It trains both arms of one seed for a few steps (`--steps`; the runs continue when rerun, as `populora train --resume`
 does), then scores the warm start, the population's students and the baseline at their last step on the first
-`--problems` problems of each `--benchmark` in one batch, and writes <out>/pilot.json: per arm the mean seconds,
+`--problems` problems of each `--benchmark` in one batch, then the likelihood of their reference answers under the
+same versions in one Score batch (populora.evals.likelihood), and writes <out>/pilot.json: per arm the mean seconds,
 charged FLOPs and phase seconds of a step; per benchmark the seconds, tokens and FLOPs of an answer and each version's
-pass rate; the machine's cores and its load average through the pilot. `python -m coordinator.experiment.design`
-turns it into designs and their power.
+pass rate, and of a likelihood row (one problem under one version) and each version's mean; the machine's cores and
+its load average through the pilot. `python -m coordinator.experiment.design` turns it into designs and their power.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from statistics import mean
 from coordinator.experiment.checkpointeval import WARM, label, population_at
 from coordinator.experiment.evalfiles import write_json
 from coordinator.experiment.plan import Experiment, plan
+from coordinator.experiment.problemsets import likelihood_scored
 from populora.analysis.flops import FORWARD_FLOPS_PER_PARAM
 
 
@@ -129,9 +131,27 @@ def score(exp: Experiment, benchmarks: list[str], problems: int) -> dict:
                       "tokens_per_answer": tokens / answers if answers else None,
                       "flops_per_answer": FORWARD_FLOPS_PER_PARAM * n * tokens / answers if answers else None,
                       "pass_rate": {r.label: r.pass_at_1 for r in results}}
+            if likelihood_scored(b):
+                out[b]["likelihood"] = likelihood_cost(services, targets, b, chunk, n)
     finally:
         services.close()
     return out
+
+
+def likelihood_cost(services, targets: list, benchmark: str, problems: list, n_params: int) -> dict:
+    """The likelihood of the problems' reference answers (populora.evals.likelihood) under the same versions, in
+    one batch: seconds, tokens and FLOPs a row (one problem under one version), and each version's mean."""
+    from populora.evals.likelihood import likelihood
+
+    start = time.perf_counter()
+    results = likelihood(services, targets, benchmark, problems)
+    seconds = time.perf_counter() - start
+    rows = sum(len(r.problems) for r in results)
+    tokens = sum(p["tokens"] + p["prompt_tokens"] for r in results for p in r.problems)
+    return {"rows": rows, "seconds": seconds, "seconds_per_row": seconds / rows if rows else None,
+            "tokens_per_row": tokens / rows if rows else None,
+            "flops_per_row": FORWARD_FLOPS_PER_PARAM * n_params * tokens / rows if rows else None,
+            "mean": {r.label: r.mean for r in results}}
 
 
 def main(argv: list[str] | None = None) -> int:

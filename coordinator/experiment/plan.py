@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from coordinator.experiment.comparison import ArmRun, ComparisonInput
-from coordinator.experiment.headline import HELDOUT
+from coordinator.experiment.headline import HELDOUT, LOGPROB
 from coordinator.record.stepmetrics import read_metrics
 from coordinator.train import as_baseline
 from populora.config import Config, ConfigError, config_from_yaml
@@ -52,10 +52,19 @@ class Experiment:
     limit: int | None = None
     samples: int = 1
     arms: list[Arm] = field(default_factory=list)
+    directory: Path | None = None  # where its files go, when not <run.output_dir>/<id> (a shard's own)
+    problem_sets: dict | None = None  # the fixed subsets it scores (coordinator/experiment/problemsets.py)
 
     @property
     def out_dir(self) -> Path:
-        return Path(self.cfg.run.output_dir) / self.experiment_id
+        return self.directory or Path(self.cfg.run.output_dir) / self.experiment_id
+
+    @property
+    def scored_benchmarks(self) -> list[str]:
+        """The benchmarks as the comparison reports them: each benchmark's pass@1, then the likelihood score of
+        each one the problem sets give a likelihood subset (`<benchmark>-logprob`)."""
+        sets = (self.problem_sets or {}).get("benchmarks", {})
+        return list(self.benchmarks) + [b + LOGPROB for b in self.benchmarks if sets.get(b, {}).get("likelihood")]
 
     def manifest(self) -> dict:
         return {"experiment_id": self.experiment_id, "config_yaml": self.cfg.to_yaml(), "seeds": self.seeds,
@@ -65,7 +74,7 @@ class Experiment:
 
     def comparison_input(self) -> ComparisonInput:
         """What the comparison reads of the experiment: its arms' runs, benchmarks, evaluation settings and config."""
-        return ComparisonInput(self.experiment_id, self.out_dir, self.cfg, list(self.seeds), list(self.benchmarks),
+        return ComparisonInput(self.experiment_id, self.out_dir, self.cfg, list(self.seeds), self.scored_benchmarks,
                                self.limit, self.samples,
                                [ArmRun(a.name, a.seed, a.run_id, Path(a.cfg.run.output_dir) / a.run_id)
                                 for a in self.arms])

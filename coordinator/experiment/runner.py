@@ -27,7 +27,7 @@ from coordinator.experiment.plan import (
     parse_seeds,
     plan,
 )
-from coordinator.experiment.seedeval import ensure_overlap, evaluate_arms, load_benchmark
+from coordinator.experiment.seedeval import attach_problem_sets, ensure_overlap, evaluate_arms, load_benchmark
 from coordinator.record.ledger import budget_spent
 from coordinator.record.stepmetrics import read_metrics
 from coordinator.run.journal import JournalDB
@@ -189,7 +189,8 @@ def main(args, cfg: Config) -> int:
         for benchmark in exp.benchmarks:
             if benchmark != HELDOUT:
                 load_benchmark(exp, benchmark)
-    except EvalError as e:
+        attach_problem_sets(exp)  # the fixed subsets scored, drawn now when asked for (eval.*_problems)
+    except (EvalError, ConfigError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(f"experiment {experiment_id}: {len(exp.arms)} arms "

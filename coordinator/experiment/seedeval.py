@@ -21,11 +21,13 @@ from coordinator.experiment.armeval import (
     eval_limit,
     eval_settings,
     experiment_budget,
+    seed_rows,
 )
 from coordinator.experiment.checkpointeval import WARM, checkpoints_of, label, population_at
 from coordinator.experiment.evalfiles import OVERLAP_FILE, eval_path, write_json
-from coordinator.experiment.headline import HELDOUT
+from coordinator.experiment.headline import HELDOUT, is_likelihood, measured
 from coordinator.experiment.plan import Arm, Experiment
+from coordinator.experiment.problemsets import PROBLEMS_FILE, enabled, ensure, subset
 from coordinator.run.modelsize import model_size
 from populora.analysis.flops import FORWARD_FLOPS_PER_PARAM
 
@@ -39,8 +41,7 @@ def final_step(exp: Experiment, arm: Arm, budget: float | None) -> int:
     rows = arm_rows(arm)
     if budget is None:
         return rows[-1]["step"] if rows else 0
-    other = next(a for a in exp.arms if a.seed == arm.seed and a.name != arm.name)
-    cps = checkpoints_of({arm.name: rows, other.name: arm_rows(other)}, budget, exp.cfg.eval.checkpoints)
+    cps = checkpoints_of(seed_rows(exp, arm), budget, exp.cfg.eval.checkpoints)
     return cps[-1].arms[arm.name].step or 0
 
 
@@ -56,10 +57,36 @@ def seed_targets(exp: Experiment, seed: int, budget: float | None) -> dict[str, 
     return out
 
 
-def load_benchmark(exp: Experiment, benchmark: str) -> list:
+def load_benchmark(exp: Experiment, benchmark: str, kind: str = "pass") -> list:
     """The benchmark's problems as the experiment scores them: `heldout` from `eval.heldout_seed`, the others from
     `eval.data` or their publishers' files in $POPULORA_BENCHMARKS; the first --limit (heldout: 380) when one
-    applies."""
+    applies; with problem sets, its `kind` subset (pass | likelihood) in the order the file lists it."""
+    from populora.evals import EvalError
+
+    problems = all_problems(exp, benchmark)
+    ids = subset(exp.problem_sets, benchmark, kind)
+    if ids is None:
+        return problems
+    by_id = {p.id: p for p in problems}
+    unknown = [i for i in ids if i not in by_id]
+    if unknown:
+        raise EvalError(f"the problem sets list {len(unknown)} {benchmark} problems its data does not hold, e.g. "
+                        f"{unknown[:3]}: another data file than the one they were drawn from?")
+    return [by_id[i] for i in ids]
+
+
+def attach_problem_sets(exp: Experiment, path: Path | None = None) -> None:
+    """The experiment's problem sets (coordinator/experiment/problemsets.py), read from `path` (default: its
+    directory's problems file) or drawn and written there, when eval.pass_problems or eval.likelihood_problems asks
+    for them; nothing otherwise."""
+    if not enabled(exp.cfg):
+        return
+    exp.problem_sets = ensure(path or exp.out_dir / PROBLEMS_FILE, exp.cfg, exp.limit, exp.benchmarks,
+                              lambda b: all_problems(exp, b))
+
+
+def all_problems(exp: Experiment, benchmark: str) -> list:
+    """Every problem of the benchmark the experiment scores from (load_benchmark, before any problem set)."""
     from populora.evals import EvalError, load_problems
     from populora.evals.benchmarks import BenchmarkError
 
@@ -109,15 +136,16 @@ def evaluate_seed(exp: Experiment, seed: int, budget: float | None, with_start: 
     from coordinator.experiment.evaluate import open_eval_services
 
     arms = [a for a in exp.arms if a.seed == seed]
-    todo = [b for b in exp.benchmarks if not all(_done(exp, a, b, budget) for a in arms)]
-    for b in exp.benchmarks:
+    todo = [b for b in exp.scored_benchmarks if not all(_done(exp, a, b, budget) for a in arms)]
+    for b in exp.scored_benchmarks:
         if b not in todo:
             log.info("evaluation of seed %d on %s done before, not redone", seed, b)
     if not todo:
         return []
     services = open_eval_services(arms[0].cfg, league=True)
     try:
-        return [p for b in todo for p in _score_benchmark(exp, services, seed, b, budget, with_start)]
+        return [p for b in todo for p in (_score_likelihood if is_likelihood(b) else _score_benchmark)(
+            exp, services, seed, b, budget, with_start)]
     finally:
         services.close()
 
@@ -144,16 +172,15 @@ def ensure_overlap(exp: Experiment) -> None:
              {k: v for k, v in overlap.shared.items() if v} or "none")
 
 
-def _score_benchmark(exp: Experiment, services, seed: int, benchmark: str, budget: float | None,
-                     with_start: bool) -> list[Path]:
-    """One benchmark for one seed: its parts (made or read back), then one file per arm."""
-    from populora.evals import EvalTarget, evaluate
-    from populora.evals.progress import progress_text
+def seed_versions(exp: Experiment, seed: int, budget: float | None, with_start: bool):
+    """(chosen, owner, final, per_arm) of the seed's scoring: {label: EvalTarget} of every version scored, {label:
+    the run id whose file holds it}, the labels scored at the last checkpoint (the warm start among them), and
+    seed_targets' {run id: (targets, last labels)}."""
+    from populora.evals import EvalTarget
     from populora.store import ArtifactStore
 
     arms = [a for a in exp.arms if a.seed == seed]
-    cfg, settings = arms[0].cfg, eval_settings(exp)
-    store = ArtifactStore(cfg.store_root)
+    store = ArtifactStore(arms[0].cfg.store_root)
     per_arm = seed_targets(exp, seed, budget)
     owner: dict[str, str] = {}  # label -> run id whose file holds it
     chosen: dict[str, EvalTarget] = {}
@@ -165,8 +192,38 @@ def _score_benchmark(exp: Experiment, services, seed: int, benchmark: str, budge
     warm = f"{arms[0].run_id}.warm"
     if with_start and store.versions(warm):
         ref = store.latest(warm)
-        chosen[WARM], owner[WARM] = EvalTarget(WARM, warm, ref.version, str(store.path_of(ref))), exp.arms[0].run_id
+        chosen[WARM], owner[WARM] = EvalTarget(WARM, warm, ref.version, str(store.path_of(ref))), arms[0].run_id
     final = {n for _, last in per_arm.values() for n in last} | ({WARM} if WARM in chosen else set())
+    return chosen, owner, final, per_arm
+
+
+def _score_likelihood(exp: Experiment, services, seed: int, name: str, budget: float | None,
+                      with_start: bool) -> list[Path]:
+    """The likelihood score of one benchmark (`<benchmark>-logprob`) for one seed: its parts made or read back,
+    then one file per arm (coordinator/experiment/likelihoodeval.py)."""
+    from coordinator.experiment.likelihoodeval import score_parts, write_files
+
+    benchmark = measured(name)
+    arms = [a for a in exp.arms if a.seed == seed]
+    chosen, owner, final, per_arm = seed_versions(exp, seed, budget, with_start)
+    log.info("likelihood of seed %d on %s: %d versions, %d of them at the last checkpoint", seed, benchmark,
+             len(chosen), len(final))
+    parts = parts_of(load_benchmark(exp, benchmark, "likelihood"), exp.cfg.eval.curve_limit)
+    trained = {a.run_id: arm_state(a) for a in arms}
+    start = time.perf_counter()
+    made = score_parts(exp, services, seed, name, parts, chosen, final, budget, trained)
+    return write_files(exp, arms, name, made, chosen, owner, per_arm, budget, trained, time.perf_counter() - start)
+
+
+def _score_benchmark(exp: Experiment, services, seed: int, benchmark: str, budget: float | None,
+                     with_start: bool) -> list[Path]:
+    """One benchmark for one seed: its parts (made or read back), then one file per arm."""
+    from populora.evals import evaluate
+    from populora.evals.progress import progress_text
+
+    arms = [a for a in exp.arms if a.seed == seed]
+    cfg, settings = arms[0].cfg, eval_settings(exp)
+    chosen, owner, final, per_arm = seed_versions(exp, seed, budget, with_start)
     log.info("evaluating seed %d on %s: %d versions, %d of them at the last checkpoint", seed, benchmark, len(chosen),
              len(final))
     problems = load_benchmark(exp, benchmark)

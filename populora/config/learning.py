@@ -163,6 +163,16 @@ class EvalConfig(Section):
     heldout_seed: int = Field(0, ge=0)
     """`populora experiment`: the generator seed of its `heldout` problems (`populora eval` always uses 0). A seed no
     earlier evaluation used keeps the problems unseen by whoever chose the design."""
+    pass_problems: int = Field(0, ge=0)
+    """`populora experiment`: problems of each benchmark answered by generation and scored pass@1, a seeded subset
+    fixed in the experiment's problems file before anything is scored (the same for every seed, version and shard;
+    docs/experiment.md, "Problem sets"); 0 = every problem (or --limit), as without a problems file."""
+    likelihood_problems: int = Field(0, ge=0)
+    """`populora experiment`: problems of each task benchmark (heldout, CRUXEval-O and -I) whose reference answer's
+    log-probability is scored under every version (populora.evals.likelihood: a prompt pass, no generation), a seeded
+    subset fixed in the problems file; reported as `<benchmark>-logprob`. 0 = no likelihood score."""
+    subset_seed: int = Field(0, ge=0)
+    """`populora experiment`: the seed the problems file's subsets are drawn with (pass_problems, likelihood_problems)."""
 
     @field_validator("checkpoints")
     @classmethod

@@ -13,7 +13,7 @@ score on a benchmark is the mean over its problems. Higher is better; 0 is certa
 
     results = likelihood(services, targets, "cruxeval-o", problems)
     results[0].to_json()  # {"label", "adapter_id", "version", "benchmark", "kind": "logprob", "n_problems", "mean",
-                          #  "problems": [{"id", "logprob", "tokens", "value"}]}
+                          #  "problems": [{"id", "logprob", "tokens", "prompt_tokens", "value"}]}
 
 A code_i problem may have other right inputs than the reference: its likelihood is that of one right answer, a lower
 bound of the model's belief in a right one. Every row of every target goes to inference in one Score call per batch
@@ -68,7 +68,8 @@ class LikelihoodResult:
     adapter_id: str | None
     version: int
     benchmark: str
-    problems: list[dict] = field(default_factory=list)  # [{"id", "logprob" (sum), "tokens", "value" (per token)}]
+    # [{"id", "logprob" (the sum), "tokens" (the answer's), "prompt_tokens" (before it), "value" (per token)}]
+    problems: list[dict] = field(default_factory=list)
     run_id: str = ""
 
     @property
@@ -137,7 +138,7 @@ def likelihood(services: Any, targets: list[EvalTarget], benchmark: str, problem
         t_idx, p_idx = where[r.row_id]
         s = got[r.row_id]
         per[t_idx].append({"id": problems[p_idx].id, "logprob": s.logprob, "tokens": s.tokens,
-                           "value": s.logprob / s.tokens})
+                           "prompt_tokens": s.prompt_tokens, "value": s.logprob / s.tokens})
     return [LikelihoodResult(t.label, t.adapter_id, t.version, benchmark, per[i], run_id)
             for i, t in enumerate(targets)]
 
