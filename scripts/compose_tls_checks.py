@@ -48,8 +48,11 @@ def https_context(certs: Path, identity: str = "coordinator") -> ssl.SSLContext:
     return ctx
 
 
-def https_get(url: str, certs: Path, server_name: str, timeout: float = 30) -> httpx.Response:
-    with httpx.Client(verify=https_context(certs), timeout=timeout) as client:
+def https_get(url: str, certs: Path, server_name: str, timeout: float = 30, identity: str = "coordinator"
+              ) -> httpx.Response:
+    """GET `url` over HTTPS as `identity` (its client certificate names the caller), the server checked as
+    `server_name`."""
+    with httpx.Client(verify=https_context(certs, identity), timeout=timeout) as client:
         return client.get(url, extensions={"sni_hostname": server_name})
 
 
@@ -158,7 +161,7 @@ def plaintext_refused(address, league_port: int, services: dict[str, Any], certs
         path = "/metrics"
         plain[f"http:{name}"] = _http_plaintext(f"http://{hostport}{path}")
         try:
-            resp = https_get(f"https://{hostport}{path}", certs, name)
+            resp = https_get(f"https://{hostport}{path}", certs, name, identity="dashboard")  # /metrics: a reader
             tls[f"http:{name}"] = "" if resp.status_code == 200 else f"https://{hostport}{path}: HTTP {resp.status_code}"
         except httpx.HTTPError as e:
             tls[f"http:{name}"] = f"https://{hostport}{path}: {type(e).__name__}: {e}"

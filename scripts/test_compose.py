@@ -100,23 +100,23 @@ class Stack:
 
         self.compose = compose_command()
         self.league_port = free_port()
-        self.token = secrets.token_urlsafe(24)
-        self.password = password = secrets.token_urlsafe(24)
+        self.password = password = secrets.token_urlsafe(24)  # Postgres' superuser: postgres and db-setup only
+        self.db_passwords = {role: secrets.token_urlsafe(24) for role in ("league", "reader", "sandbox", "coordinator")}
         self.redis_password = secrets.token_urlsafe(24)
-        # the sandbox's secrets as files only root can read (the compose files' `secrets:`), removed in down()
+        # the sandbox's database URL as a file only root can read (the compose files' `secrets:`), removed in down()
         self.secrets_dir = Path(tempfile.mkdtemp(prefix="populora-compose-secrets-"))
-        for name, value in (("token", self.token),
-                            ("db_url", f"postgresql+psycopg://populora:{password}@postgres:5432/populora"
-                                       "?sslmode=verify-full&sslrootcert=/run/secrets/tls/ca.pem")):
-            path = self.secrets_dir / name
-            path.write_text(value)
-            path.chmod(0o400)
+        path = self.secrets_dir / "sandbox_db_url"
+        path.write_text(f"postgresql+psycopg://populora_sandbox:{self.db_passwords['sandbox']}@postgres:5432/populora"
+                        "?sslmode=verify-full&sslrootcert=/run/secrets/tls/ca.pem")
+        path.chmod(0o400)
         tlscheck.write_redis_acl(self.secrets_dir / "redis-users.acl", self.redis_password)
         # a CA and a certificate per identity and data store, for this run only
         self.certs = tlscheck.make_certs(self.secrets_dir / "certs")
         env = {k: v for k, v in os.environ.items() if not k.startswith(("POPULORA", "COMPOSE_"))}
         env.update(images)
-        env.update({"COMPOSE_PROJECT_NAME": PROJECT, "POSTGRES_PASSWORD": password, "POPULORA_TOKEN": self.token,
+        env.update({"COMPOSE_PROJECT_NAME": PROJECT, "POSTGRES_PASSWORD": password,
+                    "LEAGUE_DB_PASSWORD": self.db_passwords["league"], "READER_DB_PASSWORD": self.db_passwords["reader"],
+                    "COORDINATOR_DB_PASSWORD": self.db_passwords["coordinator"],
                     "POPULORA_LEAGUE_PORT": str(self.league_port), "POPULORA_SECRETS_DIR": str(self.secrets_dir),
                     "POPULORA_CERTS_DIR": str(self.certs), "REDIS_PASSWORD": self.redis_password})
         self.env = env
@@ -219,9 +219,10 @@ def metrics_endpoints(stack: Stack, services: dict[str, Any]) -> dict[str, str]:
 
 
 def metrics_answer(stack: Stack, name: str, url: str) -> str:
-    """'' when the URL serves Prometheus text over TLS (the certificate of service `name`), else what was wrong."""
+    """'' when the URL serves Prometheus text over TLS (the certificate of service `name`) to a reader (the dashboard's
+    certificate: /metrics is each service's Read), else what was wrong."""
     try:
-        resp = tlscheck.https_get(url, stack.certs, name, timeout=15)
+        resp = tlscheck.https_get(url, stack.certs, name, timeout=15, identity="dashboard")
     except httpx.HTTPError as e:
         return f"{url}: {type(e).__name__}: {e}"
     if resp.status_code != 200 or "# TYPE" not in resp.text:
@@ -229,7 +230,7 @@ def metrics_answer(stack: Stack, name: str, url: str) -> str:
     return ""
 
 
-def sandbox_runner(address: str, token: str, certs: Path):
+def sandbox_runner(address: str, certs: Path):
     """A Runner (list[Job] -> list[JobResult]) that sends the jobs to the sandbox service's Execute over gRPC (mutual
     TLS as the coordinator)."""
     from populora import rpc
@@ -238,7 +239,7 @@ def sandbox_runner(address: str, token: str, certs: Path):
     from populora.tls import TlsFiles
 
     tls = TlsFiles("coordinator", certs / "ca.pem", certs / "coordinator.pem", certs / "coordinator-key.pem")
-    remote = rpc.connect("sandbox", address, token=token, timeout=900, tls=tls)
+    remote = rpc.connect("sandbox", address, timeout=900, tls=tls)
 
     def run_jobs(jobs: list[Job]) -> list[JobResult]:
         request = sandbox_pb2.ExecuteRequest(jobs=[
@@ -250,10 +251,10 @@ def sandbox_runner(address: str, token: str, certs: Path):
     return run_jobs
 
 
-# What the deployment itself must keep from a job: the sandbox's secret files (its token, its TLS key), and the
+# What the deployment itself must keep from a job: the sandbox's secret files (its database URL, its TLS key), and the
 # secrets in any process's environment or command line (gVisor lets any uid read /proc/<pid>/environ).
 SECRET_PROBES = {
-    "read_secret_file": "print(open('/run/secrets/populora_token').read())",
+    "read_secret_file": "print(open('/run/secrets/sandbox_db_url').read())",
     "read_tls_key": "print(open('/run/secrets/tls/sandbox-key.pem').read())",
     "scan_proc_environ_cmdline": ("import os\nfor p in os.listdir('/proc'):\n    for f in ('environ', 'cmdline'):\n"
                                   "        try:\n            print(open(f'/proc/{p}/{f}').read())\n"
@@ -268,11 +269,11 @@ def hostile(stack: Stack) -> tuple[int, list[str]]:
     from populora.tasks.jobs import Job
     from tests.sandbox.hostile_corpus import run_corpus
 
-    runner = sandbox_runner(f"{stack.address('sandbox')}:50054", stack.token, stack.certs)
+    runner = sandbox_runner(f"{stack.address('sandbox')}:50054", stack.certs)
     total, wrong = run_corpus(runner, profile="container")
     for r in runner([Job(name, program, timeout_s=5.0) for name, program in SECRET_PROBES.items()]):
         total += 1
-        if (stack.token in r.stdout or stack.password in r.stdout or "PRIVATE KEY" in r.stdout
+        if (any(p in r.stdout for p in (stack.password, *stack.db_passwords.values())) or "PRIVATE KEY" in r.stdout
                 or (r.job_id.startswith("read_") and r.status != "error")):
             wrong.append(f"{r.job_id}: a job read a secret of the deployment (status {r.status})")
     normal = runner([Job(f"n{i}", "def f(a, b):\n    return sorted([a, b, a * b])", calls=[f"f({i}, 3)"])

@@ -32,11 +32,13 @@ REST_SERVICES = ("league", "sandbox")
 CONFIG_PATH = "/etc/populora/config.yaml"
 SECRET_NAME = "populora-secrets"
 # Stand-ins for secret values, so files can be rendered and configs loaded without real secrets.
-DUMMY_SECRETS = {"POSTGRES_PASSWORD": "dummy-pg-password", "POPULORA_TOKEN": "dummy-token",
+DUMMY_SECRETS = {"POSTGRES_PASSWORD": "dummy-pg-password", "LEAGUE_DB_PASSWORD": "dummy-league-password",
+                 "READER_DB_PASSWORD": "dummy-reader-password", "COORDINATOR_DB_PASSWORD": "dummy-coordinator-password",
                  "REDIS_PASSWORD": "dummy-redis-password"}
-SECRET_PLACEHOLDERS = {"POPULORA__LEAGUE__DB_URL": "postgresql+psycopg://populora:dummy@postgres:5432/populora"
-                                                   "?sslmode=verify-full&sslrootcert=/run/secrets/tls/ca.pem",
-                       "POPULORA_TOKEN": "dummy-token",
+_DB = "@postgres:5432/populora?sslmode=verify-full&sslrootcert=/run/secrets/tls/ca.pem"
+SECRET_PLACEHOLDERS = {"POPULORA__LEAGUE__DB_URL": f"postgresql+psycopg://populora_league:dummy{_DB}",
+                       "POPULORA__LEAGUE__READ_DB_URL": f"postgresql+psycopg://populora_reader:dummy{_DB}",
+                       "POPULORA__SANDBOX__DB_URL": f"postgresql+psycopg://populora_sandbox:dummy{_DB}",
                        "POPULORA__QUEUE__REDIS_URL": "rediss://coordinator:dummy@redis:6379/0"}
 INSTALL = {
     "docker-compose": "install Debian's docker-compose package: `make apt` (as root) or "

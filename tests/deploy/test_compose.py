@@ -47,36 +47,48 @@ def _script_defaults() -> dict[str, str]:
 @pytest.mark.parametrize("file, variant", [("docker-compose.yml", "cuda"), ("docker-compose.cpu.yml", "cpu")])
 def test_rendering_gives_the_whole_system(file, variant):
     """docker-compose renders the file (anchors merged, variables filled) into exactly the system: the five services,
-    the coordinator, Postgres and Redis; the project image `make images` builds, built from this checkout; the
-    public Postgres and Redis images `make images` pulls; the volumes, networks and secret files; and the secrets
-    given in the environment reach the services that take them."""
+    the coordinator, Postgres, Redis and db-setup (the database roles); the project image `make images` builds, built
+    from this checkout; the public Postgres and Redis images `make images` pulls; the volumes, networks and secret
+    files; and the secrets given in the environment reach the services that take them, each its own."""
     doc = rendered_compose(file)
     defaults = _script_defaults()
     services = doc["services"]
-    assert set(services) == set(POPULORA) | {"postgres", "redis"}, f"{file}: {sorted(services)}"
+    assert set(services) == set(POPULORA) | {"postgres", "redis", "db-setup"}, f"{file}: {sorted(services)}"
     assert set(doc["volumes"]) == {"data", "pgdata", "redisdata"}, f"{file}: volumes {sorted(doc['volumes'])}"
     assert set(doc["networks"]) == {"backend", "sandbox"} and doc["networks"]["sandbox"].get("internal") is True
     tls = {f"tls_{n}_{kind}": {"file": str(ROOT / "certs" / f"{n}{suffix}.pem")} for n in TLS_NAMES
            for kind, suffix in (("cert", ""), ("key", "-key"))}
     assert doc["secrets"] == {**{name: {"file": str(ROOT / "secrets" / path)} for name, path in
-                                 (("populora_token", "token"), ("populora_db_url", "db_url"),
-                                  ("redis_users", "redis-users.acl"))},
+                                 (("sandbox_db_url", "sandbox_db_url"), ("redis_users", "redis-users.acl"))},
                               "tls_ca": {"file": str(ROOT / "certs" / "ca.pem")}, **tls}, doc["secrets"]
     image = f"{defaults['POPULORA_IMAGE']}:{defaults['POPULORA_TAG']}-{variant}"
     base = re.search(r"^ARG BASE_IMAGE=(\S+)$", (ROOT / "Dockerfile").read_text(), re.M).group(1)
-    for name in POPULORA:
+    for name in (*POPULORA, "db-setup"):
         svc = services[name]
         assert svc["image"] == image, f"{file}: {name} runs {svc['image']}, `make images` builds {image}"
         assert svc["build"] == {"context": str(ROOT), "args": {"VARIANT": variant, "BASE_IMAGE": base}}, \
             f"{file}: {name} build {svc['build']}"
+        assert svc["restart"] == ("no" if name in ("coordinator", "db-setup") else "unless-stopped"), \
+            f"{file}: {name} restart"
+        if name == "db-setup":
+            continue
         config = [v for v in svc["volumes"] if v.endswith(f":{CONFIG_PATH}:ro")]
         assert len(config) == 1 and Path(config[0].split(":")[0]).is_file(), \
             f"{file}: {name} must mount one config file of this checkout read-only at {CONFIG_PATH}"
-        assert svc["restart"] == ("no" if name == "coordinator" else "unless-stopped"), f"{file}: {name} restart"
-        env = {k: str(v) for k, v in svc["environment"].items()}
-        if name != "sandbox":
-            assert env["POPULORA_TOKEN"] == DUMMY_SECRETS["POPULORA_TOKEN"], f"{file}: {name} gets no token"
-            assert f":{DUMMY_SECRETS['POSTGRES_PASSWORD']}@postgres:5432/" in env["POPULORA__LEAGUE__DB_URL"]
+    env = {name: {k: str(v) for k, v in services[name]["environment"].items()}
+           for name in ("league", "coordinator", "db-setup")}
+    db = "@postgres:5432/populora?sslmode=verify-full&sslrootcert=/run/secrets/tls/ca.pem"
+    league = f"postgresql+psycopg://populora_league:{DUMMY_SECRETS['LEAGUE_DB_PASSWORD']}{db}"
+    reader = f"postgresql+psycopg://populora_reader:{DUMMY_SECRETS['READER_DB_PASSWORD']}{db}"
+    coordinator = f"postgresql+psycopg://populora_coordinator:{DUMMY_SECRETS['COORDINATOR_DB_PASSWORD']}{db}"
+    assert (env["league"]["POPULORA__LEAGUE__DB_URL"], env["league"]["POPULORA__LEAGUE__READ_DB_URL"]) == (league, reader)
+    assert env["coordinator"]["POPULORA__LEAGUE__DB_URL"] == coordinator
+    assert env["db-setup"] == {"POPULORA_LOG_JSON": "1", "POPULORA_PG_LEAGUE_URL": league, "POPULORA_PG_READER_URL": reader,
+                               "POPULORA_PG_COORDINATOR_URL": coordinator,
+                               "POPULORA_PG_SANDBOX_URL_FILE": "/run/secrets/sandbox_db_url",
+                               "POPULORA_PG_ADMIN_URL": f"postgresql+psycopg://populora:{DUMMY_SECRETS['POSTGRES_PASSWORD']}{db}"}
+    for name in ("league", "sandbox", "coordinator"):
+        assert services[name]["depends_on"]["db-setup"] == {"condition": "service_completed_successfully"}, name
     assert services["postgres"]["image"] == defaults["PUBLIC_POSTGRES_IMAGE"]
     assert services["redis"]["image"] == defaults["PUBLIC_REDIS_IMAGE"]
     assert services["postgres"]["environment"]["POSTGRES_PASSWORD"] == DUMMY_SECRETS["POSTGRES_PASSWORD"]
@@ -85,7 +97,7 @@ def test_rendering_gives_the_whole_system(file, variant):
 
 @pytest.mark.parametrize("file", COMPOSE_FILES)
 def test_secrets_are_required_not_stored(file):
-    """Without POSTGRES_PASSWORD / POPULORA_TOKEN the file refuses to render: no default secret values."""
+    """Without any of the passwords the file refuses to render: no default secret values."""
     for missing in DUMMY_SECRETS:
         env = {k: v for k, v in DUMMY_SECRETS.items() if k != missing}
         out = compose_config(file, env=env)
@@ -144,9 +156,12 @@ def test_health_checks_and_dependencies(compose):
     services = doc["services"]
     for name, svc in services.items():
         test = svc.get("healthcheck", {}).get("test", ["NONE"])
-        if name != "coordinator":
+        if name not in ("coordinator", "db-setup"):  # a run and a one-off setup: they exit when done
             assert test != ["NONE"], f"{file}: {name} has no health check"
         for dep, cond in (svc.get("depends_on") or {}).items():
+            if dep == "db-setup":  # the database roles: made once, then the container exits
+                assert cond["condition"] == "service_completed_successfully", f"{file}: {name} waits for db-setup"
+                continue
             assert cond["condition"] == "service_healthy", f"{file}: {name} should wait for {dep} to be healthy"
             assert services[dep].get("healthcheck", {}).get("test", ["NONE"]) != ["NONE"], \
                 f"{file}: {name} waits for {dep} to be healthy, but {dep} has no health check"
@@ -184,8 +199,8 @@ def test_sandbox_isolation(compose):
 
 
 def test_sandbox_secrets_are_files_not_environment(compose):
-    """Under gVisor a job can read any process's /proc/<pid>/environ: the sandbox's token and database URL come as
-    Compose secrets (files), its environment holds none; the other services keep theirs in the environment."""
+    """Under gVisor a job can read any process's /proc/<pid>/environ: the sandbox's database URL comes as a Compose
+    secret (a file), its environment holds none; the other services keep theirs in the environment."""
     file, doc = compose
     sandbox = doc["services"]["sandbox"]
     env = {k: str(v) for k, v in sandbox["environment"].items()}
@@ -193,7 +208,7 @@ def test_sandbox_secrets_are_files_not_environment(compose):
         f"{file}: a secret in the sandbox's environment"
     assert not [v for v in env.values() if "dummy" in v], f"{file}: a secret value in the sandbox's environment"
     mounted = {f"/run/secrets/{s.get('target', s['source']) if isinstance(s, dict) else s}" for s in sandbox["secrets"]}
-    assert {env["POPULORA_TOKEN_FILE"], env["POPULORA__LEAGUE__DB_URL_FILE"]} <= mounted
+    assert env["POPULORA__SANDBOX__DB_URL_FILE"] in mounted
     for name in sandbox["secrets"]:
         source = name["source"] if isinstance(name, dict) else name
         assert "file" in doc["secrets"][source], f"{file}: secret {source} must come from a file"
@@ -246,7 +261,7 @@ SECRET_NAMES = (".env", "id_rsa", "id_ed25519")
 SECRET_SUFFIXES = (".pem", ".key", ".p12", ".pfx", ".crt")
 # where the deployment's secrets and weights live on the host (docs/operations.md): never committed, never sent to
 # a build, and mounted into a container only as Compose secrets (read-only files) or the read-only models volume
-SECRET_PATHS = (".env", "secrets/token", "secrets/db_url", "secrets/redis-users.acl", "certs/ca.pem",
+SECRET_PATHS = (".env", "secrets/sandbox_db_url", "secrets/redis-users.acl", "certs/ca.pem",
                 "certs/league-key.pem")
 # Postgres' and Redis' TLS entrypoints and Postgres' pg_hba.conf: files of this checkout, no secret in them
 DATA_STORE_FILES = ("./deploy/compose/postgres-tls.sh", "./deploy/compose/pg_hba.conf", "./deploy/compose/redis-tls.sh")

@@ -260,8 +260,7 @@ def test_sandbox_isolation():
         assert secret["defaultMode"] == 0o400
         mount = next(m for m in c["volumeMounts"] if volumes[m["name"]].get("secret", {}).get("secretName") == SECRET_NAME)
         files = {f"{mount['mountPath']}/{i['path']}": i["key"] for i in secret["items"]}
-        assert files.get(env.get("POPULORA_TOKEN_FILE")) == "token" and mount.get("readOnly") is True
-        assert files.get(env.get("POPULORA__LEAGUE__DB_URL_FILE")) == "db-url"
+        assert files == {env.get("POPULORA__SANDBOX__DB_URL_FILE"): "sandbox-db-url"} and mount.get("readOnly") is True
 
         hpa = by_kind(docs, "HorizontalPodAutoscaler")["sandbox"]
         assert hpa["spec"]["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": "sandbox"}
