@@ -1,7 +1,8 @@
 """Evaluation throughput: 8 adapters on the first HumanEval problems, all in one multi-LoRA batch vs one adapter at a
 time, everything counted (generation, extraction, sandbox scoring). Prints one JSON object.
 
-    python -m bench.eval --json [--limit 16] [--max-new-tokens 128] [--adapters 8] [--threads 0]
+    python -m bench.eval --json [--limit 16] [--max-new-tokens 128] [--adapters 8] [--threads 0] [--canonical 0]
+                                [--preset cpu-smol]
 
 SmolLM2-135M-Instruct (the cpu-smol preset: chat prompts), 8 random rank-16 adapters, greedy, on torch's default
 threads (every core, as `populora eval --set generation.threads=0` runs) unless --threads says otherwise.
@@ -10,11 +11,13 @@ same services: the in-process inference and sandbox services `populora eval` use
   problems_per_s_batched     adapters x problems / seconds, all adapters in one evaluate() call (one batch)
   problems_per_s_one_by_one  the same work, one evaluate() call per adapter
   batch_gain                 their ratio
-  sandbox_jobs_per_s         the 164 canonical HumanEval solutions with their tests, jobs / seconds
+  sandbox_jobs_per_s         the 164 canonical HumanEval solutions with their tests (--canonical N: the first N),
+                             jobs / seconds
   canonical_pass_rate        the share of them that pass (must be 1.0)
   batch_gain_cpu             the ratio of this process's CPU seconds (one by one / batched): the gain without the
                              noise other processes on a shared machine add to wall-clock time
-and identical_scores (the batched and one-by-one scores agree), seconds, tokens and pass@1 of each side.
+and identical_scores (the batched and one-by-one scores agree), seconds, tokens and pass@1 of each side. Progress
+lines (each stage as it starts) go to stderr.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.harness import emit, load_average, random_adapters, timed
+from bench.harness import emit, load_average, progress, random_adapters, timed
 
 RANK = 16
 
@@ -73,11 +76,13 @@ def _timed(services, targets, problems, max_new_tokens: int, chat: bool) -> tupl
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--json", action="store_true", help="print the result as JSON (the default output too)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON on one line (else indented)")
     p.add_argument("--limit", type=int, default=16, help="the first N HumanEval problems")
     p.add_argument("--adapters", type=int, default=8)
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--preset", default="cpu-smol")
+    p.add_argument("--canonical", type=int, default=0,
+                   help="the first N canonical HumanEval solutions behind sandbox_jobs_per_s (0: all 164)")
     p.add_argument("--threads", type=int, default=0,
                    help="torch threads for generation, both sides (0 = torch's default: every core; the preset's "
                         "generation.threads is for a machine shared with the rest of a training run)")
@@ -100,12 +105,16 @@ def main(argv: list[str] | None = None) -> int:
             every = load_problems("humaneval")
             problems = every[:args.limit]
 
-            canon_s, canon = timed(run_programs, services.sandbox, [(q.id, q, canonical_program(q)) for q in every],
+            canonical = every[:args.canonical] if args.canonical else every
+            progress("bench.eval", "stage", f"1/4 {len(canonical)} canonical solutions in the sandbox")
+            canon_s, canon = timed(run_programs, services.sandbox, [(q.id, q, canonical_program(q)) for q in canonical],
                                    10.0)
-
+            progress("bench.eval", "stage", "2/4 warm-up: every adapter on one problem")
             _timed(services, targets, problems[:1], 8, chat)  # warm-up: every adapter loaded, both sides alike
+            progress("bench.eval", "stage", f"3/4 {len(targets)} adapters x {len(problems)} problems in one batch")
             batched_s, batched, b_seen = _timed(services, targets, problems, args.max_new_tokens, chat)
-            print(f"bench.eval: batched {batched_s:.1f} s", file=sys.stderr, flush=True)
+            progress("bench.eval", "batched", f"{batched_s:.1f} s")
+            progress("bench.eval", "stage", "4/4 one adapter at a time")
             one_s, one, o_seen = 0.0, [], {"tokens": 0, "jobs": 0, "score_s": 0.0, "cpu_s": 0.0}
             for t in targets:
                 s, res, seen = _timed(services, [t], problems, args.max_new_tokens, chat)
@@ -113,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
                 one += res
                 for k in o_seen:
                     o_seen[k] += seen[k]
-            print(f"bench.eval: one by one {one_s:.1f} s", file=sys.stderr, flush=True)
+            progress("bench.eval", "one by one", f"{one_s:.1f} s")
         finally:
             services.sandbox.close()
     work = len(targets) * len(problems)
@@ -134,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
         "scoring_seconds_batched": round(b_seen["score_s"], 2), "scoring_jobs_batched": b_seen["jobs"],
         "mean_pass_at_1": round(sum(r.pass_at_1 for r in batched) / len(batched), 4),
     }
-    emit(out, indent=1)
+    emit(out, indent=None if args.json else 1)
     return 0
 
 

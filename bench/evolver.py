@@ -19,7 +19,7 @@ import sys
 import tempfile
 import time
 
-from bench.harness import cores, emit, load_average, module_command, peak_mb, run_json, status_mb
+from bench.harness import cores, emit, load_average, module_command, peak_mb, progress, run_json, status_mb
 
 HIDDEN, INTERMEDIATE, KV = 3584, 18944, 512
 # (module suffix, d_in, d_out) of one Qwen2.5-7B decoder layer.
@@ -124,10 +124,12 @@ def run(args: argparse.Namespace) -> dict:
         make_parent(store, "P2", args.layers, args.rank, seed=2)
         adapter_mb = (store.version_dir("P1", 1) / ADAPTER_WEIGHTS).stat().st_size / 2**20
         results = {}
-        for op in operators:
+        for k, op in enumerate(operators):
+            progress("bench.evolver", "operator", f"{op} ({k + 1} of {len(operators)}, its own process)")
             results[op] = run_json(module_command("bench.evolver", "--worker", op, "--store", tmp, "--seed",
                                                   str(args.seed)), f"worker for {op}",
                                    env={**os.environ, "POPULORA_LOG_JSON": "0"}, tail=4000)
+    progress("bench.evolver", "dense estimate", f"B A and its SVD, {args.dense_sample} sample")
     dense = dense_estimate(args.layers, args.rank, args.dense_sample)
     seconds = {op: round(r["seconds"], 3) for op, r in results.items()}
     max_seconds = max(seconds.values())

@@ -19,7 +19,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from bench.harness import emit, load_average
+from bench.harness import emit, load_average, progress
 
 SMOL_LAYER = [("self_attn.q_proj", 576, 576), ("self_attn.k_proj", 576, 192), ("self_attn.v_proj", 576, 192),
               ("self_attn.o_proj", 576, 576), ("mlp.gate_proj", 576, 1536), ("mlp.up_proj", 576, 1536),
@@ -83,6 +83,7 @@ def changes(store, parents: dict[int, object], seeds: int, evolution) -> dict[st
     eps = evolution.epsilon
     out: dict[str, dict[str, float]] = {}
     for first, second in PAIRS:
+        progress("bench.evolver_ranks", "rank pair", f"{first} -> {second}, {seeds} seeds of every operator")
         row = {}
         for name in [*sorted(OPERATORS), "X1@eps"]:
             op = OPERATORS[name.split("@")[0]]
@@ -117,8 +118,10 @@ def run(args: argparse.Namespace) -> dict:
             src = _synthetic(store, "source", 32, 0, decay=0.25)
             result["source"] = "synthetic SmolLM2 shapes, 4 layers, rank 32, sigma_j = exp(-j/4)"
         siblings = {r: _sibling(store, src, f"sib{r}", r, r, evolution) for r in (8, 32)}
+        progress("bench.evolver_ranks", "parents", "siblings of one adapter")
         result["siblings"] = changes(store, siblings, args.seeds, evolution)
         flat = {r: _synthetic(store, f"rand{r}", r, r, decay=None) for r in (8, 32)}
+        progress("bench.evolver_ranks", "parents", "two random adapters")
         result["random"] = changes(store, flat, args.seeds, evolution)
     result["load_average_1min"] = [load_start, load_average()]
     return result

@@ -10,10 +10,10 @@ process reports matches to that server over gRPC at `--write-rate` matches/s (th
 invalidates the read cache). Each read is measured with the cache on (`league.read_cache_s`) and off. As before,
 `leaderboard_rps` / `_p50_ms` / `_p99_ms` are the cached leaderboard of a REST process that receives no writes.
 
-Staleness: a probe reads the teacher leaderboard in a loop while reports go on, and for every answer finds the
-oldest acknowledged report it does not show yet: `leaderboard_staleness_max_ms` with the writes going to the same
-server, `leaderboard_staleness_replica_max_ms` with them going to another league process on the same database
-(where only the cache window bounds it).
+Staleness: a probe reads the teacher leaderboard in a loop (for --seconds, at most 5 s) while reports go on, and for
+every answer finds the oldest acknowledged report it does not show yet: `leaderboard_staleness_max_ms` with the
+writes going to the same server, `leaderboard_staleness_replica_max_ms` with them going to another league process
+on the same database (where only the cache window bounds it).
 
 The dashboard: a run of 64 members (32 teachers, 32 students; 8 evolutions retired 32 more), 10,000 matches and its
 steps stored as a training run stores them (each phase's typed record through the coordinator's journal, the step's
@@ -26,6 +26,7 @@ measured alternately in the same run (bench/league_tls.py).
 
 The workloads are bench/league_reads.py (matchmaking, reports, leaderboard and lineage reads, staleness) and
 bench/league_dashboard.py (the dashboard's run); bench/league_server.py starts the servers, bench/loadgen.py loads them.
+Each stage is announced on stderr as it starts.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ import argparse
 import os
 import sys
 
-from bench.harness import emit, load_average
+from bench.harness import emit, load_average, progress
 from bench.league_dashboard import bench_dashboard, build_dashboard_run
 from bench.league_reads import (
     bench_leaderboard,
@@ -86,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         client.RegisterAdapters(pb.RegisterAdaptersRequest(run_id=run_id, adapters=[
             *(pb.AdapterSpec(adapter_id=t, role="teacher", rank=32) for t in teachers),
             *(pb.AdapterSpec(adapter_id=s, role="student", rank=32) for s in students)]))
+        progress("bench.league", "stage", f"1/7 reporting {args.matches} matches, then matchmaking")
         result.update(bench_report(client, run_id, teachers, students, args.matches, args.batch))
         result.update(bench_matchmake(client, run_id, args.matchmake_calls))
         # a line of 8 generations, for lineage reads with ancestors and descendants
@@ -94,17 +96,20 @@ def main(argv: list[str] | None = None) -> int:
             client.RecordChild(pb.RecordChildRequest(run_id=run_id, child_id=f"L{g}", role="teacher",
                                                       parent_ids=[line[-1], teachers[g]], operator="X1", step=g))
             line.append(f"L{g}")
+        progress("bench.league", "stage", "2/7 the dashboard's run")
         dash_teachers, dash_students, next_step = build_dashboard_run(client, url, args.dashboard_adapters,
                                                                       args.dashboard_matches)
         client.close()
         server.stop(0)
         service.close()
 
+        progress("bench.league", "stage", f"3/7 the cached leaderboard, {args.clients} clients, {args.seconds} s")
         cached = bench_leaderboard(url, run_id, args.clients, args.seconds, read_cache_s=1.0)
         result.update({"leaderboard_rps": cached["rps"], "leaderboard_p50_ms": cached["p50_ms"],
                        "leaderboard_p99_ms": cached["p99_ms"], "leaderboard_clients": args.clients,
                        "leaderboard_rows": half, "leaderboard_cache_s": 1.0})
         lineage_ids = line[::2]
+        progress("bench.league", "stage", "4/7 reads under writes, the cache on and off")
         on = bench_reads_under_writes(url, run_id, teachers, students, lineage_ids, args.clients, args.seconds,
                                       args.write_rate, 1.0, "w-on")
         off = bench_reads_under_writes(url, run_id, teachers, students, lineage_ids, args.clients, args.seconds,
@@ -118,12 +123,17 @@ def main(argv: list[str] | None = None) -> int:
             "lineage_uncached_p99_ms": off["lineage"]["p99_ms"],
             "leaderboard_uncached_cpu_ms": off["cpu_ms"],
             "writes_matches_per_s": round(min(on["write_rate"], off["write_rate"]), 1)})
+        progress("bench.league", "stage", "5/7 HTTPS against HTTP")
         result.update(bench_tls(url, run_id, args.clients, min(args.seconds, 5.0)))
-        same = bench_staleness(url, run_id, teachers, students, 5.0, args.write_rate, 1.0, replica=False)
-        other = bench_staleness(url, run_id, teachers, students, 5.0, args.write_rate, 1.0, replica=True)
+        progress("bench.league", "stage", "6/7 staleness, the same server and a replica")
+        same = bench_staleness(url, run_id, teachers, students, min(args.seconds, 5.0), args.write_rate, 1.0,
+                               replica=False)
+        other = bench_staleness(url, run_id, teachers, students, min(args.seconds, 5.0), args.write_rate, 1.0,
+                                replica=True)
         result.update({"leaderboard_staleness_max_ms": same["max_ms"],
                        "leaderboard_staleness_replica_max_ms": other["max_ms"],
                        "leaderboard_staleness_answers": same["answers"] + other["answers"]})
+        progress("bench.league", "stage", f"7/7 {args.dashboard_clients} dashboards refreshing, the cache on and off")
         dash = bench_dashboard(url, dash_teachers, dash_students, next_step, args.dashboard_clients, args.seconds,
                                args.write_rate, 1.0)
         dash_off = bench_dashboard(url, dash_teachers, dash_students, next_step + 10_000,

@@ -81,6 +81,7 @@ def generation(base, args, out: dict) -> None:
         full = {n: math.inf for n in SETTINGS}
         prefill = {n: math.inf for n in SETTINGS}
         for k in range(args.rounds):
+            progress("bench.products", "generation", f"round {k + 1} of {args.rounds}, both settings")
             for name in SETTINGS if k % 2 == 0 else SETTINGS[::-1]:
                 prefill[name] = min(prefill[name], _timed(backends[name], _one_token(batches))[0])
                 full[name] = min(full[name], _timed(backends[name], batches)[0])
@@ -136,6 +137,7 @@ def update(base, args, out: dict) -> None:
         rows = _rollouts(4, 2, 384, services["native"].pool.host.vocab_size, prompt_share=0.75)
         seconds = {n: math.inf for n in SETTINGS}
         for k in range(1 + args.rounds):
+            progress("bench.products", "update", f"round {k + 1} of {1 + args.rounds} (the first not timed)")
             for name in SETTINGS if k % 2 == 0 else SETTINGS[::-1]:
                 start = time.perf_counter()
                 got = services[name].UpdateBatch(trainer_pb2.UpdateBatchRequest(updates=[
@@ -174,6 +176,7 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     out: dict = {"model": args.model, "threads": torch.get_num_threads(), "bfloat16_native": bfloat16_native(),
                  "load_average_1m_start": load_average()}
+    progress("bench.products", "loading", args.model)
     base = load_base_model(args.model)
     generation(base, args, out)
     if not args.skip_update:

@@ -17,7 +17,8 @@ the CPU the zygote path spends per job (host, zygotes and the job children they 
 `execs_per_cpu_s_x_cores` (cores / CPU per job) estimates the rate on idle cores. The subprocess backend
 runs `--subprocess-jobs` of the same jobs (it is slow; its rate is per job, so a subset measures it fairly), and
 the gvisor backend `--gvisor-jobs` of them, after the same warm-up, with the same number of workers; its baseline,
-one fresh `runsc do` per job, runs two jobs per worker.
+one fresh `runsc do` per job, runs two jobs per worker (--gvisor-jobs 0 leaves the gvisor backend out). Each stage
+is announced on stderr as it starts.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import statistics
 import sys
 import time
 
-from bench.harness import cores, emit, load_averages, process_cpu_s, quantile, timed
+from bench.harness import cores, emit, load_averages, process_cpu_s, progress, quantile, timed
 from populora.tasks.jobs import Job
 
 WARMUP_JOBS = 64  # run (and not timed) before the measured jobs
@@ -203,11 +204,16 @@ def gvisor_report(jobs: list[Job], workers: int) -> dict:
     from services.sandbox.executor import Limits, SandboxUnavailable
     from services.sandbox.gvisor import GvisorExecutor
 
+    def not_run(why: str) -> dict:
+        return {"gvisor_execs_per_s": None, "gvisor_hostile_total": 0, "gvisor_hostile_contained": 0,
+                "gvisor_cross_job_total": 0, "gvisor_cross_job_contained": 0, "gvisor_error": why}
+
+    if not jobs:
+        return not_run("not measured (--gvisor-jobs 0)")
     try:
         gv = GvisorExecutor(Limits(timeout_s=10.0), workers=workers)
     except SandboxUnavailable as e:
-        return {"gvisor_execs_per_s": None, "gvisor_hostile_total": 0, "gvisor_hostile_contained": 0,
-                "gvisor_cross_job_total": 0, "gvisor_cross_job_contained": 0, "gvisor_error": str(e)}
+        return not_run(str(e))
     try:
         gv.run(jobs[:WARMUP_JOBS])
         cpu0, host0 = worker_tree_cpu(gv), time.process_time()
@@ -237,9 +243,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true", help="print only the JSON object")
     ap.add_argument("--jobs", type=int, default=2000)
     ap.add_argument("--subprocess-jobs", type=int, default=200)
-    ap.add_argument("--gvisor-jobs", type=int, default=400)
+    ap.add_argument("--gvisor-jobs", type=int, default=400, help="0: the gvisor backend is not measured")
     ap.add_argument("--workers", type=int, default=0, help="0 = one per core")
     args = ap.parse_args(argv)
+    if args.jobs <= WARMUP_JOBS or args.subprocess_jobs < 1 or args.gvisor_jobs < 0:
+        ap.error(f"--jobs must be over the {WARMUP_JOBS} warm-up jobs, --subprocess-jobs at least 1, --gvisor-jobs "
+                 "at least 0")
     from services.sandbox.executor import Limits
     from services.sandbox.subprocess_backend import SubprocessExecutor
     from services.sandbox.zygote import ZygoteExecutor
@@ -248,6 +257,7 @@ def main(argv: list[str] | None = None) -> int:
     jobs = benchmark_jobs(args.jobs)
     zygote = ZygoteExecutor(Limits(timeout_s=10.0), workers=workers)
     try:
+        progress("bench.sandbox", "stage", f"1/6 the zygote backend: {len(jobs)} jobs on {workers} workers")
         zygote.run(jobs[:WARMUP_JOBS])  # steady state: host threads, zygotes and page cache warmed up
         cpu0, host0 = worker_tree_cpu(zygote), time.process_time()
         z_time, z_results = timed(zygote.run, jobs)
@@ -262,16 +272,21 @@ def main(argv: list[str] | None = None) -> int:
         sn_only = [j for j in jobs if j.job_id.startswith("az:")]
         he_time, _ = timed(zygote.run, he_only)
         sn_time, _ = timed(zygote.run, sn_only)
+        progress("bench.sandbox", "stage", "2/6 the hostile, reward-hack and interference corpora")
         hostile = hostile_report(zygote)
         hacks = reward_hack_report(zygote)
         neighbours = neighbour_report(zygote)
         isolation = zygote.isolation()
     finally:
         zygote.close()
+    progress("bench.sandbox", "stage", "3/6 the cross-job corpus")
     cross = cross_job_report(lambda: ZygoteExecutor(Limits(timeout_s=5.0), workers=1))
+    progress("bench.sandbox", "stage", f"4/6 the subprocess backend: {args.subprocess_jobs} jobs")
     sub = SubprocessExecutor(Limits(timeout_s=10.0), workers=workers)
     s_time, s_results = timed(sub.run, jobs[:args.subprocess_jobs])
+    progress("bench.sandbox", "stage", f"5/6 the gvisor backend: {args.gvisor_jobs} jobs")
     gvisor = gvisor_report(jobs[:args.gvisor_jobs], workers)
+    progress("bench.sandbox", "stage", "6/6 an unisolated warm pool")
     pool_per_s, pool_ok, pool_cpu = pool_rate(jobs, workers)
     execs = len(jobs) / z_time
     sub_rate = len(s_results) / s_time

@@ -3,6 +3,7 @@ per-adapter batch, in one process, through the real embedded coordinator, on a w
 SmolLM2-135M after the warm start (spec 13; both arms start from the same cached adapter). Prints one JSON object.
 
     python -m bench.step --json [--model smollm2-135m] [--proposals 2] [--steps 1] [--set section.field=value]
+                                [--preset cpu-smol]
 
 Keys: population_step_s and baseline_step_s (mean wall seconds of a measured step), wall_ratio (their ratio),
 valid_rate (valid proposals / proposals over both arms' measured steps), adapters_updated_population and
@@ -13,9 +14,10 @@ of each phase). Every figure is counted from the two runs; the seeding step (ste
 not measured.
 
 Against the machine's peak (coordinator/record/efficiency.py, measured in this process at the run's start and merged with
-the best this machine has reached): step_mfu (the population step's FLOPs charged by spec 14 per second over the
-peak of the cores it used; baseline_step_mfu the same), and per phase of each arm its mfu and roofline_fraction
-(population_phase_fractions, baseline_phase_fractions), with the peaks they were measured against (peaks).
+the best this machine has reached): step_mfu (the population step's useful executed FLOPs, populora/analysis/work.py,
+per second over the peak of the cores it used; baseline_step_mfu the same), and per phase of each arm its mfu and
+roofline_fraction (population_phase_fractions, baseline_phase_fractions), with the peaks they were measured against
+(peaks). Progress lines go to stderr.
 
     python -m bench.step --json --before REV [--rounds 1] [--set ...] [--after-set ...]
 
@@ -35,11 +37,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.harness import emit, load_average
+from bench.harness import emit, load_average, progress
 
 
-def run_once(mode: str, model: str, proposals: int, workdir: Path, steps: int, extra: list[str]) -> dict:
-    """Run seeding + `steps` steps of one arm; the measured steps' metrics as the run wrote them."""
+def run_once(mode: str, model: str, proposals: int, workdir: Path, steps: int, extra: list[str],
+             preset: str = "cpu-smol") -> dict:
+    """Run seeding + `steps` steps of one arm of `preset`; the measured steps' metrics as the run wrote them."""
     from coordinator.run.journal import Journal, JournalDB
     from coordinator.train import run_training
     from populora.config import load_config
@@ -54,7 +57,7 @@ def run_once(mode: str, model: str, proposals: int, workdir: Path, steps: int, e
     ]
     if mode == "baseline":
         overrides.append("rewards.teacher_reward=learnability")
-    cfg = load_config(preset="cpu-smol", overrides=overrides + extra, env=False)
+    cfg = load_config(preset=preset, overrides=overrides + extra, env=False)
     run_id = f"bench-{mode}"
     cfg.run.run_id = run_id
     cfg.run.steps = steps
@@ -125,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=1, help="--before: rounds of both sides, alternating (default 1)")
     p.add_argument("--after-set", action="append", default=[], metavar="SECTION.FIELD=VALUE",
                    help="--before: a config override for this tree's side only")
-    p.add_argument("--preset", default="cpu-smol", help="--before: the preset both sides run (default cpu-smol)")
+    p.add_argument("--preset", default="cpu-smol", help="the preset both arms (--before: both sides) run")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     if args.before:
@@ -138,13 +141,17 @@ def main(argv: list[str] | None = None) -> int:
     load_start = load_average()
     with tempfile.TemporaryDirectory(prefix="populora-bench-step-") as tmp:
         t0 = time.perf_counter()
-        pop = run_once("population", args.model, args.proposals, Path(tmp), args.steps, args.set)
-        base = run_once("baseline", args.model, args.proposals, Path(tmp), args.steps, args.set)
+        progress("bench.step", "arm", f"population: seeding, then {args.steps} measured step(s)")
+        pop = run_once("population", args.model, args.proposals, Path(tmp), args.steps, args.set, args.preset)
+        progress("bench.step", "population_step_s", round(pop["step_s"], 2))
+        progress("bench.step", "arm", f"baseline: seeding, then {args.steps} measured step(s)")
+        base = run_once("baseline", args.model, args.proposals, Path(tmp), args.steps, args.set, args.preset)
+        progress("bench.step", "baseline_step_s", round(base["step_s"], 2))
         total = time.perf_counter() - t0
     g = gain(pop["updated"], pop["step_s"], base["updated"], base["step_s"])
     proposals = pop["proposals"] + base["proposals"]
     out = {
-        "model": args.model, "proposals_per_teacher": args.proposals, "measured_steps": args.steps,
+        "model": args.model, "preset": args.preset, "proposals_per_teacher": args.proposals, "measured_steps": args.steps,
         "overrides": args.set,
         "population_step_s": round(pop["step_s"], 3), "baseline_step_s": round(base["step_s"], 3),
         "wall_ratio": round(pop["step_s"] / base["step_s"], 3),

@@ -122,12 +122,13 @@ def compare(args, extra_after: list[str]) -> dict:
     after = sides["after"][-1]
     if "efficiency" in after:
         eff = after["efficiency"]
-        peak = eff["step"]["flops"] / eff["step"]["seconds"] / eff["step"]["mfu"] if eff["step"]["mfu"] else None
         out["after_step_mfu"] = eff["step"]["mfu"]
         out["after_phase_fractions"] = {p: {"mfu": e["mfu"], "roofline_fraction": e["roofline_fraction"]}
                                         for p, e in eff["phases"].items()}
+        # the same seeded step: this tree's useful work (REV's tree may not count it) over REV's seconds
         before = sides["before"][-1]
-        out["before_step_mfu"] = before["flops"] / before["step_s"] / peak if peak else None
+        mfu = eff["step"]["mfu"]
+        out["before_step_mfu"] = mfu * eff["step"]["seconds"] / before["step_s"] if mfu is not None else None
     out["load_average_1m_end"] = load_average()
     return out
 

@@ -68,3 +68,4 @@ def test_the_products_bench_compares_both_settings_on_the_tiny_model():
     for key in ("generation_speedup", "prefill_speedup", "update_speedup"):
         assert out[key] > 0, key
     assert 0 <= out["greedy_same"] <= 1 and out["max_logprob_diff"] >= 0 and -1 <= out["update_cosine"] <= 1
+    assert "bench.products: generation = round 1 of 1" in proc.stderr and "bench.products: update = round" in proc.stderr

@@ -61,3 +61,23 @@ def test_the_same_seeded_step_on_both_trees_gives_the_same_outputs():
     assert out["step_speedup_vs_before"] == pytest.approx(out["before_step_s"] / out["after_step_s"])
     assert out["step_speedup_rounds"] and out["same_outputs"] is True  # the tiny model's step, either tree
     assert "after_step_mfu" in out
+
+
+@pytest.mark.slow
+def test_both_arms_of_the_tiny_preset_s_step_with_their_fractions():
+    import json
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "bench.step", "--json", "--preset", "cpu-tiny", "--model", "tiny",
+                           "--steps", "1", "--proposals", "2", "--set", "generation.threads=1",
+                           "--set", "trainer.threads=1"], cwd=ROOT, capture_output=True, text=True, timeout=1800)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["preset"] == "cpu-tiny" and out["population_step_s"] > 0 and out["baseline_step_s"] > 0
+    assert out["wall_ratio"] == pytest.approx(out["population_step_s"] / out["baseline_step_s"], rel=1e-2)
+    # the step against the peak measured in the run's process: its phases' useful executed FLOPs
+    assert out["step_mfu"] > 0 and out["baseline_step_mfu"] > 0 and out["dtype"] == "float32"
+    # the tiny model's proposals may all be invalid (nothing to solve), but every step proposes
+    propose = out["population_phase_fractions"]["propose"]
+    assert propose["mfu"] > 0 and propose["roofline_fraction"] > 0
+    assert "bench.step: arm = population" in proc.stderr and "bench.step: baseline_step_s" in proc.stderr

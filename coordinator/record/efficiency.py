@@ -108,6 +108,11 @@ def run_ceilings(cfg: Config) -> dict | None:
         return None
     # bfloat16 products only where the cores have them (populora/lora/prepack.py falls back to the model's dtype)
     base = "bfloat16" if low and all("bfloat16" in p["gflops"] for p in peaks.values()) else dtype
+    unmeasured = sorted({d for d in (base, dtype) for p in peaks.values() if d not in p["gflops"]})
+    if unmeasured:
+        log.warning("no peak measured for %s products on this device: the steps' metrics leave out their efficiency",
+                    ", ".join(unmeasured))
+        return None
     t = cfg.trainer
     return {"threads": threads, "precision": Precision(base=base, model=dtype), "peaks": peaks, "shapes": shapes,
             "update": UpdateSettings(cfg.rewards, t.entropy_coef, t.epochs, t.activation_checkpointing)}

@@ -153,3 +153,18 @@ def test_the_report_table_gives_the_means_over_the_steps():
     assert "<tr><td>update</td><td>1</td><td>18.0</td><td>12.0</td>" in page and "<td>0.75</td></tr>" in page
     assert "2 threads: 10 GFLOP/s, 1.0 GB/s" in page
     assert "Not measured" in efficiency_table([{"step": 0}, {"step": 1}])
+
+
+def test_a_run_s_ceilings_hold_its_shapes_precision_and_update_settings():
+    from populora.lora.prepack import bfloat16_native
+
+    cfg = load_config(preset="cpu-tiny", env=False)
+    cfg.generation.threads, cfg.trainer.threads = 1, 1
+    cfg.model.base_matmul = "bfloat16"
+    got = run_ceilings(cfg)  # a short measurement in this process, merged into the machine's best known
+    assert got["shapes"] == Shapes(hidden=64, intermediate=128, layers=2, heads=4, kv_heads=2, head_dim=16,
+                                   vocab=151936, rank=cfg.lora.rank, targets=tuple(cfg.lora.target_modules))
+    # bfloat16 products where the cores have them, measured against their own peak; float32 for the rest
+    assert got["precision"] == Precision(base="bfloat16" if bfloat16_native() else "float32", model="float32")
+    assert set(got["peaks"]) == {1} and got["peaks"][1]["gflops"]["float32"] > 0
+    assert got["update"].checkpointing == cfg.trainer.activation_checkpointing
