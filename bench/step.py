@@ -13,11 +13,11 @@ baseline_step_s) (null when the baseline updated nothing), and population_phase_
 of each phase). Every figure is counted from the two runs; the seeding step (step 0, warm start included) is run but
 not measured.
 
-Against the machine's peak (coordinator/record/efficiency.py, measured in this process at the run's start and merged with
-the best this machine has reached): step_mfu (the population step's useful executed FLOPs, populora/analysis/work.py,
-per second over the peak of the cores it used; baseline_step_mfu the same), and per phase of each arm its mfu and
-roofline_fraction (population_phase_fractions, baseline_phase_fractions), with the peaks they were measured against
-(peaks). Progress lines go to stderr.
+Against the machine's peak (coordinator/record/efficiency.py, measured in this process at the run's start and merged
+with the best this machine has reached): step_mfu (the population step's useful executed FLOPs,
+populora/analysis/work.py, per second over the peak of the cores it used; baseline_step_mfu the same), and per phase
+of each arm its mfu and roofline_fraction (population_phase_fractions, baseline_phase_fractions), with the peaks they
+were measured against (peaks). Progress lines go to stderr.
 
     python -m bench.step --json --before REV [--rounds 1] [--set ...] [--after-set ...]
 
