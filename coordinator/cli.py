@@ -131,16 +131,16 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return int(eval_main(args, load_cli_config(args)) or 0)
 
 
-def cmd_evolve(args: argparse.Namespace) -> int:
-    from services.evolver.cli import main as evolve_main
-
-    return int(evolve_main(args) or 0)
 def cmd_verifiers(args: argparse.Namespace) -> int:
     from services.sandbox.verifiers_cli import main as verifiers_main
 
     return int(verifiers_main(args, load_cli_config(args)) or 0)
 
 
+def cmd_evolve(args: argparse.Namespace) -> int:
+    from services.evolver.cli import main as evolve_main
+
+    return int(evolve_main(args) or 0)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -260,8 +260,13 @@ def build_parser() -> argparse.ArgumentParser:
     e.set_defaults(func=cmd_evolve)
 
     from populora.certs import add_parser as add_certs_parser
+    from populora.tokenfiles import add_parser as add_token_parser
+    from services.sandbox.verifiers_cli import add_parser as add_verifiers_parser
+
+    add_verifiers_parser(sub, _config_args, cmd_verifiers)
 
     add_certs_parser(sub)
+    add_token_parser(sub)
     return p
 
 
@@ -271,13 +276,8 @@ def main(argv: list[str] | None = None) -> int:
     from populora.names import InvalidName
     from populora.store import StoreError
 
-    from populora.tokens import add_parser as add_token_parser
-    from services.sandbox.verifiers_cli import add_parser as add_verifiers_parser
-
-    add_verifiers_parser(sub, _config_args, cmd_verifiers)
     args = build_parser().parse_args(argv)
     try:
-    add_token_parser(sub)
         return args.func(args)
     except (ConfigError, InvalidName, ModelError, StoreError) as e:
         print(f"error: {e}", file=sys.stderr)

@@ -43,10 +43,10 @@ class LeagueConfig(Section):
     db_url: str = "sqlite:///{output_dir}/league.sqlite"
     """SQLAlchemy URL of the league database; `{output_dir}` is filled in. Distributed: postgresql+psycopg://...
     The league connects as the role that owns the schema (it runs the migrations); the coordinator's is its
-    journal's URL, as a role that may use the journal's tables only (python -m populora.pgroles)."""
+    journal's URL, as a role that may use the journal's tables only (python -m coordinator.pgroles)."""
     read_db_url: str = ""
     """The league's reads (REST, the dashboard's views, gRPC reads) connect with this URL where it is set: a
-    database role that can read the league's tables and write nothing (python -m populora.pgroles). `populora
+    database role that can read the league's tables and write nothing (python -m coordinator.pgroles). `populora
     dashboard` reads through it too. Empty: db_url."""
     read_cache_s: float = Field(1.0, ge=0)
     """REST read cache lifetime in seconds (leaderboard, payoff); writes through the same service invalidate it at

@@ -225,7 +225,7 @@ def create_app(service: SandboxService, access: Access | None = None) -> FastAPI
     def _database_error(_request: Request, e: SQLAlchemyError) -> JSONResponse:
         if getattr(getattr(e, "orig", None), "sqlstate", "") == "42501":  # the database refused this role the write
             return JSONResponse({"detail": "this sandbox's database role may only read the verifier registry (as in "
-                                           "the shipped deployments: python -m populora.pgroles); register or remove "
+                                           "the shipped deployments: python -m coordinator.pgroles); register or remove "
                                            "verifiers with `populora verifiers`, as the database's owner"},
                                 status_code=409)
         return JSONResponse({"detail": f"the verifier registry's database is unavailable ({type(e).__name__}); "

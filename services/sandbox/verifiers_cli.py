@@ -1,5 +1,5 @@
 """`populora verifiers`: the external-verifier registry kept by a role that may write it. In a deployment with a
-database role per service (python -m populora.pgroles) the sandbox may only read the registry, so verifiers are
+database role per service (python -m coordinator.pgroles) the sandbox may only read the registry, so verifiers are
 registered here, with the URL of the database's owner (the league's `league.db_url`, or `sandbox.db_url` where a
 configuration sets one):
 

@@ -1,7 +1,7 @@
 """Who holds which credential in the shipped deployments: every Compose file and every Kubernetes manifest (raw and
 as the overlays render), read here, gives no container the deployment-wide token (services.token, which opens
 every method: a development setup on one machine only); each service gets its own credentials alone (its
-certificate, and where it uses Postgres the URL of its own database role, python -m populora.pgroles); the sandbox,
+certificate, and where it uses Postgres the URL of its own database role, python -m coordinator.pgroles); the sandbox,
 which runs model-written code, holds nothing that opens a method of any service and reaches Postgres as the role
 that may only read the verifier registry, never with the owner's or any other role's URL; Postgres' superuser
 password goes to Postgres and the one-off db-setup alone."""
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from populora import pgroles
+from coordinator import pgroles
 from populora.contracts import CONTRACTS, SERVICE_NAMES
 from populora.scopes import REST_OPERATIONS, allowed, rest_allowed
 from tests.deploy.deployment import (

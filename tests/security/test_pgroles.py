@@ -1,4 +1,4 @@
-"""A Postgres role per service (populora.pgroles), on the real server: `setup` as the superuser makes the roles, a
+"""A Postgres role per service (coordinator.pgroles), on the real server: `setup` as the superuser makes the roles, a
 fresh schema the league's role owns, the tables (the league's migrations, the journal's, the registry's) and the
 grants; then each role, logged in as itself, can do what its service does and nothing more: the reader and the
 sandbox write nothing, the sandbox reads the verifier registry alone, the coordinator its journal alone, and none
@@ -13,8 +13,8 @@ import pytest
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
+from coordinator import pgroles
 from coordinator.run.journal import JournalDB
-from populora import pgroles
 from populora.config import load_config
 from services.league.db import LeagueDB
 from services.league.rest import create_app
@@ -153,7 +153,7 @@ def test_wait_sees_a_roles_tables_and_says_what_is_missing(roles):
     assert pgroles.wait(urls["sandbox"], pgroles.NEEDS["sandbox"], 5, print)
     said = []
     assert not pgroles.wait(_url(f"nobody_{uuid.uuid4().hex[:8]}"), (), 0, said.append)
-    assert "populora.pgroles setup" in said[0]
+    assert "coordinator.pgroles setup" in said[0]
     said.clear()
     assert not pgroles.wait(urls["reader"], ("coord_runs",), 0, said.append)
     assert "no privilege on coord_runs" in said[0]

@@ -104,7 +104,7 @@ def test_a_scoped_token_is_replaced_while_calls_go_on(tmp_path, caplog):
     import grpc
 
     from populora.access import Access
-    from populora.tokens import VERIFIERS_FILE, drop_old, new_tokens, token_file
+    from populora.tokenfiles import VERIFIERS_FILE, drop_old, new_tokens, token_file
 
     secrets = tmp_path / "secrets"
     new_tokens(secrets, ["coordinator", "dashboard"])

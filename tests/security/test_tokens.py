@@ -1,4 +1,4 @@
-"""Scoped tokens and their verifiers (populora.tokens, `populora token`): a server's files hold verifiers from which
+"""Scoped tokens and their verifiers (populora.tokens, `populora token`: populora.tokenfiles): a server's files hold verifiers from which
 no token can be read, each client's file its own token alone; a presented token matches only its own verifier; a
 rotation keeps the old and the new verifier until the old is dropped."""
 
@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from coordinator.cli import main as cli_main
-from populora import tokens
+from populora import tokenfiles, tokens
 from populora.access import EVERY, Access, Refused
 from populora.scopes import IDENTITIES
 
@@ -47,7 +47,7 @@ def test_a_server_takes_the_tokens_its_verifiers_name_and_nothing_else():
 def test_populora_token_writes_the_clients_tokens_and_the_servers_verifiers(tmp_path, capsys, monkeypatch):
     folder = tmp_path / "secrets"
     assert cli_main(["token", "new", "coordinator", "dashboard", "--dir", str(folder)]) == 0
-    verifiers = folder / tokens.VERIFIERS_FILE
+    verifiers = folder / tokenfiles.VERIFIERS_FILE
     mine = {i: (folder / f"{i}.token").read_text().strip() for i in ("coordinator", "dashboard")}
     text = verifiers.read_text()
     assert not any(t in text for t in mine.values())

@@ -1,15 +1,15 @@
 """A Postgres role per service of a deployment, each able to do what its service does and nothing more, in one schema
 the league owns.
 
-| role        | who connects with it                                          | may                                           |
-|-------------|---------------------------------------------------------------|-----------------------------------------------|
-| league      | the league (`league.db_url`)                                  | owns the schema: creates and migrates its     |
-|             |                                                               | tables, reads and writes them                 |
-| reader      | the league's reads and `populora dashboard`                   | SELECT on the league's tables (league_*,      |
-|             | (`league.read_db_url`)                                        | alembic_version), now and as migrations add   |
-| sandbox     | the sandbox's verifier registry (`sandbox.db_url`)            | SELECT on external_verifiers                  |
-| coordinator | the coordinator's journal (its `league.db_url`)               | SELECT, INSERT, UPDATE, DELETE on coord_runs  |
-|             |                                                               | and coord_phases                              |
+| role        | who connects with it                           | may                                                   |
+|-------------|------------------------------------------------|-------------------------------------------------------|
+| league      | the league (`league.db_url`)                   | own the schema: make and migrate its tables, read and |
+|             |                                                | write them                                            |
+| reader      | the league's reads, `populora dashboard`       | SELECT the league's tables (league_*,                 |
+|             | (`league.read_db_url`)                         | alembic_version), now and as migrations add them      |
+| sandbox     | the verifier registry (`sandbox.db_url`)       | SELECT external_verifiers                             |
+| coordinator | its journal (its `league.db_url`)              | SELECT, INSERT, UPDATE, DELETE coord_runs and         |
+|             |                                                | coord_phases                                          |
 
 No role may create anything outside the league's, and none but the league may use a table it was not given (the
 reader not the journal nor the registry, whose URLs may carry a key; the sandbox, which runs model-written code,
@@ -19,7 +19,7 @@ URL), since the sandbox cannot write its registry.
     POPULORA_PG_ADMIN_URL=postgresql+psycopg://populora:...@postgres:5432/populora \\
     POPULORA_PG_LEAGUE_URL=postgresql+psycopg://populora_league:...@postgres:5432/populora \\
     POPULORA_PG_READER_URL=... POPULORA_PG_SANDBOX_URL=... POPULORA_PG_COORDINATOR_URL=... \\
-      python -m populora.pgroles setup [--schema populora]
+      python -m coordinator.pgroles setup [--schema populora]
 
 `setup`, as the database's superuser (ADMIN, the one credential only this step holds), again at every upgrade (it
 changes nothing that is right already): each role is created with the password of its URL (or given it again),
@@ -29,7 +29,7 @@ run and the journal's and the registry's tables are made; last the grants above.
 given as NAME_FILE, a file holding the value (a container's secret). Every URL must name the same database; a role
 given twice is an error.
 
-`python -m populora.pgroles wait SERVICE` (league, sandbox or coordinator; a Kubernetes init container) waits until
+`python -m coordinator.pgroles wait SERVICE` (league, sandbox or coordinator; a Kubernetes init container) waits until
 the service's own URL (from its configuration, as `populora serve` reads it) logs in and sees the tables it is given.
 """
 
@@ -223,7 +223,7 @@ def wait(url: str, tables: tuple[str, ...], timeout_s: float, say: Callable[[str
         except psycopg.Error as e:
             why = " ".join(str(e).split())
         if time.monotonic() > deadline:
-            say(f"the database role is not ready after {timeout_s:.0f} s: {why}; has `python -m populora.pgroles "
+            say(f"the database role is not ready after {timeout_s:.0f} s: {why}; has `python -m coordinator.pgroles "
                 "setup` run as the database's superuser?")
             return False
         time.sleep(2)
@@ -245,7 +245,7 @@ def _env(name: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m populora.pgroles", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m coordinator.pgroles", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
     s = sub.add_parser("setup", help="the roles, the schema, the tables and the grants (as the superuser)")
     s.add_argument("--schema", default="populora", help="the schema of every table (default: populora)")
