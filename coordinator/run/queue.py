@@ -3,7 +3,9 @@ phases directly and need no queue).
 
 A job names one phase of one step of one run. A consumer acknowledges a job only after the phase's result is
 persisted, so a worker killed mid-phase leaves its job pending; another consumer reclaims it after `claim_idle_ms`
-and runs the phase again (phases are idempotent: see coordinator.run.phases).
+and runs the phase again (phases are idempotent: see coordinator.run.phases). A worker still computing its phase
+holds the job (`holding`: its idle time starts again every third of `claim_idle_ms`), so a phase that takes longer
+than that (a warm-start fit, a SmolLM2 propose batch on CPU) is not taken over and run a second time beside it.
 
 While Redis is away every call waits for it (retries with backoff, `outage.wait_s` at most). Redis restarted
 without its data (no append-only file) loses the stream: a consumer recreates the group, and the coordinator
@@ -14,6 +16,9 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 
 from populora.retry import Backoff, redis_unavailable, retrying
@@ -146,6 +151,53 @@ class RedisStreamQueue:
             for entry_id, fields in items:
                 return self._delivery(entry_id, fields)
         return None
+
+    def hold(self, consumer: str, delivery: Delivery) -> bool:
+        """Keep `delivery` with `consumer`, who is still working on it: its idle time starts again and its delivery
+        count stays, so no other consumer takes it over meanwhile. False once the entry is no longer pending with
+        `consumer` (acknowledged, taken over, or lost with Redis' data)."""
+        import redis
+
+        def hold() -> bool:
+            try:
+                mine = self.client.xpending_range(self.stream, self.GROUP, delivery.entry_id, delivery.entry_id, 1,
+                                                  consumername=consumer)
+                if not mine:
+                    return False
+                # JUSTID: the retry counter is not incremented; min_idle_time 0: claimed whatever its idle time
+                return bool(self.client.xclaim(self.stream, self.GROUP, consumer, 0, [delivery.entry_id],
+                                               justid=True))
+            except redis.ResponseError as e:  # NOGROUP: Redis restarted without its data, the job with it
+                if "NOGROUP" not in str(e):
+                    raise
+                return False
+
+        return self._retry(hold, f"hold {delivery.job.phase} of step {delivery.job.step}")
+
+    @contextmanager
+    def holding(self, consumer: str, delivery: Delivery) -> Iterator[None]:
+        """While the body runs, `hold` the delivery every third of `claim_idle_ms` (from a thread of its own): a job
+        is taken over from a consumer that stopped (killed, or done without acknowledging: a failed phase), never
+        from one still computing it."""
+        done = threading.Event()
+
+        def beat() -> None:
+            while not done.wait(self.claim_idle_ms / 3000):
+                try:
+                    if not self.hold(consumer, delivery):
+                        return
+                except Exception as e:  # Redis away past the outage wait: the job may be taken over, as it was
+                    log.warning("%s could not hold %s of step %d: %s", consumer, delivery.job.phase,
+                                delivery.job.step, e)
+                    return
+
+        thread = threading.Thread(target=beat, daemon=True, name=f"hold-{delivery.entry_id}")
+        thread.start()
+        try:
+            yield
+        finally:
+            done.set()
+            thread.join(timeout=5)  # a beat waiting on Redis goes on by itself; it holds nothing acknowledged
 
     def ack(self, delivery: Delivery) -> None:
         import redis

@@ -47,14 +47,15 @@ class Worker:
         self.name = name or f"{socket.gethostname()}-{os.getpid()}-{threading.get_ident() % 10000}"
 
     def process(self, delivery: Delivery) -> None:
-        """Run one job; store, then ack. A failure leaves the job pending (taken over after the idle timeout)
-        until MAX_DELIVERIES, then the run is marked failed."""
+        """Run one job, holding it while it runs; store, then ack. A failure leaves the job pending (taken over after
+        the idle timeout) until MAX_DELIVERIES, then the run is marked failed."""
         job = delivery.job
         run_id_var.set(job.run_id)
         step_var.set(job.step)
         start = time.perf_counter()
         try:
-            run_phase(self.run, self.db, job.step, job.phase, delivery.deliveries)
+            with self.queue.holding(self.name, delivery):  # a phase longer than claim_idle_ms is not run twice
+                run_phase(self.run, self.db, job.step, job.phase, delivery.deliveries)
         except ForeignJob as e:  # not this run's job: retrying cannot help, and failing it would fail the run
             log.warning("dropped a job of an earlier run with this id (phase %s of step %d): %s", job.phase,
                         job.step, e)
