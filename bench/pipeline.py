@@ -140,12 +140,14 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="populora-bench-pipeline-") as tmp:
         figures, records, loads = {}, {}, {}
         for k in (0, 1):
+            progress("pipeline", "arm", f"loop.max_staleness={k}: {args.steps} steps, distributed on loopback")
             rows, metrics, records[k] = run_arm(Path(tmp) / f"k{k}", args.preset, k, args.steps, overrides, run_id)
             figures[k] = arm_figures(rows, metrics)
             loads[f"load_average_k{k}"] = load_averages()  # beside each arm: a busy machine slows one arm only
             progress("pipeline", f"steps_per_hour_k{k}", figures[k]["steps_per_hour"])
         identical = difference = None
         if args.check_steps:
+            progress("pipeline", "arm", f"lock-step again for {args.check_steps} steps, compared bit for bit")
             _, _, again = run_arm(Path(tmp) / "lockstep", args.preset, 0, args.check_steps, overrides, run_id)
             first = {key: v for key, v in records[0].items() if int(key.split("/")[0]) <= args.check_steps}
             difference = first_difference(first, again)  # bit for bit: the same machine, seed and settings

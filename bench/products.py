@@ -44,7 +44,7 @@ def _full_length(batches: list[list]) -> list[list]:
 
 
 def generation(base, args, out: dict) -> None:
-    from bench.inference_roofline import _one_token, _timed
+    from bench.inference_roofline import _capped, _timed
     from bench.inference_workload import (
         N_ADAPTERS,
         RANK,
@@ -83,7 +83,7 @@ def generation(base, args, out: dict) -> None:
         for k in range(args.rounds):
             progress("bench.products", "generation", f"round {k + 1} of {args.rounds}, both settings")
             for name in SETTINGS if k % 2 == 0 else SETTINGS[::-1]:
-                prefill[name] = min(prefill[name], _timed(backends[name], _one_token(batches))[0])
+                prefill[name] = min(prefill[name], _timed(backends[name], _capped(batches, 1))[0])
                 full[name] = min(full[name], _timed(backends[name], batches)[0])
         for name in SETTINGS:
             out[f"generate_s_{name}"], out[f"prefill_s_{name}"] = full[name], prefill[name]
@@ -118,7 +118,7 @@ def moved(backends: dict, batch: list, out: dict) -> None:
 def update(base, args, out: dict) -> None:
     import torch
 
-    from bench.trainer import _rollouts
+    from bench.trainer_memory import rollouts
     from populora.config import load_config
     from populora.pb import trainer_pb2
     from populora.store import ArtifactStore
@@ -134,7 +134,7 @@ def update(base, args, out: dict) -> None:
             services[name] = TrainerService.from_config(cfg, base=own, store=stores[name])
             refs[name] = [services[name].InitAdapter(trainer_pb2.InitAdapterRequest(
                 adapter_id=f"a{i}", role="student", seed=i)).adapter for i in range(4)]
-        rows = _rollouts(4, 2, 384, services["native"].pool.host.vocab_size, prompt_share=0.75)
+        rows = rollouts(4, 2, 384, services["native"].pool.host.vocab_size, prompt_share=0.75)
         seconds = {n: math.inf for n in SETTINGS}
         for k in range(1 + args.rounds):
             progress("bench.products", "update", f"round {k + 1} of {1 + args.rounds} (the first not timed)")

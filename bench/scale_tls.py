@@ -84,7 +84,7 @@ def tls_step(args, workdir: Path, batches: list[list] | None, report, store_name
     requests for the adapters in workdir/store_name (None: made for the adapters the plaintext update left)."""
     from bench.harness import progress
     from bench.scale_replicas import phase_requests, same_weights, short
-    from bench.trainer import _rollouts
+    from bench.trainer_memory import rollouts
     from populora import certs
 
     certs.write_certs(workdir / "certs", ["trainer", "inference", "coordinator"], days=1)
@@ -94,7 +94,7 @@ def tls_step(args, workdir: Path, batches: list[list] | None, report, store_name
     try:
         for side in SIDES:
             trainers[side] = _trainers(args, workdir, side)
-        rows = _rollouts(args.adapters, args.rollouts, args.tokens, trainers["plain"]["vocab"])
+        rows = rollouts(args.adapters, args.rollouts, args.tokens, trainers["plain"]["vocab"])
         for k in range(rounds + 1):
             for side in _turns(k):
                 seconds = _update(trainers[side], rows, k)

@@ -1,5 +1,6 @@
-"""bench.trainer's rollouts and its memory probes: each probe is one update in a process of its own (`python -m
-bench.trainer --probe N`), so peaks of different settings never mix (bench/trainer.py describes the figures)."""
+"""bench.trainer's rollouts (bench.scale and bench.products train on them too) and its memory probes: each probe is
+one update in a process of its own (`python -m bench.trainer --probe N`), so peaks of different settings never mix
+(bench/trainer.py describes the figures)."""
 
 from __future__ import annotations
 

@@ -109,7 +109,7 @@ def _trainer(base, store, base_matmul: str, *overrides: str):
 def test_an_update_moves_the_adapter_the_same_way(smol, tmp_path):
     import dataclasses
 
-    from bench.trainer import _rollouts
+    from bench.trainer_memory import rollouts
     from populora.pb import trainer_pb2
     from populora.store import ArtifactStore
 
@@ -118,7 +118,7 @@ def test_an_update_moves_the_adapter_the_same_way(smol, tmp_path):
     for base_matmul in ("native", "bfloat16"):
         store = ArtifactStore(tmp_path / base_matmul)
         svc = _trainer(dataclasses.replace(smol, model=copy.deepcopy(smol.model)), store, base_matmul)
-        rows = _rollouts(1, 4, 160, svc.pool.host.vocab_size, prompt_share=0.5)[0]
+        rows = rollouts(1, 4, 160, svc.pool.host.vocab_size, prompt_share=0.5)[0]
         ref = svc.InitAdapter(trainer_pb2.InitAdapterRequest(adapter_id="a", role="student", seed=0)).adapter
         got = svc.UpdateBatch(trainer_pb2.UpdateBatchRequest(updates=[
             trainer_pb2.UpdateRequest(adapter=ref, rollouts=rows, seed=0, step=1)])).results[0]

@@ -1,8 +1,15 @@
-"""The pure parts of bench/pipeline.py: figures from journal and metrics rows, the result keys."""
+"""bench/pipeline.py: its pure parts (figures from journal and metrics rows, the result keys), and the bench end to end at
+its smallest setting."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from bench.pipeline import arm_figures, results
+from tests.conftest import need_server
 
 
 def _row(step, phase, start, end):
@@ -42,3 +49,19 @@ def test_lockstep_and_overlapped_figures():
     assert out["nonzero_gradient_fraction_k1"] == 0.5 and out["first_difference"] is None
     assert results(k0, k1, False, "1/propose/x: 1 expected, 2 got")["first_difference"] == "1/propose/x: 1 expected, 2 got"
 
+
+
+@pytest.mark.slow
+def test_the_bench_at_its_smallest_on_the_tiny_preset():
+    """Both arms and the lock-step check, one step each, distributed on loopback: every figure from the runs."""
+    need_server("Postgres", 5432)
+    need_server("Redis", 6379)
+    proc = subprocess.run([sys.executable, "-m", "bench.pipeline", "--json", "--preset", "cpu-tiny", "--steps", "1",
+                           "--check-steps", "1", "--set", "warmstart.enabled=false"],
+                          cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=1800)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["steps_per_hour_k0"] > 0 and out["steps_per_hour_k1"] > 0
+    assert out["pipeline_gain"] == pytest.approx(out["steps_per_hour_k1"] / out["steps_per_hour_k0"], rel=1e-2)
+    assert out["identical_k0"] is True and out["first_difference"] is None  # the same seed, bit for bit
+    assert "pipeline: arm = loop.max_staleness=1" in proc.stderr and "lock-step again" in proc.stderr
