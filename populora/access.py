@@ -189,10 +189,10 @@ class Access:
         if read_only and self.open_reads:
             return ""
         if not self.takes_credentials():
-            why = ("this server takes no credential (no TLS, no scoped token verifiers, no token), so it refuses "
-                   "this call: give it services.tokens_path (`populora token`) or turn on services.tls")
+            why = ("this server has no credential configured (no TLS, no verifier of a scoped token, no token), so it "
+                   "refuses this call: give it services.tokens_path (`populora token`) or turn on services.tls")
         elif given:
-            why = "the bearer token is not one this server takes"
+            why = "the token of 'authorization: Bearer <token>' is not one this server takes (wrong, old or unknown)"
         else:
             why = ("this call needs the caller's credential: its client certificate (services.tls) or "
                    "'authorization: Bearer <token>' with its own token (`populora token`)")

@@ -90,7 +90,7 @@ def test_a_server_without_a_token_refuses_every_write(league):
     client = rpc.Remote(league.CONTRACT, f"127.0.0.1:{port}", token="anything", retries=0)
     try:
         msg = _unauthenticated(lambda: client.CreateRun(league_pb2.CreateRunRequest(run_id="r1")))
-        assert "no token configured" in msg
+        assert "no credential configured" in msg
     finally:
         client.close()
         server.stop(None)
