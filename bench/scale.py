@@ -2,6 +2,7 @@
 them (coordinator.clients.replicas: every adapter placed on one replica, batches split by owner and sent concurrently).
 
     python -m bench.scale --json [--model smollm2-135m] [--adapters 8] [--rank 32] [--rollouts 2] [--tokens 128]
+                                 [--new-tokens 0]
 
 Each replica is a `populora serve trainer|inference` process on loopback, pinned with os.sched_setaffinity to core i
 (one torch thread), so one replica computes on one core and two on two. The population of `--adapters` starts from
@@ -74,7 +75,7 @@ def efficiency(one: float, two: float) -> float:
 
 def trainers(args, n: int, workdir: Path, report: Reporter) -> dict:
     """Init the population on `n` trainer replicas, then timed update phases; updates/s, RSS, final weights."""
-    from bench.trainer import _rollouts
+    from bench.trainer_memory import rollouts
     from populora.pb import trainer_pb2
     from populora.placement import owner
     from populora.rpc import ref_to_pb
@@ -93,7 +94,7 @@ def trainers(args, n: int, workdir: Path, report: Reporter) -> dict:
         for i, a in enumerate(ids):
             refs[a] = trainer.InitAdapter(trainer_pb2.InitAdapterRequest(
                 adapter_id=a, role=ROLES[i % 2], seed=i, init_from=ref_to_pb(start))).adapter
-        rows = _rollouts(len(ids), args.rollouts, args.tokens, vocab)
+        rows = rollouts(len(ids), args.rollouts, args.tokens, vocab)
         best = float("inf")
         for k in range(args.repeats + 1):
             req = trainer_pb2.UpdateBatchRequest(updates=[trainer_pb2.UpdateRequest(
@@ -162,6 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jsonl", default=None, help="also append each figure to this file as it is measured")
     p.add_argument("--tls-rounds", type=int, default=2, help="rounds of each side of the TLS comparison")
     p.add_argument("--tls-only", action="store_true", help="only the TLS comparison (tls_step_ratio)")
+    p.add_argument("--new-tokens", type=int, default=0, help="cap both token budgets at N (0 = cpu-smol's)")
     args = p.parse_args(argv)
     report = Reporter(args.jsonl)
     report("cores", cores())

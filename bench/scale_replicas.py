@@ -70,16 +70,22 @@ class Replicas:
 
 
 def config(args, workdir: Path, store: Path, tls: bool = False):
-    """cpu-smol at the bench's shapes; with `tls`, mutual TLS between the bench (the coordinator's identity) and
-    the replicas, with the certificates `populora certs` wrote in workdir/certs."""
+    """cpu-smol at the bench's shapes (its token budgets capped at args.new_tokens when given); with `tls`, mutual
+    TLS between the bench (the coordinator's identity) and the replicas, with the certificates `populora certs`
+    wrote in workdir/certs."""
     from populora.config import load_config
 
     secure = ["services.tls.enabled=true", f"services.tls.dir={workdir / 'certs'}"] if tls else []
-    return load_config(preset="cpu-smol", env=False, overrides=[
+    cfg = load_config(preset="cpu-smol", env=False, overrides=[
         f"model.name={args.model}", f"store.root={store}", f"run.output_dir={workdir / 'runs'}",
         f"lora.rank={args.rank}", f"lora.alpha={2 * args.rank}", "trainer.threads=1", "generation.threads=1",
         f"generation.max_resident_adapters={max(32, args.adapters)}", "lora.dropout=0",
         f"services.token={TOKEN}", *secure])
+    cap = getattr(args, "new_tokens", 0)
+    if cap:  # both token budgets at most `cap` (a quick run)
+        g = cfg.generation
+        g.max_new_tokens, g.teacher_max_new_tokens = min(g.max_new_tokens, cap), min(g.teacher_max_new_tokens, cap)
+    return cfg
 
 
 def start_adapter(cfg, store_root: Path):
