@@ -182,11 +182,19 @@ def served(service, token: str = TEST_TOKEN, timeout: float = 120.0):
         server.stop(None)
 
 
+def pytest_configure(config):
+    config.addinivalue_line("markers", "reference: makes the seeded run whose records other end-to-end tests are "
+                                       "compared with (tests/e2e/records.py: made once, then read from the cache)")
+
+
 def pytest_collection_modifyitems(config, items):
     """Every end-to-end test is `slow`; the slow tests run first. With one worker per core (pytest-xdist,
     `--dist worksteal`), a minute-long test started last would leave the other core idle for that minute; started
-    first, the short tests fill in around it."""
+    first, the short tests fill in around it. The `reference` tests start before the other slow ones: the seeded
+    runs they make are the references the distributed runs are compared with, which those would otherwise make
+    again, each a run of its own, when they got there first."""
     for item in items:
         if "tests/e2e/" in item.nodeid.replace("\\", "/") or item.nodeid.startswith("e2e/"):
             item.add_marker(pytest.mark.slow)
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable: the files' order otherwise
+    # stable: the files' order otherwise
+    items.sort(key=lambda item: (item.get_closest_marker("slow") is None, item.get_closest_marker("reference") is None))

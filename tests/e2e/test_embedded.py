@@ -37,8 +37,26 @@ def _done(state, run_id):
     return [(r["step"], r["phase"]) for r in state.phase_rows(run_id)]
 
 
-def test_population_run_agrees_with_itself(tmp_path, echo_model):
-    cfg, state, run_dir = seeded_run(tmp_path, echo_model)
+@pytest.fixture(scope="module")
+def seeded_e2e(tmp_path_factory, echo_model):
+    """The seeded run (GOLDEN's: run id "e2e", two steps, lock-step), made once for this file's tests: (config,
+    journal, run directory, reference records). Its records are the one-process run the distributed runs are compared
+    with (`made_here`), unless another test made that run first: then it is that run's (and must equal this one)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as every end-to-end run (conftest.py); this fixture is made before `_one_thread`
+    try:
+        cfg, state, run_dir = seeded_run(tmp_path_factory.mktemp("seeded"), echo_model)
+    finally:
+        torch.set_num_threads(threads)
+    got = run_records(state, cfg.league_db_url, "e2e")
+    return cfg, state, run_dir, made_here(echo_model, lambda _work: got)
+
+
+@pytest.mark.reference
+def test_population_run_agrees_with_itself(seeded_e2e):
+    cfg, state, run_dir, reference = seeded_e2e
     store = ArtifactStore(cfg.store_root)
 
     # every phase of every step ran, in order, and was persisted once
@@ -57,6 +75,9 @@ def test_population_run_agrees_with_itself(tmp_path, echo_model):
         assert set(state.get("e2e", s, "check")["outcomes"].values()) == {"correct", "wrong"}
     got = run_records(state, cfg.league_db_url, "e2e")
     assert learning_signal(got) == {1: {"teacher", "student"}, 2: {"teacher", "student"}}
+    # the reference the distributed runs are compared with is this run, or a second seeded run that equals it
+    diff = differences(reference, got)
+    assert not diff, "two seeded runs differ:\n" + "\n".join(diff)
 
     engine = sa.create_engine(cfg.league_db_url)
     with engine.connect() as c:
@@ -188,14 +209,14 @@ def _tokens_in_records(j: Journal, cfg, steps: int) -> int:
     return total
 
 
-def test_compute_is_counted_and_a_budget_stops_the_run(tmp_path, echo_model):
+@pytest.mark.reference
+def test_compute_is_counted_and_a_budget_stops_the_run(tmp_path, echo_model, seeded_e2e):
     from populora.pb import league_pb2
     from services.league.service import LeagueService
 
-    cfg = load_config(preset="cpu-tiny", overrides=e2e_overrides(tmp_path, echo_model), env=False)
-    _, state, run_dir = _run(cfg, "full", 2)
+    cfg, state, run_dir, _ = seeded_e2e  # the seeded two-step run
     rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    counted = _tokens_in_records(Journal(state, "full"), cfg, 2)
+    counted = _tokens_in_records(Journal(state, "e2e"), cfg, 2)
     assert rows[-1]["compute_cumulative"]["tokens"] == counted > 0
     assert all(r["compute"]["sandbox_jobs"] > 0 for r in rows)
     # beside the jobs, the CPU time they used, as the sandbox's kernel counted it, per step and summed
@@ -204,12 +225,12 @@ def test_compute_is_counted_and_a_budget_stops_the_run(tmp_path, echo_model):
         sum(r["compute"]["sandbox_cpu_seconds"] for r in rows))
     league = LeagueService.from_config(cfg)
     try:
-        got = league.GetCompute(league_pb2.GetComputeRequest(run_id="full"))
+        got = league.GetCompute(league_pb2.GetComputeRequest(run_id="e2e"))
     finally:
         league.close()
     assert got.total.generated_tokens + got.total.trained_tokens == counted
     assert got.total.sandbox_jobs == rows[-1]["compute_cumulative"]["sandbox_jobs"]
-    j = Journal(state, "full")
+    j = Journal(state, "e2e")
     writers = {p.teacher for s in (1, 2) for p in j.get(s, "propose").proposals}
     writers |= {a.student for s in (1, 2) for a in j.get(s, "solve").attempts}
     assert {u.adapter_id for u in got.adapters} == {"base"} | writers  # every adapter that generated, and no other
@@ -218,11 +239,11 @@ def test_compute_is_counted_and_a_budget_stops_the_run(tmp_path, echo_model):
     after_step0 = rows[0]["compute_cumulative"]["tokens"]
     over = [o for o in e2e_overrides(tmp_path / "b", echo_model)] + [f"run.budget_tokens={after_step0 + 1}"]
     budget_cfg = load_config(preset="cpu-tiny", overrides=over, env=False)
-    _, state_b, run_dir_b = _run(budget_cfg, "full", 3)
+    _, state_b, run_dir_b = _run(budget_cfg, "e2e", 3)
     rows_b = [json.loads(x) for x in (run_dir_b / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows_b] == [0, 1] and rows_b[-1]["stopped"].startswith("budget: tokens")
-    assert rows_b[-1]["compute_cumulative"]["tokens"] == _tokens_in_records(Journal(state_b, "full"), budget_cfg, 1)
-    assert not [r for r in state_b.phase_rows("full") if r["step"] > 1]
+    assert rows_b[-1]["compute_cumulative"]["tokens"] == _tokens_in_records(Journal(state_b, "e2e"), budget_cfg, 1)
+    assert not [r for r in state_b.phase_rows("e2e") if r["step"] > 1]
 
 
 def test_eval_phase_scores_the_population_every_step_and_resumes(tmp_path, echo_model):

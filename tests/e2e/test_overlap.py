@@ -10,6 +10,8 @@ import sys
 import textwrap
 import time
 
+import pytest
+
 from coordinator.run.journal import JournalDB
 from coordinator.train import run_training
 from populora.config import load_config
@@ -54,6 +56,7 @@ def _without(value, keys=("served_ms", "reused", "duplicates")):
     return value
 
 
+@pytest.mark.reference  # its first run is the overlapped reference (overlap_reference)
 def test_overlapped_run_and_a_kill_during_the_overlap(tmp_path, echo_model):
     cfg = load_config(preset="cpu-tiny", overrides=_overrides(tmp_path / "a", echo_model), env=False)
     state = JournalDB(cfg.league_db_url)
