@@ -3,7 +3,12 @@ on, every process's CA bundle takes a new CA beside the old, every identity's ce
 the new CA's, and the old CA is dropped. With scoped tokens (TLS off): the servers take the coordinator's old and
 new token (their verifiers: a server holds no token), the coordinator moves to the new one, the servers drop the
 old. Each stage comes once the run has made progress after the one before; the run finishes with the one-process
-records, no call was refused, and afterwards the old certificate or token is."""
+records, no call was refused, and afterwards the old certificate or token is.
+
+The TLS run is also the test of a run over mutual TLS: every service, the coordinator and its worker threads present
+their own certificates, so every call of a real run goes through the handshake and the scope check of its caller's
+identity (populora.scopes: a method the table left out of the coordinator's scope would fail the run with
+PERMISSION_DENIED), and no service takes a plaintext connection."""
 
 from __future__ import annotations
 
@@ -34,10 +39,13 @@ def _cluster(tmp_path, echo_model, pg_url, redis_url, tls: bool) -> LocalCluster
     return LocalCluster(tmp_path / "cluster", "cpu-tiny", over, db_url=pg_url, redis_url=url, tls=tls)
 
 
-def _run_through(cluster: LocalCluster, state: JournalDB, stages: list, env: dict | None = None) -> None:
-    """Start the cluster and the run; apply each stage once the journal shows progress since the one before; the run
-    must finish, and make progress after the last stage."""
+def _run_through(cluster: LocalCluster, state: JournalDB, stages: list, env: dict | None = None,
+                 started=None) -> None:
+    """Start the cluster (then call `started`, where given) and the run; apply each stage once the journal shows
+    progress since the one before; the run must finish, and make progress after the last stage."""
     cluster.start()
+    if started is not None:
+        started()
     train = subprocess.Popen(cluster.train_command(RUN_ID, 2, "--no-report"), env=env or cluster.env(),
                              stdout=open(cluster.logs / "train.log", "wb"), stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 900
@@ -80,14 +88,22 @@ def test_certificates_and_ca_rotated_mid_run_change_nothing(tmp_path, echo_model
         ("new certificates", lambda: [_install(live, new, n) for n in identities]),
         ("old CA dropped", lambda: _bundle(live, new)),
     ]
+
+    def plaintext_refused():
+        for name in cluster.replicas:  # a plaintext client gets nothing from any of them
+            with pytest.raises(grpc.RpcError):
+                rpc.health_check(cluster.address(name), timeout=2.0)
+
     try:
-        _run_through(cluster, state, stages)
+        _run_through(cluster, state, stages, started=plaintext_refused)
         stale = TlsFiles("coordinator", certs.ca_file(old), certs.cert_file(old, "coordinator"),
                          certs.key_file(old, "coordinator"))
         with pytest.raises(grpc.RpcError):  # the old CA's certificate opens nothing now
             rpc.health_check(cluster.address("league"), timeout=3.0, tls=stale, server_name="league")
     finally:
         cluster.stop()
+    for name in ("league", "sandbox", "evolver", "trainer", "inference"):  # each served mutual TLS as itself
+        assert "mutual TLS as " + name in (cluster.logs / f"{name}.log").read_text(), name
     _same_records_none_refused(cluster, state, pg_url, echo_model)
 
 
