@@ -10,6 +10,7 @@ each arm); the shards must be of one experiment (the same config, budget and pro
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 import textwrap
 from pathlib import Path
@@ -118,7 +119,8 @@ def readme(scores: dict, shards: list[tuple[Path, dict]]) -> str:
     checkpoint for pass@1 and for the likelihood, each seed's difference, and each shard's machine and times."""
     sh = scores["shards"]
     first = shards[0][1]
-    command = " ".join(first["command"]).replace(f"--shard {first['shard'].replace('-', ':', 1)}", "--shard SEED")
+    command = " ".join(shlex.quote(a) for a in first["command"]).replace(
+        f"--shard {first['shard'].replace('-', ':', 1)}", "--shard SEED")
     out = [f"# Experiment {scores['experiment_id']}", "",
            _wrap(f"Computed from {sh['count']} shard{'s' if sh['count'] != 1 else ''} ({', '.join(sh['names'])}): "
                  f"seeds {', '.join(map(str, sh['seeds']))}, of which {len(sh['complete_seeds'])} with both arms "
@@ -184,7 +186,8 @@ def main(argv: list[str] | None = None) -> int:
     if scores is None:
         print(f"error: no shard under {Path(args[0]) / 'shards'}", file=sys.stderr)
         return 2
-    print(f"{Path(args[0]) / 'README.md'}: {scores['shards']['count']} shards, seeds {scores['shards']['seeds']}")
+    n = scores["shards"]["count"]
+    print(f"{Path(args[0]) / 'README.md'}: {n} shard{'s' if n != 1 else ''}, seeds {scores['shards']['seeds']}")
     return 0
 
 

@@ -117,3 +117,23 @@ def test_the_command_of_a_shard_runs_it_again():
     assert command_of(args, ShardSpec(2, "mixed-rank")) == [
         "populora", "experiment", "--preset", "cpu-smol-experiment-4t4s", "--budget", "flops=5e13", "--shard",
         "2:mixed-rank", "--set", "eval.pass_problems=40"]
+
+
+def test_the_committed_problem_sets_are_those_the_documented_shard_command_scores():
+    """docs/results/<id>/problems.json, fixed before the first shard, is read (not drawn again) by the command
+    docs/experiment.md gives for the shards, and its held-out ids are problems that command generates."""
+    from pathlib import Path
+
+    from coordinator.experiment.plan import default_id
+    from populora.evals import load_problems
+
+    cfg = load_config(preset="cpu-smol-experiment-4t4s", env=False, overrides=[
+        "eval.checkpoints=[0.5,1.0]", "eval.curve_limit=50", "eval.pass_problems=30", "eval.likelihood_problems=100"])
+    cfg.run.budget_flops, cfg.run.reproducible = int(6e13), True  # --budget flops=6e13; --shard (shard_experiment)
+    experiment_id = default_id(cfg, "cpu-smol-experiment-4t4s", [])
+    path = Path(__file__).resolve().parents[2] / "docs" / "results" / experiment_id / "problems.json"
+    assert path.is_file(), f"the shards' problem sets of {experiment_id} are not committed"
+    sets = ensure(path, cfg, None, ["heldout", "cruxeval-o", "cruxeval-i"], lambda b: pytest.fail("drawn again"))
+    heldout = {p.id for p in load_problems("heldout", None, 380, cfg.eval.heldout_seed, cfg.tasks.code_f_inputs)}
+    assert set(sets["benchmarks"]["heldout"]["likelihood"]) <= heldout
+    assert [len(sets["benchmarks"][b]["likelihood"]) for b in ("heldout", "cruxeval-o", "cruxeval-i")] == [100] * 3
