@@ -8,8 +8,8 @@ sandbox, pass@1 and pass@k per target.
                           #  "set_apart": [{"id", "reason"}], "problems": [{"id", "passed", "n", "error"}]}
 
 `services` is anything with `.inference` and `.sandbox` objects that answer the RPCs of proto/inference.proto and
-proto/sandbox.proto (coordinator.services.Services: in-process services or gRPC clients). This package imports no
-service and no coordinator code. Rows are sent problem by problem with every target of the problem side by side, so
+proto/sandbox.proto (coordinator.clients.services.Services: in-process services or gRPC clients). This package
+imports no service and no coordinator code. Rows are sent problem by problem with every target of the problem side by side, so
 when a batch must be split (the backend's max_batch rows, max_resident adapters) each part is still mixed.
 """
 

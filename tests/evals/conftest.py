@@ -17,7 +17,7 @@ RANK = 8
 
 @dataclass
 class EvalServices:
-    """What the harness needs: .inference and .sandbox (coordinator.services.Services has both)."""
+    """What the harness needs: .inference and .sandbox (coordinator.clients.services.Services has both)."""
 
     inference: object
     sandbox: object
