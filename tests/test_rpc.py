@@ -114,6 +114,9 @@ class _Streamer:
     def ListAdapters(self, request):
         return inference_pb2.ListAdaptersResponse(backend="stand-in")
 
+    def Score(self, request):
+        return inference_pb2.ScoreResponse()
+
 
 def test_streaming_writes_need_the_token_too():
     service = _Streamer()
