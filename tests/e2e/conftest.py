@@ -1,4 +1,6 @@
 import os
+import shutil
+from pathlib import Path
 
 import pytest
 
@@ -21,6 +23,43 @@ def echo_model():
     """A tiny model fitted to answer each of the runs' prompts with one of two answers of different rewards
     (see echo_model.py): every step has valid proposals, sandbox jobs and a learning signal."""
     return str(echo_model_dir())
+
+
+def session_dir(tmp_path_factory) -> Path:
+    """A directory of this test session's, shared by its pytest-xdist workers (each worker's own base temp is one of
+    its subdirectories), for what the session makes once and every worker reads."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+@pytest.fixture(scope="session")
+def heldout_overlap(tmp_path_factory, echo_model) -> Path:
+    """The experiments' heldout_overlap.json (which held-out templates share behaviour with the warm start:
+    coordinator/experiment/seedeval.py, `ensure_overlap`), made once per session for the end-to-end experiments: it
+    depends on neither their runs nor their config (thousands of sandbox jobs, most of a minute), and an experiment
+    that finds it in its directory reads it instead of making it again (as a resumed experiment does)."""
+    from coordinator.experiment.evalfiles import OVERLAP_FILE
+    from coordinator.experiment.plan import plan
+    from coordinator.experiment.seedeval import ensure_overlap
+    from populora.config import load_config
+    from populora.models import atomic_dir
+
+    def build(tmp: Path) -> None:
+        over = [*e2e_overrides(tmp, echo_model), "run.budget_flops=1000000000000"]  # an experiment needs a budget
+        exp = plan(load_config(preset="cpu-tiny", overrides=over, env=False), "overlap", [0], [])
+        ensure_overlap(exp)
+        shutil.copyfile(exp.out_dir / OVERLAP_FILE, tmp / OVERLAP_FILE)
+
+    # one worker makes it, the other waits for it (populora.models.atomic_dir's lock)
+    return atomic_dir(session_dir(tmp_path_factory) / "heldout-overlap", build) / OVERLAP_FILE
+
+
+def with_overlap(exp, overlap: Path) -> None:
+    """Put the session's heldout_overlap.json (the `heldout_overlap` fixture) in the experiment's directory."""
+    from coordinator.experiment.evalfiles import OVERLAP_FILE
+
+    exp.out_dir.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(overlap, exp.out_dir / OVERLAP_FILE)
 
 
 def e2e_overrides(tmp_path, model: str) -> list[str]:

@@ -15,16 +15,16 @@ from coordinator.run.journal import JournalDB
 from coordinator.train import parse_budget, run_training
 from populora.config import load_config
 from tests.conftest import published_benchmarks
-from tests.e2e.conftest import e2e_overrides
+from tests.e2e.conftest import e2e_overrides, with_overlap
 
-BUDGET = 2e12  # a population step is ~9e11 FLOPs here (four proposals a teacher), a baseline step about half
+BUDGET = 2e12  # a population step is ~1.5e12 FLOPs here (four proposals a teacher), a baseline step about half
 
 
 class Stopped(Exception):  # noqa: N818 - the stand-in for a stop (Ctrl-C, a killed process) between two arms
     pass
 
 
-def test_experiment_runs_both_arms_and_resumes_after_stops(tmp_path, echo_model):
+def test_experiment_runs_both_arms_and_resumes_after_stops(tmp_path, echo_model, heldout_overlap):
     published_benchmarks("cruxeval.jsonl")  # eval.benchmarks: CRUXEval-O and -I, read from $POPULORA_BENCHMARKS
     sets = e2e_overrides(tmp_path, echo_model) + ["run.steps=5"]
     budget = f"flops={BUDGET:.2e}"
@@ -36,6 +36,7 @@ def test_experiment_runs_both_arms_and_resumes_after_stops(tmp_path, echo_model)
     cfg = load_config(preset="cpu-tiny", overrides=sets)
     cfg.run.budget_flops = parse_budget(budget)["flops"]
     exp = plan(cfg, "exp", [cfg.run.seed], [], limit=3)
+    with_overlap(exp, heldout_overlap)
     db = JournalDB(cfg.league_db_url)
     pop, base = (a.run_id for a in exp.arms)
 
@@ -116,22 +117,24 @@ def test_experiment_runs_both_arms_and_resumes_after_stops(tmp_path, echo_model)
     db.close()
 
 
-def test_seeds_run_in_processes_of_their_own_with_the_scoring_chosen(tmp_path, echo_model, capfd):
+def test_seeds_run_in_processes_of_their_own_with_the_scoring_chosen(tmp_path, echo_model, capfd, heldout_overlap):
     """`--jobs 2`: two seeds trained and scored at once, each in a spawned process; eval.members and eval.checkpoints
     say which versions are scored. A rerun with the same jobs does nothing again."""
-    # heldout alone: the first test scores the published benchmarks too, and each costs minutes on a loaded machine
-    sets = e2e_overrides(tmp_path, echo_model) + ["run.steps=2", "eval.members=students", "eval.checkpoints=[0.5,1.0]",
+    # heldout alone: the first test scores the published benchmarks too, and each costs minutes on a loaded machine;
+    # one step an arm: the scoring chosen and the processes are what this test is about, not how far the arms train
+    sets = e2e_overrides(tmp_path, echo_model) + ["run.steps=1", "eval.members=students", "eval.checkpoints=[0.5,1.0]",
                                                   "eval.benchmarks=[]"]
     argv = ["experiment", "--preset", "cpu-tiny", "--budget", f"flops={BUDGET:.2e}", "--id", "par", "--limit", "5",
             "--seeds", "1,2"]
     for s in sets:
         argv += ["--set", s]
-    assert cli_main(argv + ["--jobs", "2"]) == 0
-    err = capfd.readouterr().err  # the spawned processes write to the same stderr, each line tagged with its seed
-    assert "[seed 1]" in err and "[seed 2]" in err
     cfg = load_config(preset="cpu-tiny", overrides=sets)
     cfg.run.budget_flops = parse_budget(f"flops={BUDGET:.2e}")["flops"]
     exp = plan(cfg, "par", [1, 2], [], limit=5)
+    with_overlap(exp, heldout_overlap)
+    assert cli_main(argv + ["--jobs", "2"]) == 0
+    err = capfd.readouterr().err  # the spawned processes write to the same stderr, each line tagged with its seed
+    assert "[seed 1]" in err and "[seed 2]" in err
     db = JournalDB(cfg.league_db_url)
     assert all(db.get_run(a.run_id)["status"] == "finished" for a in exp.arms)
     scores = json.loads((exp.out_dir / "scores.json").read_text())
