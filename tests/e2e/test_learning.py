@@ -8,6 +8,7 @@ that miss their members would fail (the rate falls or stays where it was)."""
 
 from __future__ import annotations
 
+import copy
 from collections import Counter
 
 import torch
@@ -28,10 +29,10 @@ def _rate(state, run: str, step: int) -> float:
     return outcomes["correct"] / max(1, sum(outcomes.values()))
 
 
-def _odds(store: ArtifactStore, echo_model: str, ref, role: str) -> float:
-    """The mean probability, over the member's own prompts, of its rewarded answer at the fork."""
-    base = load_base_model(echo_model)
-    model = store.load_into_peft(base.model, ref)
+def _odds(store: ArtifactStore, base, ref, role: str) -> float:
+    """The mean probability, over the member's own prompts, of its rewarded answer at the fork (the version loaded into
+    a copy of the base model, which stays bare)."""
+    model = store.load_into_peft(copy.deepcopy(base.model), ref)
     probs = fork_probabilities(model, base.tokenizer)
     return float(torch.tensor([p for name, p in probs.items() if name.startswith(role)]).mean())
 
@@ -43,7 +44,8 @@ def test_the_students_solve_rate_rises(tmp_path, echo_model):
     assert rates[0] > 0 and rates[-1] >= rates[0] + MARGIN, rates  # the first step had tasks, some solved
     store = ArtifactStore(cfg.store_root)
     final = state.get("learn", STEPS, "update")["population"]
+    base = load_base_model(echo_model)
     for adapter, member in final.items():
-        first = _odds(store, echo_model, store.ref(adapter, 1), member["role"])
-        last = _odds(store, echo_model, store.ref(adapter, member["version"]), member["role"])
+        first = _odds(store, base, store.ref(adapter, 1), member["role"])
+        last = _odds(store, base, store.ref(adapter, member["version"]), member["role"])
         assert member["version"] > 1 and last >= first + ODDS, (adapter, first, last)
