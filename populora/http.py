@@ -158,8 +158,29 @@ class Guard:
 
 
 def guard(app: FastAPI, access: Access, service: str) -> None:
-    """Check every request of `app` (a REST app of `service`) with a Guard over `access`."""
+    """Check every request of `app` (a REST app of `service`) with a Guard over `access`. Where reads are open
+    (`access.open_reads`), the OpenAPI document says so: a read's credential is optional there (an empty security
+    requirement beside the bearer scheme), as the Guard lets it through without one."""
     app.add_middleware(Guard, router=app.router, access=access, service=service)
+    if not access.open_reads:
+        return
+    reads = {(route.path, method.lower()) for route in app.router.routes if isinstance(route, APIRoute)
+             for method in route.methods if method in ("GET", "HEAD") and route.path not in OPEN_PATHS
+             and all(getattr(d.call, "populora_operation", (service, "Read"))[1] == "Read"
+                     for d in route.dependant.dependencies if hasattr(d.call, "populora_operation"))}
+    made = app.openapi
+
+    def document() -> dict:
+        if app.openapi_schema is None:
+            schema = made()
+            for path, methods in schema.get("paths", {}).items():
+                for method, operation in methods.items():
+                    if (path, method) in reads and operation.get("security"):
+                        operation["security"] = [{}, *operation["security"]]
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = document
 
 
 def Name(max_length: int, param: Callable[..., Any] = Field, optional: bool = False, **extra: Any):  # noqa: N802

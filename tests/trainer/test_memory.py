@@ -2,7 +2,7 @@
 (services/trainer/memory.py) predicts the peak it measures, and trainer.memory_limit_mb splits a micro-batch
 predicted over it (the same update) or refuses a rollout that cannot fit (nothing changes).
 
-The peaks come from bench.trainer's probe: one update through the trainer service in a fresh process, whose peak
+The peaks come from bench.trainer's probe (run by bench.trainer_memory.run_probe): one update through the trainer service in a fresh process, whose peak
 resident set (VmHWM, reset just before) is compared with the resident set just before the update."""
 
 from __future__ import annotations
@@ -36,10 +36,10 @@ LONG_ROWS = (8192, 2, 0.984, ("trainer.attention=eager", "trainer.activation_che
 
 @pytest.fixture(scope="module")
 def probes():
-    from bench import trainer
+    from bench import trainer_memory
 
     args = argparse.Namespace(model="tiny", rank=4, device="cpu", threads=1)
-    return {name: trainer.run_probe(args, tokens, "saving", rows, prompt, overrides)
+    return {name: trainer_memory.run_probe(args, tokens, "saving", rows, prompt, overrides)
             for name, (tokens, rows, prompt, overrides) in
             {"production": PRODUCTION, "whole": WHOLE, "long_rows": LONG_ROWS}.items()}
 
