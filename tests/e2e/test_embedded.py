@@ -157,17 +157,24 @@ def test_the_seeded_run_has_the_committed_records(echo_model):
     assert not diff, "the seeded run's records changed:\n" + "\n".join(diff)
 
 
-def test_baseline_and_resume(tmp_path, echo_model):
+def test_baseline_evaluated_every_step_and_resumed(tmp_path, echo_model):
+    """The baseline (one adapter in both roles) with eval.every=1: the `eval` phase runs at step 0 (the bare base model
+    too) and after every step, is persisted like any phase, records the scores in the league, and reaches the metrics
+    and the report as a table and a plot. Stopped between the steps and resumed, as a run recorded before league
+    migration 0007 left the league: no stored phase is redone, the eval phase neither."""
     over = e2e_overrides(tmp_path, echo_model) + ["run.mode=baseline", "rewards.teacher_reward=learnability",
-                                                  "population.n_teachers=1", "population.n_students=1"]
+                                                  "population.n_teachers=1", "population.n_students=1", "eval.every=1",
+                                                  "eval.limit=3", "eval.max_new_tokens=16"]
     cfg = load_config(preset="cpu-tiny", overrides=over, env=False)
-    store, state, _ = _run(cfg, "base", 1)
+    store, state, run_dir = _run(cfg, "base", 1)
     assert state.get("base", 0, "init")["population"] == {"base.B0": {"role": "both", "version": 1}}
     pairings = state.get("base", 1, "match")["pairings"]
     assert {(p["teacher"], p["student"]) for p in pairings} == {("base.B0", "base.B0")}
     assert state.get("base", 1, "evolve") is None  # one adapter: nothing to evolve
+    assert [s for s, p in _done(state, "base") if p == "eval"] == [0, 1]
     # stop between steps, then resume: step 1 is not redone, step 2 runs
     before = set(_done(state, "base"))
+    first = {(r["step"], r["phase"]): r["finished_at"] for r in state.phase_rows("base")}
     league = LeagueDB(cfg.league_db_url)
     with league.engine.begin() as c:  # as a run recorded before league migration 0007 left the league
         for table in ("league_phase_progress", "league_step_problems", "league_run_status"):
@@ -180,8 +187,11 @@ def test_baseline_and_resume(tmp_path, echo_model):
     assert [s for s, _ in league.problem_steps("base")] == [2, 1] and league.run_record("base").status == "finished"
     league.close()
     assert {(r["step"], r["phase"]) for r in after if r["step"] <= 1} == before
+    assert all(first[(r["step"], r["phase"])] == r["finished_at"] for r in after if r["step"] <= 1)
     assert all(r["attempts"] == 1 for r in after)
-    assert [p for s, p in _done(state, "base") if s == 2] == STEP_PHASES + ["account"]  # one adapter: no evolve
+    # one adapter: no evolve; the eval phase after the step's accounting
+    assert [p for s, p in _done(state, "base") if s == 2] == STEP_PHASES + ["account", "eval"]
+    assert [r["step"] for r in after if r["phase"] == "eval"] == [0, 1, 2]
     # the single adapter trained in both roles
     j = Journal(state, "base")
     roles = {r.role for s in (1, 2) for r in rollouts(cfg.rewards, j.get(s, "propose"), j.get(s, "validate"),
@@ -189,6 +199,30 @@ def test_baseline_and_resume(tmp_path, echo_model):
     assert roles == {"teacher", "student"}
     assert store.versions("base.B0")[-1] == 1 + sum(
         bool(state.get("base", s, "update")["stats"]) for s in (1, 2))
+
+    # the held-out scores: the bare base model at step 0 only, the adapter at every step
+    zero = j.get(0, "eval")
+    assert zero.benchmark == "heldout" and [s.label for s in zero.scores] == ["base", "base.B0@v1"]
+    assert all(s.n_problems == 3 and len(s.problems) == 3 for s in zero.scores)
+    assert [s.adapter_id for s in j.get(2, "eval").scores] == ["base.B0"]  # the base model only once
+
+    from populora.pb import league_pb2
+    from services.league.service import LeagueService
+
+    league = LeagueService.from_config(cfg)
+    got = league.GetEvals(league_pb2.GetEvalsRequest(run_id="base")).scores
+    league.close()
+    stored = {(s.adapter_id, s.version) for s in got}
+    assert ("", 0) in stored and ("base.B0", 1) in stored
+    assert all(s.benchmark == "heldout" and s.n_problems == 3 for s in got)
+
+    metrics = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [m["eval"]["benchmark"] for m in metrics] == ["heldout"] * 3
+    assert set(metrics[0]["eval"]["pass_at_1"]) == {"base", "base.B0@v1"}
+    from coordinator.record.report import write_report
+
+    page = write_report(run_dir).read_text()
+    assert "Held-out evaluation" in page and "evals.png" in page and (run_dir / "evals.png").stat().st_size > 1000
 
 
 def _tokens_in_records(j: Journal, cfg, steps: int) -> int:
@@ -244,45 +278,3 @@ def test_compute_is_counted_and_a_budget_stops_the_run(tmp_path, echo_model, see
     assert [r["step"] for r in rows_b] == [0, 1] and rows_b[-1]["stopped"].startswith("budget: tokens")
     assert rows_b[-1]["compute_cumulative"]["tokens"] == _tokens_in_records(Journal(state_b, "e2e"), budget_cfg, 1)
     assert not [r for r in state_b.phase_rows("e2e") if r["step"] > 1]
-
-
-def test_eval_phase_scores_the_population_every_step_and_resumes(tmp_path, echo_model):
-    """eval.every=1: the `eval` phase runs at step 0 (the bare base model too) and after every step, is persisted
-    like any phase (a resumed run does not redo it), records the scores in the league, and reaches the metrics and
-    the report as a table and a plot."""
-    over = e2e_overrides(tmp_path, echo_model) + [
-        "run.mode=baseline", "rewards.teacher_reward=learnability", "population.n_teachers=1",
-        "population.n_students=1", "eval.every=1", "eval.limit=3", "eval.max_new_tokens=16"]
-    cfg = load_config(preset="cpu-tiny", overrides=over, env=False)
-    _, state, run_dir = _run(cfg, "ev", 1)
-    assert [s for s, p in _done(state, "ev") if p == "eval"] == [0, 1]
-    first = {(r["step"], r["phase"]): r["finished_at"] for r in state.phase_rows("ev")}
-    cfg.run.steps = 2
-    run_training(cfg, "ev", state)
-    rows = state.phase_rows("ev")
-    assert [r["step"] for r in rows if r["phase"] == "eval"] == [0, 1, 2]
-    assert all(first[(r["step"], r["phase"])] == r["finished_at"] for r in rows if r["step"] <= 1)
-
-    j = Journal(state, "ev")
-    zero = j.get(0, "eval")
-    assert zero.benchmark == "heldout" and [s.label for s in zero.scores] == ["base", "ev.B0@v1"]
-    assert all(s.n_problems == 3 and len(s.problems) == 3 for s in zero.scores)
-    assert [s.adapter_id for s in j.get(2, "eval").scores] == ["ev.B0"]  # the base model only once
-
-    from populora.pb import league_pb2
-    from services.league.service import LeagueService
-
-    league = LeagueService.from_config(cfg)
-    got = league.GetEvals(league_pb2.GetEvalsRequest(run_id="ev")).scores
-    league.close()
-    stored = {(s.adapter_id, s.version) for s in got}
-    assert ("", 0) in stored and ("ev.B0", 1) in stored
-    assert all(s.benchmark == "heldout" and s.n_problems == 3 for s in got)
-
-    metrics = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert [m["eval"]["benchmark"] for m in metrics] == ["heldout"] * 3
-    assert set(metrics[0]["eval"]["pass_at_1"]) == {"base", "ev.B0@v1"}
-    from coordinator.record.report import write_report
-
-    page = write_report(run_dir).read_text()
-    assert "Held-out evaluation" in page and "evals.png" in page and (run_dir / "evals.png").stat().st_size > 1000
