@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 
 from coordinator.cli import main as cli_main
 from coordinator.experiment.shardresult import combine
@@ -28,9 +29,15 @@ def _shard(results, work, echo_model) -> tuple[dict, dict]:
             {p.name: json.loads(p.read_text()) for p in sorted((shard / "evals").iterdir())})
 
 
-def test_a_shard_run_twice_gives_the_same_digests_and_outcomes(tmp_path, echo_model):
+def test_a_shard_run_twice_gives_the_same_digests_and_outcomes(tmp_path, echo_model, heldout_overlap):
     results = tmp_path / "results"
+    # the held-out overlap the session made once (tests/e2e/conftest.py), where the first shard keeps its experiment's
+    # files: it finds it there, as a continued shard does, and exports it with the shard for the second to take
+    kept = tmp_path / "one" / "runs" / "tiny" / "shards" / "3-baseline"
+    kept.mkdir(parents=True)
+    shutil.copyfile(heldout_overlap, kept / heldout_overlap.name)
     first, first_evals = _shard(results, tmp_path / "one", echo_model)
+    assert (results / "tiny" / heldout_overlap.name).read_bytes() == heldout_overlap.read_bytes()
     sets = json.loads((results / "tiny" / "problems.json").read_text())["benchmarks"]["heldout"]
     assert len(sets["pass"]) == 3 and len(sets["likelihood"]) == 5 and sets["of"] == 8
     # a second machine stretch with nothing of the first (run directory, store, journal): the shard starts again
