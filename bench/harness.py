@@ -210,7 +210,8 @@ def update_workload_parser(doc: str | None, json_help: str, *, rollouts_help: st
 
 class Reporter:
     """Collects the figures; prints each as one JSON line when it is taken (stderr, and `jsonl` when given), so a
-    run cut short still leaves what it measured. Floats are rounded to `digits` decimals."""
+    run cut short still leaves what it measured. Floats are rounded to `digits` decimals (at least four significant
+    figures)."""
 
     def __init__(self, jsonl: str | None = None, digits: int = 4):
         self.out: dict[str, Any] = {}
@@ -221,7 +222,7 @@ class Reporter:
 
     def __call__(self, key: str, value: Any) -> None:
         if isinstance(value, float):
-            value = round(value, self.digits)
+            value = rounded(value, self.digits)
         self.out[key] = value
         line = json.dumps({key: value})
         print(line, file=sys.stderr, flush=True)
@@ -235,8 +236,17 @@ def progress(bench: str, what: str, value: Any) -> None:
     print(f"{bench}: {what} = {value}", file=sys.stderr, flush=True)
 
 
+def rounded(value: float, digits: int) -> float:
+    """`value` to `digits` decimals, but never fewer than four significant figures: a small fraction (0.04455) keeps
+    the precision a ratio of it needs, where rounding to decimals alone would leave 0.045 or 0.0."""
+    if not math.isfinite(value) or value == 0:
+        return value
+    return round(value, max(digits, 3 - math.floor(math.log10(abs(value)))))
+
+
 def emit(out: dict, indent: int | None = None, digits: int | None = None) -> None:
-    """Print the result object on stdout, the last line a caller parses; with `digits`, its floats rounded."""
+    """Print the result object on stdout, the last line a caller parses; with `digits`, its floats rounded
+    (`rounded`: decimals, at least four significant figures)."""
     if digits is not None:
-        out = {k: round(v, digits) if isinstance(v, float) else v for k, v in out.items()}
+        out = {k: rounded(v, digits) if isinstance(v, float) else v for k, v in out.items()}
     print(json.dumps(out, indent=indent))
