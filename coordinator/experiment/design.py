@@ -27,8 +27,8 @@ JOBS_SPEEDUP = 1.2
 
 def spread(results: Path) -> dict:
     """The seed-to-seed and within-seed spread of the headline of an earlier result (its last checkpoint), recomputed
-    from its files (coordinator/experiment/recompute.py)."""
-    from coordinator.experiment.recompute import checkpoints, load
+    from its files (coordinator/experiment/reanalyse.py)."""
+    from coordinator.experiment.reanalyse import checkpoints, load
 
     exp, metrics, evals = load(results)
     out = {}

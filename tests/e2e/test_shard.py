@@ -1,7 +1,8 @@
 """`populora experiment --shard`: a tiny shard (the echo model, one arm, one step, a few problems) run twice from
 nothing gives the same weights digests and per-problem outcomes, pass@1 and likelihood alike; run again where its
 working directory survives, it continues (nothing is trained again) and exports the same shard; the result is
-computed from the committed shard files alone."""
+computed from the committed shard files alone, and again by the check that imports nothing of the project, which
+agrees with it."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import math
 import shutil
 
 from coordinator.cli import main as cli_main
+from coordinator.experiment.recompute import main as recompute
 from coordinator.experiment.shardresult import combine
 from coordinator.experiment.shards import outcomes
 from tests.e2e.conftest import e2e_overrides
@@ -70,3 +72,4 @@ def test_a_shard_run_twice_gives_the_same_digests_and_outcomes(tmp_path, echo_mo
     readme = (results / "tiny" / "README.md").read_text()
     assert "Computed from 1 shard (3-baseline)" in readme and "No seed has both arms yet" in readme
     assert max(len(line) for line in readme.splitlines() if not line.startswith("|")) <= 120
+    assert recompute([str(results / "tiny")]) == 0  # every number of scores.json and README.md, from the files alone

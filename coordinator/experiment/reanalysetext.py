@@ -1,4 +1,4 @@
-"""The labelled lines `python -m coordinator.experiment.recompute` prints: each number a result's text uses, named as
+"""The labelled lines `python -m coordinator.experiment.reanalyse` prints: each number a result's text uses, named as
 the text names it, with what a fixed analysis changed beside it ("before: ...")."""
 
 from __future__ import annotations
