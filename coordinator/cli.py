@@ -244,7 +244,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--output-dir", default="runs", help="where runs live (default: runs)")
     r.set_defaults(func=cmd_report)
 
-    from coordinator.experiment.evaluate import add_parser as add_eval_parser
+    from coordinator.experiment.evalargs import add_parser as add_eval_parser
 
     add_eval_parser(sub)
     ev = sub.choices["eval"]
@@ -272,9 +272,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     from populora.config import ConfigError
-    from populora.models import ModelError
+    from populora.errors import ModelError, StoreError
     from populora.names import InvalidName
-    from populora.store import StoreError
 
     args = build_parser().parse_args(argv)
     try:

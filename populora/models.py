@@ -20,6 +20,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import torch  # noqa: E402
 
+from populora.errors import ModelError
+
 # Qwen2.5's special tokens, in id order from 151643 (the BPE ranks of qwen.tiktoken end at 151642).
 QWEN2_SPECIAL_TOKENS = [
     "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>", "<|object_ref_end|>",
@@ -42,10 +44,6 @@ TINY_CONFIG = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, n
 
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SMOLLM2_FORMAT = 1  # bump when the cached conversion's layout changes
-
-
-class ModelError(RuntimeError):
-    """A base model that cannot be loaded; the message says which and what to do."""
 
 
 @dataclass

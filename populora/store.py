@@ -23,6 +23,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from populora import names
+from populora.errors import StoreError
 from populora.lora import PEFT_PREFIX, LoraConfigured, lora_keys
 
 ADAPTER_CONFIG = "adapter_config.json"
@@ -43,10 +44,6 @@ def tensors_digest(tensors: dict[str, torch.Tensor]) -> str:
         h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
         h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
     return h.hexdigest()
-
-
-class StoreError(RuntimeError):
-    """An artifact-store problem the user can act on: missing or corrupt version, bad id."""
 
 
 @dataclass(frozen=True)

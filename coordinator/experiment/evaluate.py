@@ -17,7 +17,6 @@ from populora.evals import EvalError, EvalResult, EvalTarget, evaluate, load_pro
 from populora.evals.benchmarks import BenchmarkError
 from populora.evals.harness import check_context, materialise, target_protocol
 from populora.evals.progress import Pace, progress_text
-from populora.evals.prompts import PROTOCOLS
 from populora.evals.scoring import check_references
 from populora.pb import league_pb2
 from populora.rpc import ServiceError
@@ -272,28 +271,3 @@ def _printer(args: argparse.Namespace):
             print(f"scored them with {info['jobs']} sandbox jobs in {info['seconds']:.1f} s", file=sys.stderr,
                   flush=True)
     return progress
-
-
-def add_parser(sub) -> None:
-    """The `eval` subcommand's arguments (coordinator.cli adds the configuration group)."""
-    e = sub.add_parser("eval", help="score adapters (and the base model) on a held-out benchmark")
-    what = e.add_argument_group("what to evaluate")
-    what.add_argument("--run", default=None, help="every active adapter of this run, at its latest version; the "
-                                                  "scores are recorded in the run's league")
-    what.add_argument("--adapters", nargs="+", default=None, metavar="DIR",
-                      help="adapter version directories (<store>/adapters/<id>/v<N>) or adapter directories")
-    what.add_argument("--base", action="store_true", help="the bare base model too")
-    e.add_argument("--benchmark", default=None, help="heldout, humaneval, humaneval-plus, mbpp-plus, cruxeval-o, "
-                                                     "cruxeval-i, jsonl (default: eval.benchmark)")
-    e.add_argument("--data", default=None, help="the benchmark's data file (JSONL) where it needs one")
-    e.add_argument("--limit", type=int, default=None, help="the first N problems (default: all; heldout 60)")
-    e.add_argument("--samples", type=int, default=None, help="answers per problem (pass@k when > 1)")
-    e.add_argument("--temperature", type=float, default=None, help="sampling temperature (0 = greedy)")
-    e.add_argument("--max-new-tokens", type=int, default=None, help="tokens per answer (default: eval.max_new_tokens)")
-    e.add_argument("--seed", type=int, default=0, help="sampling seed")
-    e.add_argument("--out", default=None, metavar="FILE.json", help="write the scores as JSON")
-    e.add_argument("--protocol", choices=PROTOCOLS, default=None,
-                   help="training: the format adapters were trained on; benchmark: prompts and answer reading as the "
-                        "benchmark's authors do (default: benchmark for --base, training for adapters)")
-    e.add_argument("--check-references", action="store_true",
-                   help="score the benchmark's own reference solutions (no model) and print each that fails")
