@@ -6,8 +6,9 @@ does), then scores the warm start, the population's students and the baseline at
 `--problems` problems of each `--benchmark` in one batch, then the likelihood of their reference answers under the
 same versions in one Score batch (populora.evals.likelihood), and writes <out>/pilot.json: per arm the mean seconds,
 charged FLOPs and phase seconds of a step; per benchmark the seconds, tokens and FLOPs of an answer and each version's
-pass rate, and of a likelihood row (one problem under one version) and each version's mean; the machine's cores and
-its load average through the pilot. `python -m coordinator.experiment.design` turns it into designs and their power.
+pass rate, and of a likelihood row (one problem under one version) and each version's mean and per-problem values,
+with each problem's difference population mean minus baseline; the machine's cores and its load average through the
+pilot. `python -m coordinator.experiment.design` turns it into designs and their power.
 """
 
 from __future__ import annotations
@@ -95,7 +96,7 @@ def score(exp: Experiment, benchmarks: list[str], problems: int) -> dict:
 
     cfg = exp.arms[0].cfg
     store = ArtifactStore(cfg.store_root)
-    targets = []
+    targets, arm_of = [], {}
     warm = store.latest(f"{exp.arms[0].run_id}.warm")
     targets.append(EvalTarget(WARM, warm.adapter_id, warm.version, str(store.path_of(warm))))
     for arm in exp.arms:
@@ -103,6 +104,7 @@ def score(exp: Experiment, benchmarks: list[str], problems: int) -> dict:
         for adapter_id, version in (population_at(rows, rows[-1]["step"], "students") or {}).items():
             ref = store.ref(adapter_id, version)
             targets.append(EvalTarget(label(adapter_id, version), adapter_id, version, str(store.path_of(ref))))
+            arm_of[targets[-1].label] = arm.name
     n = model_size(cfg).with_adapter
     out = {}
     services = open_eval_services(cfg, league=False)
@@ -132,15 +134,18 @@ def score(exp: Experiment, benchmarks: list[str], problems: int) -> dict:
                       "flops_per_answer": FORWARD_FLOPS_PER_PARAM * n * tokens / answers if answers else None,
                       "pass_rate": {r.label: r.pass_at_1 for r in results}}
             if likelihood_scored(b):
-                out[b]["likelihood"] = likelihood_cost(services, targets, b, chunk, n)
+                out[b]["likelihood"] = likelihood_cost(services, targets, b, chunk, n, arm_of)
     finally:
         services.close()
     return out
 
 
-def likelihood_cost(services, targets: list, benchmark: str, problems: list, n_params: int) -> dict:
+def likelihood_cost(services, targets: list, benchmark: str, problems: list, n_params: int,
+                    arm_of: dict[str, str] | None = None) -> dict:
     """The likelihood of the problems' reference answers (populora.evals.likelihood) under the same versions, in
-    one batch: seconds, tokens and FLOPs a row (one problem under one version), and each version's mean."""
+    one batch: seconds, tokens and FLOPs a row (one problem under one version), each version's mean and per-problem
+    values, and (with `arm_of`, a version's arm) each problem's difference population mean minus baseline, whose
+    spread `python -m coordinator.experiment.design` takes as the likelihood's problem spread."""
     from populora.evals.likelihood import likelihood
 
     start = time.perf_counter()
@@ -151,7 +156,20 @@ def likelihood_cost(services, targets: list, benchmark: str, problems: list, n_p
     return {"rows": rows, "seconds": seconds, "seconds_per_row": seconds / rows if rows else None,
             "tokens_per_row": tokens / rows if rows else None,
             "flops_per_row": FORWARD_FLOPS_PER_PARAM * n_params * tokens / rows if rows else None,
-            "mean": {r.label: r.mean for r in results}}
+            "mean": {r.label: r.mean for r in results},
+            "per_problem": {r.label: {p["id"]: p["value"] for p in r.problems} for r in results},
+            "differences": problem_differences(results, arm_of or {})}
+
+
+def problem_differences(results: list, arm_of: dict[str, str]) -> list[float]:
+    """Per problem answered by every version of both arms: the population's mean value minus the baseline's."""
+    values = {r.label: {p["id"]: p["value"] for p in r.problems} for r in results}
+    pop = [v for k, v in values.items() if arm_of.get(k) == "population"]
+    base = [v for k, v in values.items() if arm_of.get(k) == "baseline"]
+    if not pop or not base:
+        return []
+    ids = [i for i in next(iter(pop)) if all(i in v for v in pop + base)]
+    return [mean(v[i] for v in pop) - mean(v[i] for v in base) for i in ids]
 
 
 def main(argv: list[str] | None = None) -> int:

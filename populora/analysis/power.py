@@ -105,10 +105,22 @@ def minimal_detectable_difference(n_seeds: int, n_problems: int, sd_seed: float,
 
 def seeds_needed(target: float, n_problems: int, sd_seed: float, sd_problem: float, *, alpha: float = 0.05,
                  power: float = 0.8, most: int = 1000) -> int | None:
-    """The fewest seeds whose MDD is at most `target`; None when even `most` seeds do not reach it."""
+    """The fewest seeds whose MDD is at most `target`; None when even `most` seeds do not reach it. The MDD falls
+    as seeds are added (a smaller t quantile, a larger sqrt(S)), so the answer is found by bisection."""
     if target <= 0:
         raise ValueError(f"the difference to detect must be positive, got {target}")
-    for s in range(2, most + 1):
-        if minimal_detectable_difference(s, n_problems, sd_seed, sd_problem, alpha=alpha, power=power) <= target:
-            return s
-    return None
+
+    def reaches(s: int) -> bool:
+        return minimal_detectable_difference(s, n_problems, sd_seed, sd_problem, alpha=alpha, power=power) <= target
+
+    if most < 2:
+        return None
+    low, high = 1, 2  # one seed cannot be tested; double until `high` reaches it, then bisect between them
+    while not reaches(high):
+        if high >= most:
+            return None
+        low, high = high, min(2 * high, most)
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (low, mid) if reaches(mid) else (mid, high)
+    return high
