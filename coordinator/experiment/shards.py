@@ -153,6 +153,14 @@ def outcomes(files: dict[str, dict]) -> dict[str, dict[str, dict[str, float]]]:
     return out
 
 
+def without_answers(body: dict) -> dict:
+    """An evaluation file as a shard commits it: each problem's id and outcome, without the checker's message, which
+    quotes the benchmark's reference answer (the published files stay with their publishers)."""
+    for r in body.get("results", []):
+        r["problems"] = [{k: v for k, v in p.items() if k != "error"} for p in r.get("problems", [])]
+    return body
+
+
 def _digest(data) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
@@ -222,7 +230,7 @@ def export(exp: Experiment, results: Path, argv: list[str], times: dict) -> Path
         for b in exp.scored_benchmarks:
             path = eval_path(exp.out_dir, arm.run_id, b)
             if path.exists():
-                files[path.name] = json.loads(path.read_text())
+                files[path.name] = without_answers(json.loads(path.read_text()))
                 write_json(eval_path(out, arm.run_id, b), files[path.name])
     write_json(out / "births.json", {"births": births})
     (out / "config.yaml").write_text(exp.cfg.to_yaml())

@@ -137,3 +137,17 @@ def test_the_committed_problem_sets_are_those_the_documented_shard_command_score
     heldout = {p.id for p in load_problems("heldout", None, 380, cfg.eval.heldout_seed, cfg.tasks.code_f_inputs)}
     assert set(sets["benchmarks"]["heldout"]["likelihood"]) <= heldout
     assert [len(sets["benchmarks"][b]["likelihood"]) for b in ("heldout", "cruxeval-o", "cruxeval-i")] == [100] * 3
+
+
+def test_a_shard_commits_outcomes_not_the_checkers_messages():
+    """A checker's message quotes the benchmark's reference answer; a shard's eval file keeps ids and outcomes."""
+    from coordinator.experiment.shards import outcomes, without_answers
+
+    body = {"results": [{"label": "a@v1", "problems": [
+        {"id": "sample_1", "n": 1, "passed": 0, "error": "wrong: got 'x', expected 'secret'"},
+        {"id": "sample_2", "n": 1, "passed": 1}]}]}
+    before = outcomes({"f": json.loads(json.dumps(body))})
+    kept = without_answers(body)
+    assert "secret" not in json.dumps(kept)
+    assert kept["results"][0]["problems"][0] == {"id": "sample_1", "n": 1, "passed": 0}
+    assert outcomes({"f": kept}) == before
