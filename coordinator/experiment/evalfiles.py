@@ -12,6 +12,19 @@ def eval_path(out_dir: Path, run_id: str, benchmark: str) -> Path:
     return out_dir / "evals" / f"{run_id}.{benchmark}.json"
 
 
+def shard_evals_path(shard_dir: Path, run_id: str) -> Path:
+    """Where a committed shard keeps one arm run's scores: every benchmark's in one file named by the run alone. The
+    file holds the project's own outcomes (problem ids and numbers); a name ending in a published benchmark's would
+    read as a copy of that benchmark, which the tree never carries."""
+    return shard_dir / "evals" / f"{run_id}.json"
+
+
+def read_shard_evals(shard_dir: Path, run_id: str) -> dict[str, dict]:
+    """{benchmark: scores} of one arm run in a committed shard; {} when it has none."""
+    path = shard_evals_path(shard_dir, run_id)
+    return json.loads(path.read_text())["benchmarks"] if path.exists() else {}
+
+
 OVERLAP_FILE = "heldout_overlap.json"  # which held-out templates share behaviour with the warm start (evals.overlap)
 
 

@@ -174,8 +174,8 @@ def read(results: Path) -> Shards:
         for name, run_id in s["arms"].items():
             arms.append(Arm(name, int(s["seed"]), run_id))
             metrics[run_id] = _jsonl(d / "metrics" / f"{run_id}.metrics.jsonl")
-            evals[run_id] = {b: _json(d / "evals" / f"{run_id}.{b}.json") for b in s["benchmarks"]
-                             if (d / "evals" / f"{run_id}.{b}.json").exists()}
+            kept = _json(d / "evals" / f"{run_id}.json")["benchmarks"] if (d / "evals" / f"{run_id}.json").exists() else {}
+            evals[run_id] = {b: kept[b] for b in s["benchmarks"] if b in kept}
         if (d / "births.json").exists():
             births += _json(d / "births.json")["births"]
     arms.sort(key=lambda a: (a.seed, a.name != "population"))  # stable: otherwise in shard order
@@ -187,10 +187,14 @@ def read(results: Path) -> Shards:
 
 
 def outcomes(evals: Path) -> str:
-    """sha256 of a shard's per-problem outcomes as shard.json digests them: {file name: {label: {problem: passed, or
-    the summed log-probability}}} over its evaluation files, as key-sorted JSON."""
-    found = {p.name: {r["label"]: {x["id"]: x["logprob"] if "logprob" in x else x["passed"] for x in r["problems"]}
-                      for r in _json(p).get("results", [])} for p in sorted(evals.glob("*.json"))}
+    """sha256 of a shard's per-problem outcomes as shard.json digests them: {<run>.<benchmark>.json: {label: {problem:
+    passed, or the summed log-probability}}} over its evaluation files, as key-sorted JSON."""
+    found = {}
+    for p in sorted(evals.glob("*.json")):  # evals/<run>.json: {"run", "benchmarks": {benchmark: scores}}
+        kept = _json(p)
+        for b, body in kept["benchmarks"].items():
+            found[f"{kept['run']}.{b}.json"] = {r["label"]: {x["id"]: x["logprob"] if "logprob" in x else x["passed"]
+                                                             for x in r["problems"]} for r in body.get("results", [])}
     return hashlib.sha256(json.dumps(found, sort_keys=True).encode()).hexdigest()
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from statistics import mean
 
 from coordinator.experiment.comparison import ArmRun, ComparisonInput, comparison_scores
-from coordinator.experiment.evalfiles import write_json
+from coordinator.experiment.evalfiles import read_shard_evals, write_json
 from coordinator.experiment.headline import is_likelihood
 from coordinator.record.births import summarise
 from populora.config import ConfigError, config_from_yaml
@@ -71,8 +71,8 @@ def combine(results: Path) -> dict | None:
         for name, run_id in s["arms"].items():
             arms.append(ArmRun(name, s["seed"], run_id, d / "metrics"))
             metrics[run_id] = _rows(d / "metrics" / f"{run_id}.metrics.jsonl")
-            evals[run_id] = {b: json.loads(p.read_text()) for b in s["benchmarks"]
-                             if (p := d / "evals" / f"{run_id}.{b}.json").exists()}
+            kept = read_shard_evals(d, run_id)
+            evals[run_id] = {b: kept[b] for b in s["benchmarks"] if b in kept}
             if (p := d / "dynamics" / f"{run_id}.json").exists():
                 dynamics[run_id] = json.loads(p.read_text())
         births += json.loads((d / "births.json").read_text())["births"] if (d / "births.json").exists() else []

@@ -16,8 +16,9 @@ continues where it stopped, else it starts again. At the end it exports a small 
 - `config.yaml`: the resolved config; `metrics/<run>.metrics.jsonl`: each arm's per-step metrics without their
   bulky `timeline` field (the comparison does not read it); `births.json`: how the population's children started;
 - `dynamics/<run>.json`: each arm's dynamics (spec 11), computed while its adapters were there;
-- `evals/<run>.<benchmark>.json`: per version and problem, pass@1 (the problem sets' pass subset) and the
-  likelihood of the reference answer (`<benchmark>-logprob`, the likelihood subset).
+- `evals/<run>.json`: {"run", "benchmarks": {benchmark: scores}}, per version and problem, pass@1 (the problem sets'
+  pass subset) and the likelihood of the reference answer (`<benchmark>-logprob`, the likelihood subset): ids and
+  outcomes only, in one file per arm run named by the run, never by a published benchmark.
 
 The problem sets (coordinator/experiment/problemsets.py) are <results>/<id>/problems.json, drawn by the first shard
 before it trains and committed with it; every later shard scores the same problems. Then the result is computed again
@@ -41,7 +42,7 @@ from pathlib import Path
 
 from coordinator.experiment.armeval import arm_rows
 from coordinator.experiment.checkpointeval import WARM, population_at
-from coordinator.experiment.evalfiles import OVERLAP_FILE, eval_path, write_json
+from coordinator.experiment.evalfiles import OVERLAP_FILE, eval_path, shard_evals_path, write_json
 from coordinator.experiment.plan import ARMS, Experiment, default_id, plan
 from coordinator.experiment.problemsets import PROBLEMS_FILE
 from coordinator.experiment.shardresult import SHARD_FILE, combine
@@ -227,11 +228,13 @@ def export(exp: Experiment, results: Path, argv: list[str], times: dict) -> Path
         if dyn.exists():
             (out / "dynamics").mkdir(exist_ok=True)
             shutil.copyfile(dyn, out / "dynamics" / dyn.name)
+        scored: dict[str, dict] = {}
         for b in exp.scored_benchmarks:
             path = eval_path(exp.out_dir, arm.run_id, b)
             if path.exists():
-                files[path.name] = without_answers(json.loads(path.read_text()))
-                write_json(eval_path(out, arm.run_id, b), files[path.name])
+                files[path.name] = scored[b] = without_answers(json.loads(path.read_text()))
+        if scored:
+            write_json(shard_evals_path(out, arm.run_id), {"run": arm.run_id, "benchmarks": scored})
     write_json(out / "births.json", {"births": births})
     (out / "config.yaml").write_text(exp.cfg.to_yaml())
     if (exp.out_dir / OVERLAP_FILE).exists() and not (results / OVERLAP_FILE).exists():

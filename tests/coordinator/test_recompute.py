@@ -205,15 +205,16 @@ def _changed_copy(result: Path, tmp_path: Path) -> Path:
 
 def test_a_changed_shard_file_is_named(result, tmp_path):
     copy = _changed_copy(result, tmp_path)
-    path = copy / "shards" / "3" / "evals" / f"{ID}-population-s3.heldout.json"
-    body = json.loads(path.read_text())
+    path = copy / "shards" / "3" / "evals" / f"{ID}-population-s3.json"
+    kept = json.loads(path.read_text())
+    body = kept["benchmarks"]["heldout"]
     # seed 3's first student at the last checkpoint, on the first problem (a scoring one, of a family kept)
     scored = json.loads((copy / "shards" / "3" / "metrics" / f"{ID}-population-s3.metrics.jsonl").read_text()
                         .splitlines()[-1])["population"]
     name = f"{ID}-population-s3.s0@v{scored[f'{ID}-population-s3.s0']['version']}"
     problem = next(p for r in body["results"] if r["label"] == name for p in r["problems"] if p["id"] == HELDOUT[0])
     problem["passed"] = 1 - problem["passed"]
-    path.write_text(json.dumps(body))
+    path.write_text(json.dumps(kept))
     done = _recompute(copy)
     assert done.returncode == 1
     named = {d["name"] for d in json.loads(done.stdout)["check"]["disagree"]}

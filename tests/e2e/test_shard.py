@@ -28,7 +28,8 @@ def _shard(results, work, echo_model) -> tuple[dict, dict]:
     assert cli_main(argv) == 0
     shard = results / "tiny" / "shards" / "3-baseline"
     return (json.loads((shard / "shard.json").read_text()),
-            {p.name: json.loads(p.read_text()) for p in sorted((shard / "evals").iterdir())})
+            {f"{p.stem}.{b}.json": body for p in sorted((shard / "evals").iterdir())
+             for b, body in json.loads(p.read_text())["benchmarks"].items()})
 
 
 def test_a_shard_run_twice_gives_the_same_digests_and_outcomes(tmp_path, echo_model, heldout_overlap):
