@@ -2,8 +2,9 @@
 allowed or refused, as the design says it (docs/operations.md, "Who may call what") and NOT read from
 populora/scopes.py. Live servers on loopback are held to it, over mutual TLS (the certificate names the caller) and
 with scoped tokens (the servers keep verifiers): an allowed call reaches the service, a refused one is
-PERMISSION_DENIED (gRPC) or 403 (REST) and changes nothing. A last test holds the hand table and populora/scopes.py
-to each other, so a mistake in either fails."""
+PERMISSION_DENIED (gRPC) or 403 (REST), names the caller's own scope on that service as the hand table gives it
+(nothing of another identity's or another service's), and changes nothing. A last test holds the hand table and
+populora/scopes.py to each other, so a mistake in either fails."""
 
 from __future__ import annotations
 
@@ -73,6 +74,28 @@ ALLOWED = {
 }
 TABLE = {(identity, service, op): (service, op) in ALLOWED[identity]
          for identity in IDENTITIES for service in GRPC for op in (*GRPC[service], *REST_ONLY[service])}
+CONTRACT_NAMES = {"inference": "Inference", "trainer": "Trainer", "league": "League", "sandbox": "Sandbox",
+                  "evolver": "Evolver"}
+
+
+def hand_scope(identity: str, service: str) -> set[str]:
+    """What a refusal must say `identity` may call on `service`, from the hand table: `League.GetRatings`, a REST
+    operation marked `(REST)`; {"nothing"} when there is none."""
+    named = {f"{CONTRACT_NAMES[service]}.{op}" + (" (REST)" if op in REST_ONLY[service] else "")
+             for op in (*GRPC[service], *REST_ONLY[service]) if TABLE[identity, service, op]}
+    return named or {"nothing"}
+
+
+def refusal_mismatch(message: str, identity: str, service: str, op: str) -> str:
+    """"" when a refusal names the call and then the caller's own scope on that service (no other identity's, no
+    other service's); else what is wrong."""
+    head = f"{identity} may not call {CONTRACT_NAMES[service]}.{op} "
+    _, found, scope = message.partition(f"on {service} it may call: ")
+    if not message.startswith(head) or not found:
+        return f"{identity} {service}.{op}: the refusal does not name the call and its scope: {message}"
+    if set(scope.split(", ")) != hand_scope(identity, service):
+        return f"{identity} {service}.{op}: the refusal names {scope!r}, not {sorted(hand_scope(identity, service))}"
+    return ""
 
 
 # ---------------------------------------------------------------------------------------------------------- gRPC
@@ -100,6 +123,7 @@ def test_grpc_servers_hold_each_identity_to_the_hand_table(pki, identity, transp
                     with pytest.raises(rpc.ServiceError) as e:
                         _call(client, service, method)
                     assert e.value.code == grpc.StatusCode.PERMISSION_DENIED, (identity, service, method, e.value)
+                    assert refusal_mismatch(e.value.message, identity, service, method) == ""
                     assert len(recorder.calls) == before, f"{identity} -> {service}.{method} reached the service"
             finally:
                 client.close()
@@ -177,8 +201,8 @@ def _verdicts(send, identity: str, league: LeagueService) -> list[str]:
         if resp.status_code == 401 or refused == expected:
             wrong.append(f"{identity} {method} {service}{path} ({op}): {resp.status_code} {resp.text[:200]}")
         elif refused:
-            if not resp.json()["detail"].startswith(f"{identity} may not call {CONTRACTS[service].name}.{op}"):
-                wrong.append(f"{identity} {service}.{op}: {resp.json()['detail']}")
+            if mismatch := refusal_mismatch(resp.json()["detail"], identity, service, op):
+                wrong.append(mismatch)
             if _league_state(league) != before:
                 wrong.append(f"{identity} {service}.{op}: refused, but the league changed")
     return wrong
@@ -244,3 +268,4 @@ def test_the_hand_table_and_populora_scopes_agree():
                 if verdict != (scopes.rest_allowed(i, s, op) if op in REST_ONLY[s] else scopes.allowed(i, s, op))]
     assert disagree == []
     assert {(s, op) for s in REST_ONLY for op in REST_ONLY[s]} <= set(REQUESTS)  # each is tried over REST
+    assert {s: c.name for s, c in CONTRACTS.items()} == CONTRACT_NAMES
