@@ -24,7 +24,6 @@ HEADING = re.compile(r"^#{1,3} *([0-9]+)\.", re.M)
 # Sections no code can cite, each with its reason. Keep this small: a section the code implements is cited there.
 DOC_ONLY = {
     12: "the published method's headline numbers; no code computes them",
-    18: "the math domain, a design that is not implemented yet",
 }
 
 _NUMBER = r"§?[ \t]*\d+(?:\.\d+)?"
