@@ -18,7 +18,7 @@ def add_parser(sub) -> None:
                       help="adapter version directories (<store>/adapters/<id>/v<N>) or adapter directories")
     what.add_argument("--base", action="store_true", help="the bare base model too")
     e.add_argument("--benchmark", default=None, help="heldout, humaneval, humaneval-plus, mbpp-plus, cruxeval-o, "
-                                                     "cruxeval-i, jsonl (default: eval.benchmark)")
+                                                     "cruxeval-i, jsonl, gsm8k, svamp, math500 (default: eval.benchmark)")
     e.add_argument("--data", default=None, help="the benchmark's data file (JSONL) where it needs one")
     e.add_argument("--limit", type=int, default=None, help="the first N problems (default: all; heldout 60)")
     e.add_argument("--samples", type=int, default=None, help="answers per problem (pass@k when > 1)")

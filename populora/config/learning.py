@@ -132,8 +132,9 @@ class EvalConfig(Section):
     limit: int = Field(30, ge=1)
     """Problems per evaluation: the first N of the benchmark (the same N problems at every evaluation)."""
     data: str = ""
-    """The benchmark's data file, for benchmarks read from one (humaneval-plus, mbpp-plus, cruxeval-*, jsonl); empty =
-    the publisher's file (cruxeval.jsonl, MbppPlus.jsonl) in the directory $POPULORA_BENCHMARKS names (docs/eval.md)."""
+    """The benchmark's data file, for benchmarks read from one (humaneval-plus, mbpp-plus, cruxeval-*, jsonl, gsm8k,
+    svamp, math500); empty = the publisher's file (cruxeval.jsonl, MbppPlus.jsonl, math/<name>.test.jsonl) in the
+    directory $POPULORA_BENCHMARKS names (docs/eval.md)."""
     samples: int = Field(1, ge=1)
     """Answers per problem; 1 = greedy pass@1, more = pass@k with the unbiased estimator (needs temperature > 0)."""
     temperature: float = Field(0.0, ge=0)

@@ -10,6 +10,8 @@ Three kinds of problem, one scorer each (populora.evals.scoring):
   EvalPlus release publishes them.
 - `task`: an AZR student task (code_o, code_i, code_f: spec 2) judged by the training verifier. CRUXEval-O/I and
   `heldout`.
+- `math`: a question in words whose answer's last `\\boxed{...}` the math checker compares with the gold (spec 18;
+  populora.evals.mathsets). GSM8K, SVAMP and MATH-500.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from populora.evals.datafiles import (
     text_field,
     unique_ids,
 )
+from populora.evals.mathsets import load_gsm8k, load_math500, load_svamp
 from populora.evals.mbppplus import typed_inputs
 from populora.evals.problem import HELDOUT_SEED, Benchmark, BenchmarkError, Loader, LoadSpec, Problem
 from populora.tasks.literals import LiteralError, literal_value
@@ -206,6 +209,12 @@ BENCHMARKS: dict[str, Benchmark] = {b.name: b for b in (
               "CRUXEval input prediction (its release JSONL: --data, or cruxeval.jsonl in $POPULORA_BENCHMARKS), "
               "judged as code_i"),
     Benchmark("jsonl", "program", load_jsonl, True, "any code problems with tests in the plug-in JSONL format"),
+    Benchmark("gsm8k", "math", load_gsm8k, False,
+              "GSM8K's 1,319 test problems (--data, or math/gsm8k.test.jsonl in $POPULORA_BENCHMARKS)"),
+    Benchmark("svamp", "math", load_svamp, False,
+              "SVAMP's 1,000 problems (--data, or math/svamp.test.jsonl in $POPULORA_BENCHMARKS)"),
+    Benchmark("math500", "math", load_math500, False,
+              "MATH-500 (--data, or math/math500.test.jsonl in $POPULORA_BENCHMARKS)"),
 )}
 
 

@@ -18,12 +18,18 @@ from populora.evals.problem import BenchmarkError, LoadSpec, Problem
 BENCHMARKS_ENV = "POPULORA_BENCHMARKS"
 # The benchmarks read from a file their authors publish, by the name they publish it under: without --data the file is
 # looked for in the directory named by $POPULORA_BENCHMARKS. The project carries no copy of them.
-PUBLISHED = {"cruxeval-o": "cruxeval.jsonl", "cruxeval-i": "cruxeval.jsonl", "mbpp-plus": "MbppPlus.jsonl"}
+PUBLISHED = {"cruxeval-o": "cruxeval.jsonl", "cruxeval-i": "cruxeval.jsonl", "mbpp-plus": "MbppPlus.jsonl",
+             "gsm8k": "math/gsm8k.test.jsonl", "svamp": "math/svamp.test.jsonl", "math500": "math/math500.test.jsonl"}
 # where each publisher offers its file
 PUBLISHERS = {
     "cruxeval.jsonl": "CRUXEval publishes it as data/cruxeval.jsonl of https://github.com/facebookresearch/cruxeval",
     "MbppPlus.jsonl": "EvalPlus publishes it with the MBPP+ releases, https://github.com/evalplus/mbppplus_release "
                       "(MbppPlus-<version>.jsonl.gz; give that file to --data, or save it unpacked as MbppPlus.jsonl)",
+    "math/gsm8k.test.jsonl": "GSM8K publishes its test split as grade_school_math/data/test.jsonl of "
+                             "https://github.com/openai/grade-school-math",
+    "math/svamp.test.jsonl": "SVAMP is published as SVAMP.json of https://github.com/arkilpatel/SVAMP (one JSON array; "
+                             "--data reads it as it is)",
+    "math/math500.test.jsonl": "MATH-500 is published as prm800k/math_splits/test.jsonl of https://github.com/openai/prm800k",
 }
 
 

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from populora.tasks.mathcheck import Gold
 from populora.tasks.triplet import Triplet
 
 HELDOUT_SEED = 0  # the fixed seed of `heldout`: every arm of an experiment sees the same problems
@@ -29,13 +30,15 @@ class Problem:
     MBPP+, whose tasks EvalPlus judges by rules of their own.
     task: `task` is the student task with its gold output(s); `heldout` problems carry instead the teacher proposal
     (`proposal`, `given_program`) whose validation in the sandbox makes the task, exactly as training makes tasks.
+    math: `prompt` is the question in words, `gold` its answer as the math checker reads it (populora.tasks.mathcheck:
+    compared with the last `\\boxed{...}` of an answer).
     `style` names the benchmark's own prompt protocol ("cruxeval"; "" = the training format), `where` the file and
     line the problem came from, `digest` the data file's sha256 (the key of cached expected outputs), `set_apart`
     why no allowed answer can be judged right ("" = scored).
     """
 
     id: str
-    kind: str  # "program" | "evalplus" | "task"
+    kind: str  # "program" | "evalplus" | "task" | "math"
     prompt: str = ""
     entry_point: str = ""
     test: str = ""
@@ -53,6 +56,7 @@ class Problem:
     digest: str = ""
     set_apart: str = ""
     dataset: str = ""
+    gold: Gold | None = None
     meta: dict[str, Any] = field(default_factory=dict)
 
 
@@ -73,7 +77,7 @@ Loader = Callable[[LoadSpec], list[Problem]]
 @dataclass(frozen=True)
 class Benchmark:
     name: str
-    kind: str  # the scorer: "program" | "task"
+    kind: str  # the scorer: "program" | "task" | "math"
     load: Loader
     needs_data: bool
     description: str

@@ -22,6 +22,9 @@ Forms, per protocol and model kind (`model.chat_template`):
 - **cruxeval** (task problems of CRUXEval, benchmark protocol): CRUXEVAL_OUTPUT or CRUXEVAL_INPUT as raw text, cut
   at `[/ANSWER]`; the completed assertion's expected value (output prediction) or call arguments (input prediction)
   is the answer the training verifier judges.
+- **math_chat** / **math_completion** (math problems, either protocol, until a math task type trains a format of its
+  own): the question followed by MATH_INSTRUCTION, as the user's message or as raw text; the math checker reads the
+  answer's last `\\boxed{...}`.
 
 A prompt is never truncated: one longer than the model's context minus the generation budget is refused before
 anything is generated (populora.evals.harness.check_context).
@@ -36,7 +39,7 @@ from populora.evals.problem import Problem
 from populora.tasks.prompts import student_messages
 
 PROTOCOLS = ("training", "benchmark")
-FORMS = ("chat", "completion", "training", "cruxeval")
+FORMS = ("chat", "completion", "training", "cruxeval", "math_chat", "math_completion")
 # The next top-level statement ends a completion: HumanEval's own stop sequences (Chen et al. 2021), plus asserts.
 COMPLETION_STOP = ("\ndef ", "\nclass ", "\nif ", "\nprint(", "\n#", "\nassert ", '\n"""', "\n```")
 # A prompt that only describes the function (MBPP): the model writes the def itself, so a new def cannot end it.
@@ -99,6 +102,9 @@ assert f(??) == {output}
 [ANSWER]
 """
 CHAT_SYSTEM = "You are a careful Python programmer. Answer with code only."
+# The chain-of-thought instruction the MATH-style evaluations put after the question (DeepSeekMath's, and Qwen2.5-Math's
+# evaluation of GSM8K, SVAMP and MATH-500), so the final answer comes in a box the checker reads.
+MATH_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
 _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[ \t]*\n(.*?)(?:```|\Z)", re.S)
 
 
@@ -108,6 +114,8 @@ def prompt_form(problem: Problem, protocol: str, chat: bool) -> str:
         raise ValueError(f"unknown protocol {protocol!r}; allowed: {list(PROTOCOLS)}")
     if problem.kind == "task":
         return "cruxeval" if protocol == "benchmark" and problem.style == "cruxeval" else "training"
+    if problem.kind == "math":
+        return "math_chat" if chat else "math_completion"
     if protocol == "benchmark":
         return "completion"
     return "chat" if chat else "completion"
@@ -126,7 +134,16 @@ def prompt_of(problem: Problem, form: str) -> tuple[str, list[dict[str, str]], t
         return text, [], CRUXEVAL_STOP
     if form == "completion":
         return problem.prompt, [], completion_stops(problem)
+    if form == "math_chat":
+        return "", [{"role": "user", "content": math_question(problem)}], ()
+    if form == "math_completion":
+        return math_question(problem) + "\n", [], ()
     raise ValueError(f"unknown prompt form {form!r}; allowed: {list(FORMS)}")
+
+
+def math_question(problem: Problem) -> str:
+    """A math problem's question with the instruction to box the final answer."""
+    return f"{problem.prompt.rstrip()}\n{MATH_INSTRUCTION}"
 
 
 def completion_stops(problem: Problem) -> tuple[str, ...]:

@@ -9,7 +9,8 @@ inputs (populora.evals.evalplus); a `task` answer goes through `CheckAnswers`, t
 (populora.tasks.verify.check_answers: restricted expressions, the gold value rebuilt on the host, plain-data
 comparison), an answer in a benchmark's own format read first (populora.evals.prompts.read_task_answer). A job that
 times out, runs out of memory, floods its output or exits is a wrong answer with that status as its error, never a
-crash of the evaluation.
+crash of the evaluation. A `math` answer runs nothing: its last `\\boxed{...}` is text, parsed and compared with the
+gold by the math checker (spec 18, populora.tasks.mathcheck) in worker processes of its own, killed at its 3 s limit.
 
 The scorers take the sandbox as an object with the RPC methods of proto/sandbox.proto (the in-process service or
 its gRPC client alike), so this package imports no service.
@@ -18,6 +19,7 @@ its gRPC client alike), so this package imports no service.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -29,8 +31,11 @@ from populora.evals.progress import Pace
 from populora.evals.prompts import extract_program, read_task_answer
 from populora.pb import sandbox_pb2
 from populora.tasks.literals import LiteralError
+from populora.tasks.mathcheck import MathChecker
 from populora.tasks.seedgen import solution_text
 
+MATH_WORKERS = max(1, min(4, os.cpu_count() or 1))  # the math checker's processes while an evaluation scores
+MATH_CHUNK = 64  # math answers between two progress reports
 EXECUTE_CHUNK = 512  # jobs per Execute call: far under the sandbox's batch limit and the gRPC message size
 DEFAULT_TIMEOUT_S = 10.0  # per program with its tests (HumanEval's own harness allows 3 s per problem)
 ERROR_CHARS = 300
@@ -162,7 +167,25 @@ def score_tasks(sandbox: Any, answers: list[Answer], timeout_s: float, progress:
     return [outcomes[k] for k in range(len(answers))], jobs
 
 
-SCORERS: dict[str, Scorer] = {"program": score_programs, "evalplus": score_evalplus, "task": score_tasks}
+def score_math(sandbox: Any, answers: list[Answer], timeout_s: float, progress: JobProgress | None = None
+               ) -> tuple[list[Outcome], int]:
+    """Math problems: each answer's last `\\boxed{...}` against the problem's gold, by the math checker (spec 18) under
+    its own 3 s limit (timeout_s is for programs); no sandbox job. The error is `outcome: reason` (`malformed:
+    no_boxed: ...`, `timeout: time_limit: ...`)."""
+    outcomes: list[Outcome] = []
+    with MathChecker(workers=min(MATH_WORKERS, max(1, len(answers)))) as checker:
+        for lo in range(0, len(answers), MATH_CHUNK):
+            part = answers[lo:lo + MATH_CHUNK]
+            for check in checker.check_many([(a.text, a.problem.gold) for a in part]):
+                outcomes.append(Outcome(True) if check.correct
+                                else Outcome(False, f"{check.outcome}: {check.reason}"[:ERROR_CHARS]))
+            if progress is not None:
+                progress(len(outcomes), len(answers))
+    return outcomes, 0
+
+
+SCORERS: dict[str, Scorer] = {"program": score_programs, "evalplus": score_evalplus, "task": score_tasks,
+                              "math": score_math}
 
 
 # ------------------------------------------------------------------------------------------------ references
@@ -179,8 +202,10 @@ class ReferenceCheck:
 
 def reference_answer(problem: Problem) -> Answer | None:
     """The problem's reference as an answer: the canonical solution (program problems, in completion form: it
-    continues the prompt), or the task's gold answer in the training format (the output for code_o, the reference
-    input for code_i, the program for code_f); None when the file gives none."""
+    continues the prompt), the task's gold answer in the training format (the output for code_o, the reference
+    input for code_i, the program for code_f), or a math problem's gold in a box; None when the file gives none."""
+    if problem.kind == "math":
+        return Answer(problem.id, problem, f"\\boxed{{{problem.gold.text}}}", "math_chat")
     if problem.kind == "task":
         return Answer(problem.id, problem, solution_text(problem.task, "reference"), "training")
     if not problem.canonical.strip():

@@ -28,7 +28,7 @@ def _refused(name, path, *words):
 
 def test_registry_names_every_benchmark(monkeypatch):
     assert set(BENCHMARKS) == {"heldout", "humaneval", "humaneval-plus", "mbpp-plus", "cruxeval-o", "cruxeval-i",
-                               "jsonl"}
+                               "jsonl", "gsm8k", "svamp", "math500"}
     with pytest.raises(BenchmarkError, match="unknown benchmark 'nope'"):
         load_problems("nope")
     for name in ("humaneval-plus", "mbpp-plus", "cruxeval-o", "cruxeval-i", "jsonl"):

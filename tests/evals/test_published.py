@@ -18,11 +18,15 @@ from tests.conftest import published_benchmarks
 from tests.evals.own_rows import CRUXEVAL_LAYOUT_ROWS, write_jsonl
 
 ROOT = Path(__file__).resolve().parents[2]
-WHERE = {"cruxeval.jsonl": "github.com/facebookresearch/cruxeval", "MbppPlus.jsonl": "github.com/evalplus/mbppplus_release"}
+WHERE = {"cruxeval.jsonl": "github.com/facebookresearch/cruxeval", "MbppPlus.jsonl": "github.com/evalplus/mbppplus_release",
+         "math/gsm8k.test.jsonl": "github.com/openai/grade-school-math", "math/svamp.test.jsonl": "github.com/arkilpatel/SVAMP",
+         "math/math500.test.jsonl": "github.com/openai/prm800k"}
 
 
 def test_each_file_benchmark_names_its_publishers_file():
-    assert PUBLISHED == {"cruxeval-o": "cruxeval.jsonl", "cruxeval-i": "cruxeval.jsonl", "mbpp-plus": "MbppPlus.jsonl"}
+    assert PUBLISHED == {"cruxeval-o": "cruxeval.jsonl", "cruxeval-i": "cruxeval.jsonl", "mbpp-plus": "MbppPlus.jsonl",
+                         "gsm8k": "math/gsm8k.test.jsonl", "svamp": "math/svamp.test.jsonl",
+                         "math500": "math/math500.test.jsonl"}
 
 
 @pytest.mark.parametrize("name", sorted(PUBLISHED))
