@@ -14,7 +14,7 @@ Every answer gets one of OUTCOMES, with a short reason (`code: words`):
   (MEMORY_BYTES per worker);
 - `timeout`: no verdict within the limit (TIMEOUT_S = 3 s from the moment the worker gets it; `10^{10^{10}}` parses
   at once and then hangs the comparison): the worker is killed, and a new one starts for the next check. A timeout
-  counts as wrong;
+  counts as wrong. A worker also caps its own CPU time at CPU_S a check, so one whose parent is gone never runs on;
 - `correct`.
 The limit holds in any thread, unlike math-verify's own (signal.alarm, main thread only), and each worker is one
 process used by one check at a time. The comparison itself is populora.tasks.mathequal.
@@ -31,6 +31,7 @@ import os
 import queue
 import re
 import select
+import signal
 import subprocess
 import sys
 import threading
@@ -49,6 +50,7 @@ MAX_RESPONSE_CHARS = 200_000  # a response longer than this is not read (malform
 MAX_ANSWER_CHARS = 500  # the boxed text (MATH-500's longest gold is 53 characters)
 MAX_NESTING = 12  # brackets ({[ nested in the boxed text
 MEMORY_BYTES = 1 << 30  # each worker's address space
+CPU_S = 10  # CPU seconds a worker may use on one check: the kernel's limit, should the wall-clock kill never come
 STARTUP_S = 60.0  # a worker's start (loading sympy and math-verify: about 1 s here)
 ANSWER_KEPT = 200  # characters of the boxed text kept in a MathCheck
 _TOKEN = re.compile(r"\\[{}]|\\boxed\s*\{|[{}]")
@@ -170,11 +172,12 @@ def read_answer(response: str) -> str | MathCheck:
 class _Worker:
     """One worker process (python -m populora.tasks.mathequal) and the bytes it has written but not yet been read."""
 
-    def __init__(self, memory_bytes: int):
+    def __init__(self, memory_bytes: int, cpu_s: int):
         root = str(Path(__file__).resolve().parents[2])  # the project, importable whatever the caller's directory
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
         try:
-            self.proc = subprocess.Popen([sys.executable, "-m", "populora.tasks.mathequal", str(memory_bytes)],
+            self.proc = subprocess.Popen([sys.executable, "-m", "populora.tasks.mathequal", str(memory_bytes),
+                                          str(cpu_s)],
                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                          env=env)
         except OSError as e:
@@ -226,6 +229,17 @@ class _Worker:
             self.kill()
         return reply
 
+    def exit_text(self) -> str:
+        code = self.proc.poll()
+        if code is None:
+            return "still running"
+        if code < 0:
+            try:
+                return f"ended by {signal.Signals(-code).name}"
+            except ValueError:
+                return f"ended by signal {-code}"
+        return f"exit status {code}"
+
     @property
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -246,10 +260,11 @@ class MathChecker:
     (each check takes one idle worker). A worker killed at the limit is replaced at once, in the background, so the
     next check does not wait for a whole start. Close it, or use it as a context manager, to end the workers."""
 
-    def __init__(self, workers: int = 1, timeout_s: float = TIMEOUT_S, memory_bytes: int = MEMORY_BYTES):
+    def __init__(self, workers: int = 1, timeout_s: float = TIMEOUT_S, memory_bytes: int = MEMORY_BYTES,
+                 cpu_s: int = CPU_S):
         if workers < 1:
             raise ValueError(f"a math checker needs at least one worker (got {workers})")
-        self.workers, self.timeout_s, self.memory_bytes = workers, timeout_s, memory_bytes
+        self.workers, self.timeout_s, self.memory_bytes, self.cpu_s = workers, timeout_s, memory_bytes, cpu_s
         self._slots = threading.BoundedSemaphore(workers)
         self._idle: queue.SimpleQueue[_Worker | MathCheckerError] = queue.SimpleQueue()
         self._lock = threading.Lock()
@@ -267,7 +282,7 @@ class MathChecker:
         return self
 
     def _new(self) -> _Worker:
-        worker = _Worker(self.memory_bytes)
+        worker = _Worker(self.memory_bytes, self.cpu_s)
         with self._lock:
             if self._closed:
                 worker.kill()
@@ -335,7 +350,7 @@ class MathChecker:
             if waited >= self.timeout_s:
                 return MathCheck("timeout", f"time_limit: no verdict within {self.timeout_s:g} s", kept,
                                  time.perf_counter() - start)
-            return MathCheck("wrong", "checker_died: the worker ended on this answer", kept,
+            return MathCheck("wrong", f"checker_died: the worker ended on this answer ({worker.exit_text()})", kept,
                              time.perf_counter() - start)
         outcome = reply.get("outcome") if reply.get("outcome") in ("correct", "wrong") else "wrong"
         return MathCheck(outcome, str(reply.get("reason", ""))[:200], kept, time.perf_counter() - start)

@@ -1,7 +1,9 @@
 """The math checker's worker process (spec 18): one answer and one gold parsed and compared with math-verify, one JSON
 line in and one out. populora.tasks.mathcheck starts it and kills it at the time limit.
 
-Run as `python -m populora.tasks.mathequal MEMORY_BYTES`: it caps its own address space, loads math-verify, answers
+Run as `python -m populora.tasks.mathequal MEMORY_BYTES CPU_SECONDS`: it caps its own address space, and before each
+check its CPU time at CPU_SECONDS more than it has used (the kernel then ends it, should its parent be gone and so
+never kill it at the wall-clock limit), loads math-verify, answers
 one check to warm its parsers, prints `ready`, then for each request line `{"answer", "gold", "inexact"}` (the boxed
 text of a student's answer, the gold as text, whether the gold is a float) prints `{"outcome", "reason"}` with
 outcome `correct` or `wrong`. It exits at the end of its input, and after running out of memory (saying so in its
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import re
 import resource
@@ -104,6 +107,16 @@ def compare(answer: str, gold: str, gold_is_float: bool, extraction: list) -> tu
     return ("correct", "") if same else ("wrong", "not_equal: the boxed answer differs from the gold")
 
 
+def cap_cpu(seconds: int) -> None:
+    """The process may use `seconds` more CPU seconds from now (RLIMIT_CPU: SIGXCPU ends it past them)."""
+    if seconds <= 0:
+        return
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    _, hard = resource.getrlimit(resource.RLIMIT_CPU)
+    soft = math.ceil(usage.ru_utime + usage.ru_stime) + seconds
+    resource.setrlimit(resource.RLIMIT_CPU, (soft if hard == resource.RLIM_INFINITY else min(soft, hard), hard))
+
+
 def answer_line(line: str, extraction: list) -> dict[str, Any]:
     """The reply to one request line; any error of the parsers is a wrong answer with its name, never a crash."""
     try:
@@ -119,7 +132,7 @@ def answer_line(line: str, extraction: list) -> dict[str, Any]:
         return {"outcome": "wrong", "reason": f"parser_error: {type(e).__name__}"}
 
 
-def serve(lines: TextIO, out: TextIO) -> None:
+def serve(lines: TextIO, out: TextIO, cpu_seconds: int = 0) -> None:
     extraction = _extraction()
     compare(*WARM_UP, False, extraction)
     # from here on nobody reads stderr: a library's warning must not fill a pipe or fail a check on a closed one
@@ -127,6 +140,7 @@ def serve(lines: TextIO, out: TextIO) -> None:
     out.write("ready\n")
     out.flush()
     for line in lines:
+        cap_cpu(cpu_seconds)
         reply = answer_line(line, extraction)
         out.write(json.dumps(reply) + "\n")
         out.flush()
@@ -136,11 +150,13 @@ def serve(lines: TextIO, out: TextIO) -> None:
 
 def main(argv: list[str]) -> None:
     memory = int(argv[1]) if len(argv) > 1 else 0
+    cpu_seconds = int(argv[2]) if len(argv) > 2 else 0
     if memory > 0:
         resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # a worker ended by SIGXCPU leaves no core file
     logging.getLogger("math_verify").setLevel(logging.CRITICAL)  # its notes on disabled timeouts and failed parses
     logging.getLogger("latex2sympy2_extended").setLevel(logging.CRITICAL)
-    serve(sys.stdin, sys.stdout)
+    serve(sys.stdin, sys.stdout, cpu_seconds)
 
 
 if __name__ == "__main__":

@@ -252,3 +252,15 @@ def test_a_closed_checker_ends_its_workers():
 
 def test_a_request_the_worker_cannot_read_is_a_wrong_answer_not_a_crash():
     assert answer_line("not json", [])["reason"].startswith("parser_error")
+
+
+def test_a_worker_ends_itself_past_its_cpu_time_when_nobody_kills_it():
+    """The kernel's CPU limit (SIGXCPU) ends a worker that hangs, should the wall-clock kill never come (its parent
+    gone); the answer it was on is wrong, and the next check gets a new worker."""
+    with MathChecker(workers=1, timeout_s=60.0, cpu_s=1) as c:
+        c.start()
+        start = time.perf_counter()
+        check = c.check("\\boxed{10^{10^{10}}}", 5)
+        assert check.outcome == "wrong" and check.reason.endswith("(ended by SIGXCPU)"), check
+        assert time.perf_counter() - start < 30
+        assert c.check("\\boxed{5}", 5).correct
