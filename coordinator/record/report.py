@@ -14,7 +14,7 @@ from coordinator.record.figures import plt, save_figure
 from coordinator.record.stepmetrics import read_metrics
 from populora import names
 
-COLORS = {"code_i": "#1f77b4", "code_o": "#d62728", "code_f": "#2ca02c"}
+COLORS = {"code_i": "#1f77b4", "code_o": "#d62728", "code_f": "#2ca02c", "math_w": "#9467bd"}
 DPI = 90
 
 

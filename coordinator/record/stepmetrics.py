@@ -91,7 +91,7 @@ def step_metrics(cfg: Config, r: StepRecord, seconds: dict[str, float]) -> dict:
             "rejections": dict(Counter(verdicts[p.id].reason for p in props if not verdicts[p.id].valid)),
             "solve_rate": _mean(rho.get(p.id) for p in valid),
             "teacher_reward": _mean(teacher_reward(verdicts[p.id].valid, rho.get(p.id), rewards.teacher_reward,
-                                                   rewards) for p in props),
+                                                   rewards, p.task_type) for p in props),
             "student_reward": _mean(student_reward(outcomes[a.id], rewards) for a in atts),
             "ast_depth": _mean(c.get("ast_depth") for c in cx),
             "cyclomatic": _mean(c.get("cyclomatic") for c in cx),

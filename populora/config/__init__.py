@@ -8,6 +8,8 @@ loader in `loader`; every public name is importable from `populora.config`, as u
 
 from populora.config.base import (
     ALL_TARGET_MODULES,
+    CODE_TASK_TYPES,
+    MATH_TASK_TYPES,
     MAX_RANK,
     OPERATORS,
     ROLES,
@@ -39,6 +41,7 @@ from populora.config.schema import Config, field_docs
 
 __all__ = [
     "ALL_TARGET_MODULES", "ENV_ALIASES", "LEGACY_FIELDS", "MAX_RANK", "OPERATORS", "PRESET_DIR", "ROLES", "TASK_TYPES", "Config",
+    "CODE_TASK_TYPES", "MATH_TASK_TYPES",
     "ConfigError", "EvalConfig", "EvolutionConfig", "GenerationConfig", "LeagueConfig", "LoopConfig",
     "LoraConfigModel", "ModelConfig", "OutageConfig", "PopulationConfig", "QueueConfig", "RewardConfig", "RunConfig",
     "SandboxConfig",

@@ -2,7 +2,9 @@
 
 from pydantic import BaseModel, ConfigDict
 
-TASK_TYPES = ("code_i", "code_o", "code_f")  # spec 2
+CODE_TASK_TYPES = ("code_i", "code_o", "code_f")  # spec 2: the default mix of a run
+MATH_TASK_TYPES = ("math_w",)  # spec 18: checked by the math checker
+TASK_TYPES = CODE_TASK_TYPES + MATH_TASK_TYPES  # every type a run may play
 ROLES = ("teacher", "student", "both")  # spec 1; "both": the baseline's single adapter
 ALL_TARGET_MODULES = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 MAX_RANK = 512  # the largest LoRA rank a member may hold: the config, the trainer and the evolver all bound by it

@@ -6,12 +6,12 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from populora.config.base import TASK_TYPES, Section
+from populora.config.base import CODE_TASK_TYPES, TASK_TYPES, Section
 
 
 class TasksConfig(Section):
-    task_types: list[Literal[TASK_TYPES]] = Field(default_factory=lambda: list(TASK_TYPES))
-    """Task types played each step (spec 2)."""
+    task_types: list[str] = Field(default_factory=lambda: list(CODE_TASK_TYPES))
+    """Task types played each step: any mix of code_i, code_o, code_f (spec 2) and math_w (spec 18)."""
     proposals_per_teacher: int = Field(2, ge=1)
     """Proposals each teacher writes per task type per step (its batch of tasks in a match)."""
     n_samples: int = Field(4, ge=1)
@@ -34,6 +34,18 @@ class TasksConfig(Section):
     """[choice] Longest output repr accepted; longer proposals are rejected (spec 3.7)."""
     restricted_expressions: bool = True
     """[choice] Model-written inputs and predicted outputs must be restricted expressions (spec 3.4)."""
+
+    @field_validator("task_types")
+    @classmethod
+    def _known_types(cls, v: list[str]) -> list[str]:
+        unknown = [t for t in v if t not in TASK_TYPES]
+        if unknown:
+            raise ValueError(f"unknown task type(s) {unknown}; allowed: {list(TASK_TYPES)} (spec 2, 18)")
+        if not v:
+            raise ValueError(f"no task type: name at least one of {list(TASK_TYPES)}")
+        if len(set(v)) != len(v):
+            raise ValueError(f"a task type is named twice in {v}; name each once")
+        return v
 
 
 class RewardConfig(Section):

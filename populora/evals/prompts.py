@@ -36,7 +36,7 @@ import ast
 import re
 
 from populora.evals.problem import Problem
-from populora.tasks.prompts import student_messages
+from populora.tasks.prompts import MATH_INSTRUCTION, student_messages
 
 PROTOCOLS = ("training", "benchmark")
 FORMS = ("chat", "completion", "training", "cruxeval", "math_chat", "math_completion")
@@ -102,9 +102,6 @@ assert f(??) == {output}
 [ANSWER]
 """
 CHAT_SYSTEM = "You are a careful Python programmer. Answer with code only."
-# The chain-of-thought instruction the MATH-style evaluations put after the question (DeepSeekMath's, and Qwen2.5-Math's
-# evaluation of GSM8K, SVAMP and MATH-500), so the final answer comes in a box the checker reads.
-MATH_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
 _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[ \t]*\n(.*?)(?:```|\Z)", re.S)
 
 

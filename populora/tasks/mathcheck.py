@@ -207,9 +207,11 @@ class _Worker:
         line, _, self._buffer = self._buffer.partition(b"\n")
         return line
 
-    def ask(self, answer: str, gold: Gold, timeout_s: float) -> dict | None:
-        """The worker's reply to one check; None when it gave none in time (or died), and it is then killed."""
-        request = json.dumps({"answer": answer, "gold": gold.text, "inexact": gold.is_float}) + "\n"
+    def ask(self, answer: str, gold: Gold, timeout_s: float, read_only: bool = False) -> dict | None:
+        """The worker's reply to one check (with `read_only`, whether it reads the gold at all); None when it gave
+        none in time (or died), and it is then killed."""
+        request = json.dumps({"answer": answer, "gold": gold.text, "inexact": gold.is_float,
+                              "read_only": read_only}) + "\n"
         try:
             self.proc.stdin.write(request.encode())
             self.proc.stdin.flush()
@@ -334,13 +336,26 @@ class MathChecker:
         found = read_answer(response)
         if isinstance(found, MathCheck):
             return MathCheck(found.outcome, found.reason, found.answer, time.perf_counter() - start)
+        return self._ask(found, gold, start)
+
+    def reads(self, text: str) -> MathCheck:
+        """Whether math-verify reads `text` as a sympy expression (`correct`), within the same limits as a check: a
+        math_w answer written as a string must be one (spec 18)."""
+        start = time.perf_counter()
+        gold = gold_of(text)
+        found = read_answer(f"\\boxed{{{gold.text}}}")
+        if isinstance(found, MathCheck):
+            return MathCheck(found.outcome, found.reason, found.answer, time.perf_counter() - start)
+        return self._ask(found, gold, start, read_only=True)
+
+    def _ask(self, found: str, gold: Gold, start: float, read_only: bool = False) -> MathCheck:
         kept = found[:ANSWER_KEPT]
         with self._slots:
             if self._closed:
                 raise MathCheckerError("the math checker is closed")
             worker = self._take()
             asked = time.perf_counter()
-            reply = worker.ask(found, gold, self.timeout_s)
+            reply = worker.ask(found, gold, self.timeout_s, read_only)
             waited = time.perf_counter() - asked
             if reply is None or not worker.alive:
                 self._drop(worker, replace=True)

@@ -107,6 +107,19 @@ def compare(answer: str, gold: str, gold_is_float: bool, extraction: list) -> tu
     return ("correct", "") if same else ("wrong", "not_equal: the boxed answer differs from the gold")
 
 
+def readable(text: str, extraction: list) -> tuple[str, str]:
+    """("correct", "") when math-verify reads `text` as a sympy expression (a math_w gold written as a string must be
+    one, spec 18), else ("wrong", why): nothing read, or only the text itself."""
+    from sympy import Basic, MatrixBase
+
+    read = parsed(text, extraction)
+    if not read:
+        return "wrong", "gold_unparsed: math-verify reads nothing in the answer"
+    if not isinstance(read[0], Basic | MatrixBase):
+        return "wrong", f"not_math: math-verify reads the answer as {type(read[0]).__name__}, not a sympy expression"
+    return "correct", ""
+
+
 def cap_cpu(seconds: int) -> None:
     """The process may use `seconds` more CPU seconds from now (RLIMIT_CPU: SIGXCPU ends it past them)."""
     if seconds <= 0:
@@ -121,8 +134,11 @@ def answer_line(line: str, extraction: list) -> dict[str, Any]:
     """The reply to one request line; any error of the parsers is a wrong answer with its name, never a crash."""
     try:
         request = json.loads(line)
-        outcome, reason = compare(str(request["answer"]), str(request["gold"]), bool(request.get("inexact")),
-                                  extraction)
+        if request.get("read_only"):
+            outcome, reason = readable(str(request["gold"]), extraction)
+        else:
+            outcome, reason = compare(str(request["answer"]), str(request["gold"]), bool(request.get("inexact")),
+                                      extraction)
         return {"outcome": outcome, "reason": reason}
     except MemoryError:
         return {"outcome": "wrong", "reason": "out_of_memory: the check ran out of its memory", "exiting": True}

@@ -65,8 +65,9 @@ def python_program(blocks: list[Block], fallback: str | None = None) -> str:
     return body.strip("\n")
 
 
-def rename_entry(program: str) -> str:
-    """Exactly one top-level `def` (spec 3.2), renamed to `f` (its recursive calls too).
+def rename_entry(program: str, entry: str = "f") -> str:
+    """Exactly one top-level `def` (spec 3.2), renamed to `entry` (its recursive calls too): `f`, or `solution` for
+    math_w (spec 18).
 
     Raises ParseError `syntax_error` when the program does not parse and `not_one_def` otherwise.
     """
@@ -80,14 +81,14 @@ def rename_entry(program: str) -> str:
     if isinstance(defs[0], ast.AsyncFunctionDef):
         raise ParseError("not_one_def", "the entry function must not be async")
     name = defs[0].name
-    if name == "f":
+    if name == entry:
         return program
-    defs[0].name = "f"
+    defs[0].name = entry
     for node in ast.walk(tree):
         if isinstance(node, ast.Name) and node.id == name:
-            node.id = "f"
+            node.id = entry
     try:
         return ast.unparse(tree)
     except RecursionError:  # a tree the parser accepts can still be too deep to write back out
-        raise ParseError("syntax_error", "the program is nested too deeply to rename its function to f; "
-                                         "name it f or nest less") from None
+        raise ParseError("syntax_error", f"the program is nested too deeply to rename its function to {entry}; "
+                                         f"name it {entry} or nest less") from None

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from populora.config import MATH_TASK_TYPES
+
 OUTCOMES = ("correct", "wrong", "malformed", "verifier_error")
 
 
@@ -36,14 +38,14 @@ def mean_rho(outcomes: list[str]) -> float | None:
     return sum(o == "correct" for o in counted) / len(counted)
 
 
-def teacher_reward(valid: bool, rho: float | None, rule: str, rewards: RewardSettings) -> float:
-    """Per proposal (spec 4): invalid or malformed -> `rewards.malformed` (-1).
+def teacher_reward(valid: bool, rho: float | None, rule: str, rewards: RewardSettings, task_type: str = "") -> float:
+    """Per proposal (spec 4): invalid or malformed -> `rewards.malformed` (-1); a math_w one -> 0 (spec 18).
 
     Valid, `inverse_solve` (the brief): r = 1 - rho. Valid, `learnability` (AZR): r = 1 - rho if 0 < rho < 1
     else 0. A valid proposal with no counted attempt (rho None) earns 0.
     """
     if not valid:
-        return rewards.malformed
+        return 0.0 if task_type in MATH_TASK_TYPES else rewards.malformed
     if rho is None:
         return 0.0
     if not 0.0 <= rho <= 1.0:

@@ -1,19 +1,20 @@
-"""A validated AZR task (spec 2): program p, inputs i, gold outputs o, with its proto and dict forms."""
+"""A validated task (spec 2, 18): program p, inputs i, gold outputs o, with its proto and dict forms."""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from populora.config import TASK_TYPES
+from populora.config import CODE_TASK_TYPES, MATH_TASK_TYPES, TASK_TYPES
 from populora.pb import common_pb2
 
-__all__ = ["TASK_TYPES", "Triplet", "identity_triplet"]
+__all__ = ["CODE_TASK_TYPES", "MATH_TASK_TYPES", "TASK_TYPES", "Triplet", "identity_triplet"]
 COMPLEXITY_KEYS = ("ast_depth", "cyclomatic", "lines_of_code")
 
 
 @dataclass
 class Triplet:
-    """One validated task. code_o / code_i: one input and one output; code_f: N of each and a message.
+    """One validated task. code_o / code_i: one input and one output; code_f: N of each and a message; math_w (spec
+    18): the word problem in `message`, its `program` (`def solution():`), no input and one output, the answer.
 
     `inputs` are argument-list texts called as `f(<input>)`; `outputs` are reprs computed by the verifier
     (never by the model). `complexity` holds the keys of spec 11 when known.
@@ -31,7 +32,11 @@ class Triplet:
     def __post_init__(self) -> None:
         if self.task_type not in TASK_TYPES:
             raise ValueError(f"task_type {self.task_type!r} is not one of {list(TASK_TYPES)}")
-        if len(self.inputs) != len(self.outputs):
+        if self.task_type in MATH_TASK_TYPES:
+            if self.inputs or len(self.outputs) != 1:
+                raise ValueError(f"task {self.task_id or '?'}: a {self.task_type} task has no input and one output "
+                                 f"(its answer), not {len(self.inputs)} and {len(self.outputs)}")
+        elif len(self.inputs) != len(self.outputs):
             raise ValueError(f"task {self.task_id or '?'}: {len(self.inputs)} inputs but "
                              f"{len(self.outputs)} outputs; each input needs its output")
 
@@ -67,10 +72,20 @@ IDENTITY_INPUT = "'Hello world'"
 IDENTITY_OUTPUT = "'Hello world'"
 
 
+MATH_SEED_PROGRAM = "def solution():\n    return 3 + 4"
+MATH_SEED_STATEMENT = "Ann has 3 apples and buys 4 more. How many apples does she have now?"
+
+
 def identity_triplet(task_type: str) -> Triplet:
     """The seed of every buffer (spec 10): `def f(a): return a` on 'Hello world'. code_f gets the same pair
-    repeated, since its tasks carry N pairs; only its program is shown to a code_f teacher."""
+    repeated, since its tasks carry N pairs; only its program is shown to a code_f teacher. math_w (spec 18): a
+    one-line word problem and the program that adds its two numbers."""
     from populora.tasks.complexity import complexity
+
+    if task_type in MATH_TASK_TYPES:
+        return Triplet(task_type=task_type, program=MATH_SEED_PROGRAM, inputs=[], outputs=["7"],
+                       message=MATH_SEED_STATEMENT, task_id=f"seed-{task_type}",
+                       complexity=complexity(MATH_SEED_PROGRAM))
 
     n = 1 if task_type != "code_f" else 2
     return Triplet(task_type=task_type, program=IDENTITY_PROGRAM, inputs=[IDENTITY_INPUT] * n,

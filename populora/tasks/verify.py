@@ -21,6 +21,16 @@ from typing import Any, Protocol
 from populora.tasks.complexity import complexity
 from populora.tasks.jobs import Job, JobResult, Runner
 from populora.tasks.literals import LiteralError, literal_value
+from populora.tasks.mathcheck import MathChecker
+from populora.tasks.mathword import (
+    MATH_CALL,
+    answer_in_statement,
+    answer_shown,
+    gold_text,
+    gold_value,
+    math_parts,
+    statement_key,
+)
 from populora.tasks.parsing import (
     ParseError,
     extract_answer,
@@ -38,7 +48,10 @@ _RUN_REASONS = {"timeout": "timeout", "memory": "memory", "error": "runtime_erro
 REASONS = ("ok", "no_answer", "no_program", "no_input", "too_few_inputs", "no_message", "no_given_program",
            "syntax_error", "not_one_def", "banned_import", "banned_call", "banned_name", "banned_attribute",
            "not_restricted", "timeout", "memory", "runtime_error", "output_limit", "killed", "sandbox_error",
-           "unsupported_output", "nondeterministic", "output_too_long", "output_not_literal", "unknown_task_type")
+           "unsupported_output", "nondeterministic", "output_too_long", "output_not_literal", "unknown_task_type",
+           # math_w (spec 18)
+           "no_problem", "problem_too_long", "problem_has_code", "takes_arguments", "answer_in_problem",
+           "unparsed_answer", "duplicate")
 
 
 class ValidationSettings(Protocol):
@@ -123,6 +136,12 @@ def _parse_proposal(p: Proposal, settings: ValidationSettings) -> _Parsed:
         raise _Reject("unknown_task_type", f"task type {p.task_type!r} is not one of {list(TASK_TYPES)}")
     answer = extract_answer(p.response_text)
     blocks = fenced_blocks(answer)
+    if p.task_type == "math_w":
+        statement, source = math_parts(blocks)
+        bad = program_violation(source)
+        if bad:
+            raise _Reject(bad.reason, bad.detail)
+        return _Parsed(p, source, [], statement)
     inputs = [b.body.strip() for b in blocks if b.lang == "input"]
     if p.task_type == "code_f":
         if not p.given_program.strip():
@@ -171,10 +190,47 @@ def _gold(parsed: _Parsed, results: list[JobResult], settings: ValidationSetting
     return list(first.reprs)
 
 
-def validate_proposals(proposals: list[Proposal], settings: ValidationSettings, runner: Runner) -> list[Validation]:
+def _math_gold(parsed: _Parsed, results: list[JobResult], math: MathChecker | None) -> str:
+    """Spec 18: every run ok and the same answer, an answer a math_w task may have, readable by the checker (a text
+    answer: read as a sympy expression, and its own box judged equal to it in time), and not written out in the statement."""
+    for r in results:
+        if r.status != "ok":
+            reason = _RUN_REASONS.get(r.status, "sandbox_error")
+            if r.status == "error" and r.error.startswith("UnsupportedOutput"):
+                reason = "unsupported_output"
+            raise _Reject(reason, r.error or r.status)
+        if r.reprs != results[0].reprs:
+            raise _Reject("nondeterministic", "two fresh runs of solution() gave different answers")
+    if len(results[0].values) != 1:
+        raise _Reject("sandbox_error", f"expected one value, got {len(results[0].values)}")
+    gold = gold_text(results[0].values[0])
+    value = gold_value(gold)
+    if isinstance(value, str):
+        if math is None:
+            raise _Reject("unparsed_answer", "a text answer needs the math checker to read it, and none is running")
+        verdict = math.reads(value)
+        if not verdict.correct:
+            raise _Reject("unparsed_answer", f"the checker cannot read the answer {value[:80]!r} "
+                                             f"({verdict.outcome}: {verdict.reason})")
+        verdict = math.check(f"\\boxed{{{value}}}", value)  # one that hangs its own check could never be solved
+        if not verdict.correct:
+            raise _Reject("unparsed_answer", f"the answer {value[:80]!r} is not judged equal to itself "
+                                             f"({verdict.outcome}: {verdict.reason})")
+    written = answer_in_statement(parsed.message, gold)
+    if written is not None:
+        raise _Reject("answer_in_problem", f"the problem writes out its answer {answer_shown(gold)[:80]!r} "
+                                           f"(as {written[:80]!r})")
+    return gold
+
+
+def validate_proposals(proposals: list[Proposal], settings: ValidationSettings, runner: Runner,
+                       math: MathChecker | None = None) -> list[Validation]:
     """Validate a batch of teacher proposals (spec 3) with ONE runner call: each parsed proposal is run
     `deterministic_runs` times, each run a fresh process. Valid ones come back with a Triplet whose outputs are
-    the verifier's reprs and whose complexity is filled in (spec 11)."""
+    the verifier's reprs and whose complexity is filled in (spec 11).
+
+    math_w proposals (spec 18) run `solution()` the same way; their gold is the answer it returns, a text answer
+    read by `math` (the math checker); a statement that repeats an earlier valid one of the batch is a duplicate."""
     verdicts: dict[int, Validation] = {}
     parsed: dict[int, _Parsed] = {}
     jobs: list[Job] = []
@@ -184,20 +240,27 @@ def validate_proposals(proposals: list[Proposal], settings: ValidationSettings, 
         except (ParseError, _Reject) as e:
             verdicts[idx] = Validation(p.proposal_id, False, e.reason, e.detail)
             continue
-        calls = [f"f({text})" for text in item.inputs]
+        calls = [MATH_CALL] if p.task_type == "math_w" else [f"f({text})" for text in item.inputs]
         item.jobs = [Job(f"{p.proposal_id}#run{k}", item.program, calls=calls, timeout_s=settings.timeout_s)
                      for k in range(settings.deterministic_runs)]
         parsed[idx] = item
         jobs.extend(item.jobs)
     results = runner(jobs) if jobs else []
     cursor = 0
+    statements: set[str] = set()
     for idx, item in parsed.items():
         mine = results[cursor:cursor + len(item.jobs)]
         cursor += len(item.jobs)
         p = item.proposal
         try:
-            outputs = _gold(item, mine, settings)
-        except _Reject as e:
+            if p.task_type == "math_w":
+                outputs = [_math_gold(item, mine, math)]
+                if statement_key(item.message) in statements:
+                    raise _Reject("duplicate", "the same problem as an earlier proposal of this step")
+                statements.add(statement_key(item.message))
+            else:
+                outputs = _gold(item, mine, settings)
+        except (_Reject, ParseError) as e:
             verdicts[idx] = Validation(p.proposal_id, False, e.reason, e.detail)
             continue
         task = Triplet(task_type=p.task_type, program=item.program, inputs=item.inputs, outputs=outputs,
@@ -274,17 +337,47 @@ def _judge(task_type: str, r: JobResult, gold: list[Any], gold_texts: list[str])
     return "correct", ""
 
 
-def check_answers(attempts: list[Attempt], settings: ValidationSettings, runner: Runner) -> list[Check]:
+def check_math(attempts: list[Attempt], math: MathChecker | None) -> list[Check]:
+    """math_w attempts (spec 18): the student's last `\\boxed{}` against the task's gold by the math checker; no box is
+    malformed, a check that times out is wrong. Nothing in an answer is run."""
+    out: list[Check | None] = [None] * len(attempts)
+    items, where = [], []
+    for k, a in enumerate(attempts):
+        try:
+            gold = gold_value(a.task.outputs[0])
+        except ValueError as e:
+            out[k] = Check(a.attempt_id, "verifier_error", str(e))
+            continue
+        if math is None:
+            out[k] = Check(a.attempt_id, "verifier_error", "no math checker is running")
+            continue
+        items.append((a.response_text, gold))
+        where.append(k)
+    for k, verdict in zip(where, math.check_many(items) if items else [], strict=True):
+        outcome = "wrong" if verdict.outcome == "timeout" else verdict.outcome
+        reason = f"timeout: {verdict.reason}" if verdict.outcome == "timeout" else verdict.reason
+        out[k] = Check(attempts[k].attempt_id, outcome, reason)
+    return out  # type: ignore[return-value]
+
+
+def check_answers(attempts: list[Attempt], settings: ValidationSettings, runner: Runner,
+                  math: MathChecker | None = None) -> list[Check]:
     """Check a batch of student attempts (spec 2) with ONE runner call.
 
     code_o: the predicted expression's value == the gold output's value. code_i: f(predicted input) == gold
     (any input that gives it is right). code_f: the student's program reproduces every hidden pair (the last
-    N/2). Malformed: no `<think>` then `<answer>`, or an answer that breaks the static rules.
+    N/2). Malformed: no `<think>` then `<answer>`, or an answer that breaks the static rules. math_w (spec 18):
+    `check_math` with the math checker `math`, no job.
     """
     verdicts: dict[int, Check] = {}
     pending: list[tuple[int, list[Any], list[str]]] = []
     jobs: list[Job] = []
+    maths = [idx for idx, a in enumerate(attempts) if a.task.task_type == "math_w"]
+    if maths:
+        verdicts.update(zip(maths, check_math([attempts[i] for i in maths], math), strict=True))
     for idx, a in enumerate(attempts):
+        if idx in verdicts:
+            continue
         try:
             job, gold, gold_texts = _attempt_job(a, settings)
         except ParseError as e:

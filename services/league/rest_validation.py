@@ -38,7 +38,7 @@ NO_NUL = r"^[^\x00]*$"  # Postgres text cannot hold NUL
 ID = r"^[^\x00-\x1f\x7f]*$"
 CleanText = AfterValidator(_clean_text)
 Role = Literal["teacher", "student", "both"]
-TaskType = Literal["code_i", "code_o", "code_f"]
+TaskType = Literal["code_i", "code_o", "code_f", "math_w"]
 Rho = Annotated[float, Field(ge=0.0, le=1.0), Number]
 RunId = Name(names.MAX_RUN_ID)
 AdapterId = Name(names.MAX_ADAPTER_ID)

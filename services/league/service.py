@@ -14,7 +14,7 @@ import numpy as np
 import sqlalchemy as sa
 from google.protobuf.message import Message
 
-from populora.config import ROLES, TASK_TYPES, Config
+from populora.config import CODE_TASK_TYPES, ROLES, TASK_TYPES, Config
 from populora.metrics import BATCH_SIZE
 from populora.pb import league_pb2
 from populora.records import EvalScore, ProblemScore, Usage
@@ -166,7 +166,7 @@ class LeagueService:
         """For every active teacher and task type, draw one student by PFSP (spec 7), deterministically for
         (run, step, seed, ratings). A teacher is never paired with itself unless it is the only candidate, as the
         baseline's single `both` adapter is."""
-        task_types = list(request.task_types) or list(TASK_TYPES)
+        task_types = list(request.task_types) or list(CODE_TASK_TYPES)
         for i, tt in enumerate(task_types):
             if tt not in TASK_TYPES:
                 raise invalid(f"task_types[{i}]: '{tt}' is not one of {list(TASK_TYPES)}")

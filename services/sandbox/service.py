@@ -1,8 +1,9 @@
-"""SandboxService: the wiring of the executor, the task domain and the external verifiers behind the RPCs of
-proto/sandbox.proto (Execute, ValidateProposals, CheckAnswers)."""
+"""SandboxService: the wiring of the executor, the task domain, the math checker and the external verifiers behind
+the RPCs of proto/sandbox.proto (Execute, ValidateProposals, CheckAnswers)."""
 
 from __future__ import annotations
 
+import threading
 from collections import defaultdict
 from collections.abc import Callable
 
@@ -15,6 +16,7 @@ from populora.pb import sandbox_pb2
 from populora.retry import db_unavailable
 from populora.rpc import CONTRACTS, ServiceError, exhausted, invalid
 from populora.tasks.jobs import Job, JobResult
+from populora.tasks.mathcheck import MathChecker
 from populora.tasks.triplet import TASK_TYPES, Triplet
 from populora.tasks.verify import Attempt, Check, Proposal, check_answers, validate_proposals
 from populora.tls import tls_files
@@ -41,6 +43,19 @@ class SandboxService:
         self.external = external or ExternalVerifiers(sandbox.verifier_timeout_s, sandbox.verifier_retries,
                                                       sandbox.breaker_failures, sandbox.breaker_reset_s)
         self.token = token
+        self._math: MathChecker | None = None
+        self._math_lock = threading.Lock()
+
+    def math_checker(self) -> MathChecker:
+        """The math checker of math_w (spec 18): worker processes of this service, started at the first math task,
+        so a run of code types only starts none."""
+        with self._math_lock:
+            if self._math is None:
+                self._math = MathChecker(workers=max(1, min(4, self.sandbox.workers or 2)))
+            return self._math
+
+    def _math_for(self, task_types: list[str]) -> MathChecker | None:
+        return self.math_checker() if "math_w" in task_types else None
 
     @classmethod
     def from_config(cls, cfg: Config) -> SandboxService:
@@ -52,6 +67,8 @@ class SandboxService:
 
     def close(self) -> None:
         self.executor.close()
+        if self._math is not None:
+            self._math.close()
         self.external.close()
         if self.registry is not None:
             self.registry.close()
@@ -103,7 +120,8 @@ class SandboxService:
                      for p in request.proposals]
         run, jobs = self._counting_runner()
         out = sandbox_pb2.ValidateProposalsResponse()
-        for v in validate_proposals(proposals, self.tasks, run):
+        math = self._math_for([p.task_type for p in proposals])
+        for v in validate_proposals(proposals, self.tasks, run, math):
             res = sandbox_pb2.ValidationResult(proposal_id=v.proposal_id, valid=v.valid, reason=v.reason,
                                                detail=plain_text(v.detail))
             if v.task is not None:
@@ -127,7 +145,8 @@ class SandboxService:
         for name, idxs in by_route.items():
             batch = [attempts[i] for i in idxs]
             if name == "sandbox":
-                got = check_answers(batch, self.tasks, runner or self.run_jobs)
+                got = check_answers(batch, self.tasks, runner or self.run_jobs,
+                                    self._math_for([a.task.task_type for a in batch]))
             else:
                 got = self._check_external(name, batch)
             verdicts.update(zip(idxs, got))

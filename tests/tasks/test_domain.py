@@ -6,9 +6,8 @@ import random
 
 import pytest
 
-from populora.config import RewardConfig
+from populora.config import CODE_TASK_TYPES, RewardConfig
 from populora.tasks import (
-    TASK_TYPES,
     BufferSet,
     Triplet,
     complexity,
@@ -58,8 +57,8 @@ def _t(k: int, task_type: str = "code_o") -> Triplet:
 
 def test_buffers_seed_fifo_cap_and_sampling():
     b = BufferSet(cap=4, seed=3)
-    assert all(b.size(t) == 1 and b.entries(t)[0].program == "def f(a):\n    return a" for t in TASK_TYPES)
-    assert len(b) == 3
+    assert all(b.size(t) == 1 and b.entries(t)[0].program == "def f(a):\n    return a" for t in CODE_TASK_TYPES)
+    assert len(b) == 3 and "math_w" not in b.to_json()["buffers"]  # a math type's buffer only in a run that plays it
     for k in range(6):
         b.add(_t(k))
     assert [t.task_id for t in b.entries("code_o")] == ["t2", "t3", "t4", "t5"]  # the oldest dropped
@@ -70,6 +69,14 @@ def test_buffers_seed_fifo_cap_and_sampling():
     assert b.sample("code_i", 0, random.Random(0)) == []
     again = BufferSet.from_json(b.to_json())
     assert again.to_json() == b.to_json() and again.cap == 4
+
+
+def test_a_math_buffer_in_a_run_that_plays_math():
+    b = BufferSet(cap=4, task_types=["code_o", "math_w"])
+    assert len(b) == 4 and b.entries("math_w")[0].outputs == ["7"]
+    assert BufferSet.from_json(b.to_json()).entries("math_w") == b.entries("math_w")
+    with pytest.raises(KeyError, match="no buffer of task type 'math_w'"):
+        BufferSet(cap=4).sample("math_w", 1, random.Random(0))
 
 
 def test_identity_seed():

@@ -69,7 +69,7 @@ def seed(run: Run, warmed: WarmStarted) -> Seeded:
     """The members' starting policy (the warm start's adapter, else the bare base model) proposes, without updates,
     until each buffer holds seed_buffer_size valid triplets (spec 10, 13)."""
     cfg = run.cfg
-    buffers = BufferSet(cfg.tasks.buffer_cap, seed=cfg.run.seed)
+    buffers = BufferSet(cfg.tasks.buffer_cap, seed=cfg.run.seed, task_types=cfg.tasks.task_types)
     target = cfg.tasks.seed_buffer_size
     rounds, reasons, tried, tokens, jobs, cpu = 0, Counter(), 0, 0, 0, 0.0
     per_round = max(2, cfg.tasks.proposals_per_teacher * max(1, cfg.population.n_teachers))

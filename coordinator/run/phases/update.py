@@ -37,7 +37,7 @@ def rollouts(rewards, proposed: Proposed, validated: Validated, solved: Solved, 
     out: dict[str, list[Rollout]] = defaultdict(list)
     for p in proposed.proposals:
         v = validated.verdicts[p.id]
-        reward = teacher_reward(v.valid, checked.rho.get(p.id), rewards.teacher_reward, rewards)
+        reward = teacher_reward(v.valid, checked.rho.get(p.id), rewards.teacher_reward, rewards, p.task_type)
         out[p.teacher].append(Rollout("teacher", p.task_type, reward, p.prompt_token_ids, p.response_token_ids,
                                       p.version, p.logprobs, p.truncated_fraction))
     task_type = {p.id: p.task_type for p in proposed.proposals}
