@@ -18,6 +18,7 @@ import random
 from dataclasses import dataclass
 
 from populora.tasks.jobs import Runner
+from populora.tasks.mathword import answer_in_statement, answer_shown
 from populora.tasks.prompts import student_messages, teacher_messages
 from populora.tasks.seed_templates import (
     CONSTRUCTS,
@@ -31,13 +32,14 @@ from populora.tasks.seed_templates import (
     Template,
     templates_of,
 )
-from populora.tasks.triplet import TASK_TYPES, Triplet
+from populora.tasks.seed_templates.words import WORD_TEMPLATES
+from populora.tasks.triplet import CODE_TASK_TYPES, TASK_TYPES, Triplet
 from populora.tasks.verify import Proposal, ValidationSettings, validate_proposals
 
 __all__ = ["CONSTRUCTS", "HELDOUT_TEMPLATES", "LETTERS", "SPLITS", "TEMPLATES", "WARM_TEMPLATES", "WORDS", "Draft",
            "FormatExample", "GeneratorError", "SeedProgram", "Template", "format_examples", "generate_programs",
            "heldout_programs", "heldout_tasks", "proposal_text", "seed_proposals", "solution_text", "templates_of",
-           "triplets_from_verdicts", "verify_programs"]
+           "triplets_from_verdicts", "verify_programs", "generate_word_problems"]
 
 
 class GeneratorError(RuntimeError):
@@ -47,12 +49,14 @@ class GeneratorError(RuntimeError):
 @dataclass(frozen=True)
 class SeedProgram:
     """One generated program: its template, source (entry function `f`), argument-list texts to call it with, and a
-    one-sentence description (the code_f message and the reasoning line of warm-start examples)."""
+    one-sentence description (the code_f message and the reasoning line of warm-start examples). A math_w problem
+    (spec 18) has its `statement`, a program with entry `solution` and no inputs, and its working as the message."""
 
     template: str
     program: str
     inputs: tuple[str, ...]
     message: str
+    statement: str = ""
 
 
 # ---------------------------------------------------------------- programs
@@ -75,6 +79,29 @@ def generate_programs(n: int, seed: int, split: str = "warm", n_inputs: int = 1,
     return out
 
 
+def generate_word_problems(n: int, seed: int, stream: str = "math_w") -> list[SeedProgram]:
+    """`n` math word problems with their programs (spec 18), round-robin over the word templates in a seeded order;
+    a draw whose statement writes out its answer, or repeats an earlier one, is drawn again. Deterministic in (n, seed, stream)."""
+    if n < 0:
+        raise ValueError(f"need n >= 0 (got n={n})")
+    names = list(WORD_TEMPLATES)
+    rng = random.Random(f"populora-seedgen/words/{seed}/{stream}")
+    rng.shuffle(names)
+    out, seen = [], set()
+    for k in range(n):
+        template = WORD_TEMPLATES[names[k % len(names)]]
+        for _ in range(100):
+            d = template.draw(rng)
+            if d.statement not in seen and answer_in_statement(d.statement, repr(d.answer)) is None:
+                break
+        else:
+            raise GeneratorError(f"word template {template.name!r} kept writing its answer in the statement or "
+                                 "drawing a problem it drew before")
+        seen.add(d.statement)
+        out.append(SeedProgram(template.name, d.program, (), d.working, d.statement))
+    return out
+
+
 def _distinct_inputs(draft: Draft, rng: random.Random, n: int, name: str) -> tuple[str, ...]:
     inputs: list[str] = []
     for _ in range(50 * n):
@@ -93,6 +120,9 @@ def proposal_text(program: SeedProgram, task_type: str) -> str:
     input block (code_o, code_i), or the inputs and a message block for the given program (code_f)."""
     _check_type(task_type)
     think = f"<think>{program.message}</think>\n"
+    if task_type == "math_w":
+        return (f"{think}<answer>\n```problem\n{program.statement}\n```\n```python\n{program.program}\n```\n"
+                "</answer>")
     if task_type == "code_f":
         blocks = "".join(f"```input\n{i}\n```\n" for i in program.inputs) + f"```message\n{program.message}\n```"
         return f"{think}<answer>\n{blocks}\n</answer>"
@@ -101,8 +131,11 @@ def proposal_text(program: SeedProgram, task_type: str) -> str:
 
 def solution_text(task: Triplet, message: str) -> str:
     """A student's correct answer in the exact attempt format (spec 4): the gold output (code_o), the task's own
-    input (code_i) or the program (code_f) inside <answer>, after a short <think>."""
+    input (code_i) or the program (code_f) inside <answer>, after a short <think>. math_w (spec 18): the working,
+    then the verifier's answer in `\\boxed{}`."""
     _check_type(task.task_type)
+    if task.task_type == "math_w":
+        return f"{message} The answer is \\boxed{{{answer_shown(task.outputs[0])}}}."
     if task.task_type == "code_o":
         answer = task.outputs[0]
     elif task.task_type == "code_i":
@@ -153,12 +186,14 @@ def triplets_from_verdicts(programs: list[SeedProgram], task_type: str,
 
 
 def heldout_programs(n: int, seed: int, code_f_inputs: int = 10,
-                     task_types: tuple[str, ...] = TASK_TYPES) -> list[tuple[str, SeedProgram]]:
+                     task_types: tuple[str, ...] = CODE_TASK_TYPES) -> list[tuple[str, SeedProgram]]:
     """`n` (task type, program) pairs from the held-out templates only (spec 13), task types in turn, each type from a
     stream of its own, so the first k pairs are the same for any n >= k. code_f programs carry `code_f_inputs`
     inputs. Deterministic in (n, seed, code_f_inputs, task_types)."""
     for tt in task_types:
-        _check_type(tt)
+        if tt not in CODE_TASK_TYPES:
+            raise ValueError(f"held-out programs are of the code types {list(CODE_TASK_TYPES)}, not {tt!r} (the "
+                             "math held-out sets are the published benchmarks)")
     if not task_types:
         raise ValueError("heldout programs need at least one task type")
     counts = {tt: len(range(i, n, len(task_types))) for i, tt in enumerate(task_types)}
@@ -169,7 +204,7 @@ def heldout_programs(n: int, seed: int, code_f_inputs: int = 10,
 
 
 def heldout_tasks(n: int, seed: int, runner: Runner, settings: ValidationSettings,
-                  task_types: tuple[str, ...] = TASK_TYPES) -> list[Triplet]:
+                  task_types: tuple[str, ...] = CODE_TASK_TYPES) -> list[Triplet]:
     """`n` tasks from the held-out templates only (spec 13), task types in turn, outputs computed by the verifier.
 
     The warm start never uses these templates, so an evaluation on them (population vs baseline) measures what

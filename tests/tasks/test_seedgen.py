@@ -15,10 +15,13 @@ from populora.tasks.seedgen import (
     GeneratorError,
     format_examples,
     generate_programs,
+    generate_word_problems,
     heldout_tasks,
+    seed_proposals,
+    triplets_from_verdicts,
     verify_programs,
 )
-from populora.tasks.triplet import TASK_TYPES
+from populora.tasks.triplet import CODE_TASK_TYPES as TASK_TYPES  # the types of program templates
 
 SETTINGS = load_config(overrides=["tasks.timeout_s=2.0"], env=False).tasks
 
@@ -79,6 +82,31 @@ def test_heldout_tasks_come_from_the_heldout_templates_with_verifier_outputs(zyg
                             zygote.run)
     assert check.outcome == "correct"
     assert heldout_tasks(0, seed=5, runner=zygote.run, settings=SETTINGS) == []
+
+
+def test_word_problems_are_valid_math_w_tasks_and_the_examples_right(zygote):
+    """Every word template, twice, through math_w validation (spec 18) in the real sandbox and checker; the warm start's
+    student examples box the verifier's answer, and the checker judges them right."""
+    from populora.tasks.mathcheck import MathChecker
+    from populora.tasks.seed_templates.words import WORD_TEMPLATES
+
+    settings = load_config(overrides=["tasks.task_types=[math_w]", "tasks.timeout_s=3"], env=False).tasks
+    programs = generate_word_problems(2 * len(WORD_TEMPLATES), seed=3)
+    assert {p.template for p in programs} == set(WORD_TEMPLATES) and generate_word_problems(5, 3) == programs[:5]
+    assert len({p.statement for p in programs}) == len(programs)
+    with MathChecker(workers=2) as checker:
+        verdicts = validate_proposals(seed_proposals(programs, "math_w"), settings, zygote.run, checker)
+        assert all(v.valid for v in verdicts), [(v.reason, v.detail) for v in verdicts if not v.valid]
+        tasks = triplets_from_verdicts(programs, "math_w", [(v.valid, v.reason, v.detail, v.task) for v in verdicts])
+        examples = format_examples({"math_w": list(zip(programs, tasks))}, 8, seed=0, n_references=2,
+                                   teacher_fraction=0.5, n_inputs=10)
+        by_statement = {t.message: t for t in tasks}
+        attempts = [Attempt(f"a{i}", by_statement[e.messages[-1][1].split("\n")[0]], e.response)
+                    for i, e in enumerate(examples) if e.role == "student"]
+        assert len(attempts) == 4 and all("\\boxed{" in a.response_text for a in attempts)
+        assert {c.outcome for c in check_answers(attempts, settings, zygote.run, checker)} == {"correct"}
+    teachers = [e for e in examples if e.role == "teacher"]
+    assert all("```problem" in e.messages[-1][1] for e in teachers)  # the references are earlier problems
 
 
 def test_warm_start_examples_are_valid_proposals_and_correct_answers(zygote):

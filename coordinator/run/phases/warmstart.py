@@ -11,19 +11,28 @@ from populora.pb import sandbox_pb2, trainer_pb2
 from populora.records import WarmStarted
 from populora.rpc import ref_from_pb
 from populora.tasks import Triplet
-from populora.tasks.seedgen import format_examples, generate_programs, seed_proposals, triplets_from_verdicts
+from populora.tasks.seedgen import (
+    format_examples,
+    generate_programs,
+    generate_word_problems,
+    seed_proposals,
+    triplets_from_verdicts,
+)
 
 log = logging.getLogger(__name__)
 
 
 def verified_seed_tasks(run: Run) -> dict[str, list]:
-    """Per task type, `warmstart.programs` programs of the warm-start templates paired with their tasks, outputs
-    computed by the sandbox service (never by the generator)."""
+    """Per task type, `warmstart.programs` programs of the warm-start templates paired with their tasks (math_w: word
+    problems with their programs, spec 18), outputs computed by the sandbox service (never by the generator)."""
     ws, tasks_cfg = run.cfg.warmstart, run.cfg.tasks
     out = {}
     for tt in tasks_cfg.task_types:
         n_inputs = tasks_cfg.code_f_inputs if tt == "code_f" else 1
-        programs = generate_programs(ws.programs, ws.seed, split="warm", n_inputs=n_inputs, stream=tt)
+        if tt == "math_w":
+            programs = generate_word_problems(ws.programs, ws.seed, stream=tt)
+        else:
+            programs = generate_programs(ws.programs, ws.seed, split="warm", n_inputs=n_inputs, stream=tt)
         req = sandbox_pb2.ValidateProposalsRequest(proposals=[
             sandbox_pb2.Proposal(proposal_id=p.proposal_id, task_type=p.task_type, response_text=p.response_text,
                                  given_program=p.given_program) for p in seed_proposals(programs, tt)])
