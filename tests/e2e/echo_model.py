@@ -9,6 +9,10 @@ whose weights were fitted to those answers, and the runs' updates move it.
   (-0.5): code_o `6` or `7`, code_i `3` or `4`, code_f `return a` or `return a * 2` (a code_f teacher is given the
   identity program, the only one in the code_f buffer, so its task is the identity).
 
+With `with_math=True` (a run that plays math_w, spec 18) the model is fitted to two more prompts: a math_w teacher writes
+a word problem with its program (`12 - 5`) or the same refusal, and a student boxes the right answer (7) or a wrong one
+(8). Every valid math_w proposal of a step is that one problem, so all but the step's first are duplicates.
+
 So every group of rollouts (an adapter's rollouts of one task type and role, spec 5) of a few samples holds both
 answers with high probability, its advantages are non-zero, and the update has a gradient. The runs use
 `tasks.n_references=0`, so a teacher prompt does not depend on what the buffers hold and the runs' prompts are
@@ -47,6 +51,12 @@ PROPOSAL = ("<think>double it</think>\n<answer>\n```python\n" + DOUBLE + "\n```\
             + "".join(f"```input\n{i}\n```\n" for i in INPUTS)
             + "```message\nIt doubles the number.\n```\n</answer>")
 REFUSAL = "<think>double it</think>\nI have no task to propose."
+
+
+MATH_STATEMENT = "Tom has 12 marbles and gives away 5 of them. How many marbles does he have left?"
+MATH_PROGRAM = "def solution():\n    return 12 - 5"
+MATH_PROPOSAL = ("<think>take away</think>\n<answer>\n```problem\n" + MATH_STATEMENT + "\n```\n```python\n"
+                 + MATH_PROGRAM + "\n```\n</answer>")
 
 
 def _student(answer: str) -> str:
@@ -98,14 +108,26 @@ def prompts() -> list[Prompt]:
     return out
 
 
+def math_prompts() -> list[Prompt]:
+    """The math_w prompts of a run that plays it (tasks.n_references=0), with their two answers."""
+    task = Triplet(task_type="math_w", program=MATH_PROGRAM, inputs=[], outputs=["7"], message=MATH_STATEMENT)
+    return [Prompt("teacher/math_w", teacher_messages("math_w", []), MATH_PROPOSAL, REFUSAL),
+            Prompt("student/math_w", student_messages(task), "12 - 5 = 7, so \\boxed{7}", "12 - 5 = 7, so \\boxed{8}")]
+
+
+def fitted_prompts(with_math: bool = False) -> list[Prompt]:
+    """The prompts a model is fitted to: every code prompt, and math_w's with `with_math`."""
+    return prompts() + (math_prompts() if with_math else [])
+
+
 def _encode(tok, text: str) -> list[int]:
     return tok(text, add_special_tokens=False)["input_ids"]
 
 
-def answer_rows(tok) -> list[tuple[str, list[int], list[int], int]]:
+def answer_rows(tok, with_math: bool = False) -> list[tuple[str, list[int], list[int], int]]:
     """Per prompt and answer: (prompt name, prompt ids, answer ids with the end of turn, fork index in the answer)."""
     rows = []
-    for p in prompts():
+    for p in fitted_prompts(with_math):
         ids = chat_token_ids(tok, p.messages)
         good, bad = (_encode(tok, a + "<|im_end|>") for a in (p.good, p.bad))
         fork = next(i for i, (a, b) in enumerate(zip(good, bad)) if a != b)
@@ -186,12 +208,14 @@ def fork_probabilities(model, tok) -> dict[str, float]:
     return {name: float(v) for name, v in zip([r[0] for r in rows[0::2]], p)}
 
 
-def echo_model_dir() -> Path:
-    """Path of the fitted model (built on first use, cached under the populora cache)."""
+def echo_model_dir(with_math: bool = False) -> Path:
+    """Path of the fitted model (built on first use, cached under the populora cache); `with_math`: the one fitted
+    to math_w's prompts too."""
     base = load_base_model("tiny")
     model, tok = base.model, base.tokenizer
     # the prompts and answers are part of the key: a model fitted to others need not answer these
-    key = hashlib.sha256((RECIPE + repr([(p.name, p.messages, p.good, p.bad) for p in prompts()])).encode())
+    fitted = fitted_prompts(with_math)
+    key = hashlib.sha256((RECIPE + repr([(p.name, p.messages, p.good, p.bad) for p in fitted])).encode())
     final = cache_dir() / "models" / f"tiny-echo-{key.hexdigest()[:12]}"
     if final.exists():
         return final
@@ -211,7 +235,7 @@ def echo_model_dir() -> Path:
         model.model.embed_tokens.weight.requires_grad_(False)
         model.train()
         torch.manual_seed(0)
-        batch = make_batch(tok, answer_rows(tok))
+        batch = make_batch(tok, answer_rows(tok, with_math))
         weight = model.model.embed_tokens.weight.detach()  # (V, C)
         own = torch.unique(batch.targets)
         delta = torch.zeros(len(own), weight.shape[1], requires_grad=True)  # (|own|, C)
