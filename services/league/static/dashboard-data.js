@@ -14,7 +14,7 @@
   const PALETTE = ["#e4793a", "#3a7be4", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf",
     "#bcbd22", "#7f7f7f", "#1f3f8f", "#b8860b", "#006d5b", "#a0325a", "#5a6fd0", "#c06000"];
   const STEP_INCRS = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000]; // steps are integers
-  const TASK_COLORS = { code_i: "#1f77b4", code_o: "#d62728", code_f: "#2ca02c" };
+  const TASK_COLORS = { code_i: "#1f77b4", code_o: "#d62728", code_f: "#2ca02c", math_w: "#9467bd" };
 
   const state = {
     runs: [], run: null, view: "overview", adapter: null, revision: null, overview: null, charts: {},

@@ -16,7 +16,7 @@
     const stepSel = h("select", { id: "problem-step", on: { change: (e) => { ps.step = Number(e.target.value); D.render(); } } },
       data.steps.map((st) => { const o = h("option", { value: st.step, text: `step ${st.step} · ${st.valid}/${st.proposals} valid` }); if (st.step === data.step) o.selected = true; return o; }));
     const typeSel = h("select", { id: "problem-type", on: { change: (e) => { ps.taskType = e.target.value; D.render(); } } },
-      [["", "all types"], ["code_i", "code_i"], ["code_o", "code_o"], ["code_f", "code_f"]].map(([v, t]) => { const o = h("option", { value: v, text: t }); if (ps.taskType === v) o.selected = true; return o; }));
+      [["", "all types"], ["code_i", "code_i"], ["code_o", "code_o"], ["code_f", "code_f"], ["math_w", "math_w"]].map(([v, t]) => { const o = h("option", { value: v, text: t }); if (ps.taskType === v) o.selected = true; return o; }));
     const inv = h("input", { type: "checkbox", id: "problem-invalid", on: { change: (e) => { ps.invalid = e.target.checked; D.render(); } } });
     inv.checked = ps.invalid;
     main.replaceChildren(panel(`Problems · step ${data.step} · ${tasks.length} shown`,
