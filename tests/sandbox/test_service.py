@@ -174,3 +174,29 @@ def test_grpc_round_trip(service):
         assert "task_type" in e.value.message
         assert service.Execute(sandbox_pb2.ExecuteRequest(jobs=[sandbox_pb2.ExecJob(program="", call="1+1")])
                                ).results[0].value_repr == "2"
+
+
+def test_grpc_math_w_round_trip(service):
+    """math_w (spec 18) through the service: validated in the sandbox, its answers judged by the service's math
+    checker, whose workers start at the first math_w request only."""
+    with served(service) as client:
+        client.ValidateProposals(sandbox_pb2.ValidateProposalsRequest(proposals=[
+            sandbox_pb2.Proposal(proposal_id="c", task_type="code_o", response_text="nothing")]))
+        assert service._math is None  # a code type's request starts no math checker
+        v = client.ValidateProposals(sandbox_pb2.ValidateProposalsRequest(proposals=[
+            sandbox_pb2.Proposal(proposal_id="m", task_type="math_w", teacher_id="T0", response_text=(
+                "<answer>```problem\nA box holds 6 rows of 4 eggs. How many eggs are in the box?\n```\n"
+                "```python\ndef eggs():\n    return 6 * 4\n```</answer>")),
+            sandbox_pb2.Proposal(proposal_id="n", task_type="math_w", response_text=(
+                "<answer>```problem\nSix rows of 4 eggs make 24 eggs. How many eggs?\n```\n"
+                "```python\ndef solution():\n    return 6 * 4\n```</answer>"))]))
+        assert [(r.valid, r.reason) for r in v.results] == [(True, "ok"), (False, "answer_in_problem")]
+        task = Triplet.from_pb(v.results[0].task)
+        assert (task.outputs, task.inputs, task.program.startswith("def solution():")) == (["24"], [], True)
+        c = client.CheckAnswers(sandbox_pb2.CheckAnswersRequest(attempts=[
+            sandbox_pb2.Attempt(attempt_id=a, task=v.results[0].task, response_text=text)
+            for a, text in (("right", "6 * 4 = 24, so \\boxed{24}"), ("wrong", "\\boxed{20}"), ("none", "24"))]))
+        assert [(r.attempt_id, r.outcome, r.verifier) for r in c.results] == [
+            ("right", "correct", "sandbox"), ("wrong", "wrong", "sandbox"), ("none", "malformed", "sandbox")]
+        assert c.jobs == 0  # nothing of a math answer is run
+    service.math_checker().close()
