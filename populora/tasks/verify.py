@@ -21,7 +21,7 @@ from typing import Any, Protocol
 from populora.tasks.complexity import complexity
 from populora.tasks.jobs import Job, JobResult, Runner
 from populora.tasks.literals import LiteralError, literal_value
-from populora.tasks.mathcheck import MathChecker
+from populora.tasks.mathcheck import MathChecker, gold_of
 from populora.tasks.mathword import (
     MATH_CALL,
     answer_in_statement,
@@ -343,8 +343,8 @@ def check_math(attempts: list[Attempt], math: MathChecker | None) -> list[Check]
     out: list[Check | None] = [None] * len(attempts)
     items, where = [], []
     for k, a in enumerate(attempts):
-        try:
-            gold = gold_value(a.task.outputs[0])
+        try:  # a task sent from elsewhere may hold any text: a gold the checker cannot take is not judged
+            gold = gold_of(gold_value(a.task.outputs[0]))
         except ValueError as e:
             out[k] = Check(a.attempt_id, "verifier_error", str(e))
             continue

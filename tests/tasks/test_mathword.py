@@ -145,6 +145,9 @@ def test_the_check(checker):
     assert got["hostile"].detail.startswith("timeout")
     [c] = check_answers([Attempt("x", seven, "\\boxed{7}")], SETTINGS, no_jobs)
     assert c.outcome == "verifier_error"  # no checker: not judged, left out of rho
+    huge = Triplet(task_type="math_w", program=body("7"), inputs=[], outputs=["9" * 600], message="?")
+    [c] = check_answers([Attempt("x", huge, "\\boxed{7}")], SETTINGS, no_jobs, checker)
+    assert c.outcome == "verifier_error" and "characters" in c.detail  # a gold no checker can take
     with pytest.raises(ValueError):
         Triplet(task_type="math_w", program=body("7"), inputs=["1"], outputs=["7"])
     assert code.task_type == "code_o"
