@@ -80,11 +80,12 @@ def generate_programs(n: int, seed: int, split: str = "warm", n_inputs: int = 1,
 
 
 def generate_word_problems(n: int, seed: int, stream: str = "math_w") -> list[SeedProgram]:
-    """`n` math word problems with their programs (spec 18), round-robin over the word templates in a seeded order;
+    """`n` math word problems with their programs (spec 18), round-robin over the word templates (each `weight` times)
+    in a seeded order;
     a draw whose statement writes out its answer, or repeats an earlier one, is drawn again. Deterministic in (n, seed, stream)."""
     if n < 0:
         raise ValueError(f"need n >= 0 (got n={n})")
-    names = list(WORD_TEMPLATES)
+    names = [name for name, t in WORD_TEMPLATES.items() for _ in range(t.weight)]
     rng = random.Random(f"populora-seedgen/words/{seed}/{stream}")
     rng.shuffle(names)
     out, seen = [], set()
