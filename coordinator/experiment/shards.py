@@ -197,19 +197,21 @@ def run_shard(exp: Experiment, results: Path, argv: list[str], progress: bool = 
     if (results / OVERLAP_FILE).exists() and not (exp.out_dir / OVERLAP_FILE).exists():
         exp.out_dir.mkdir(parents=True, exist_ok=True)  # the experiment's, found by its first shard
         shutil.copyfile(results / OVERLAP_FILE, exp.out_dir / OVERLAP_FILE)
+    source = commit()  # the code it runs from: the tree may move on (commits, edits) before it ends
     db = JournalDB(exp.cfg.league_db_url)
     try:
         run_experiment(exp, db, progress=progress, after_arm=after_arm)
     finally:
         db.close()
     times = _times(exp.out_dir / "times.json", {"training": training, "scoring": time.perf_counter() - marks["last"]})
-    shard = export(exp, results, argv, times)
+    shard = export(exp, results, argv, times, source)
     combine(results)
     return shard
 
 
-def export(exp: Experiment, results: Path, argv: list[str], times: dict) -> Path:
-    """The shard's committed directory (module docstring), written anew from its working files."""
+def export(exp: Experiment, results: Path, argv: list[str], times: dict, source: dict | None = None) -> Path:
+    """The shard's committed directory (module docstring), written anew from its working files; `source`: the commit
+    (and whether tracked files differed from it) as the shard started, else as it ends."""
     spec = ShardSpec(exp.seeds[0], exp.arms[0].name if len(exp.arms) == 1 else None)
     out = results / "shards" / spec.name
     if out.exists():
@@ -244,7 +246,7 @@ def export(exp: Experiment, results: Path, argv: list[str], times: dict) -> Path
             "arms": {a.name: a.run_id for a in exp.arms}, "benchmarks": exp.scored_benchmarks,
             "budget_flops": exp.cfg.run.budget_flops, "max_steps": exp.cfg.run.steps, "limit": exp.limit,
             "samples": exp.samples, "steps": {a.run_id: (arm_rows(a) or [{"step": 0}])[-1]["step"] for a in exp.arms},
-            "command": argv, **commit(), "machine": machine(),
+            "command": argv, **(source or commit()), "machine": machine(),
             "seconds": {"training": times["training"], "scoring": times["scoring"], "calls": times["calls"]},
             "weights": final_digests(exp), "outcomes": _digest(scored),
             "problem_sets": (_digest(exp.problem_sets["benchmarks"]) if exp.problem_sets else None)}
