@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import yaml
@@ -42,11 +43,13 @@ class LocalCluster:
     and `inference` replicas of those two (each on its own port, listed in services.<name>.replicas, each adapter
     placed on one of them), one process each of the others. A process is named after its service, a replica
     `trainer-0`, `trainer-1`, ... when there are several. With `tls`, every process speaks mutual TLS with its own
-    certificate (a development CA in the workdir), so each is held to its identity's scope."""
+    certificate (a development CA in the workdir), so each is held to its identity's scope. With `front`, the config
+    gives callers `front(process name, gRPC port)` as each process's port instead of the one it listens on (a proxy
+    there, as bench.faults puts one, forwards to it)."""
 
     def __init__(self, workdir: Path, preset: str = "cpu-tiny", overrides: list[str] | None = None,
                  db_url: str = DEFAULT_PG, redis_url: str = "redis://127.0.0.1:6379/0", trainers: int = 1,
-                 inference: int = 1, tls: bool = False):
+                 inference: int = 1, tls: bool = False, front: Callable[[str, int], int] | None = None):
         self.workdir = Path(workdir).resolve()
         self.workdir.mkdir(parents=True, exist_ok=True)
         tls_overrides = []
@@ -65,13 +68,14 @@ class LocalCluster:
             for i in range(n):
                 self.replicas[name if n == 1 else f"{name}-{i}"] = (name, free_port(), free_port())
             first = next(v for k, v in self.replicas.items() if v[0] == name)
-            ports += [f"services.{name}.host=127.0.0.1", f"services.{name}.port={first[1]}"]
+            called = {k: front(k, v[1]) if front else v[1] for k, v in self.replicas.items() if v[0] == name}
+            ports += [f"services.{name}.host=127.0.0.1", f"services.{name}.port={next(iter(called.values()))}"]
             if name in ("league", "sandbox"):
                 ports.append(f"services.{name}.rest_port={free_port()}")
             else:
                 ports.append(f"services.{name}.metrics_port={first[2]}")
             if n > 1:
-                listed = ",".join(f"127.0.0.1:{v[1]}" for v in self.replicas.values() if v[0] == name)
+                listed = ",".join(f"127.0.0.1:{p}" for p in called.values())
                 ports.append(f"services.{name}.replicas=[{listed}]")
         cfg = load_config(preset=preset, env=False, overrides=[
             f"run.output_dir={self.workdir / 'runs'}", f"store.root={self.workdir / 'store'}",

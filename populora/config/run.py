@@ -157,6 +157,14 @@ class GenerationConfig(Section):
     against 214 with PyTorch's default fp32 matmul, 24 rows 248 against 258, one row 72 against 67; the packed copy
     costs about 540 MB more memory. Nothing changes on a GPU or in another dtype. The kernels differ, so a token can
     differ where two candidates tie to the last bits."""
+    batch_invariant: bool = False
+    """`hf`: decode and score each request in batches of its own rows only, so a row's tokens and log-probabilities
+    do not depend on what else was asked at the same time, on which replica it ran or in which slot its adapter sits.
+    A CPU matmul rounds a row differently with the number of rows beside it (a row alone and the same row among 3
+    differ by ~2e-7 here), and the LoRA layer takes another batched path with another slot layout, so without it a
+    distributed run whose batches split or whose replicas restart parts from the one-process run in the last digits
+    of a log-probability, then in the weights an update makes from them. Slower (no batching across requests): for
+    runs that must equal each other bit for bit under any placement (bench.faults), not for throughput."""
     threads: int = Field(0, ge=-1)
     """`hf` on CPU: torch threads while a batch decodes; 0 = leave torch's setting, -1 = the cores other processes
     leave free, measured before each batch. On a loaded 2-core machine one thread decoded SmolLM2 about 3x faster

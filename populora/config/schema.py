@@ -82,6 +82,9 @@ class Config(Section):
             raise ValueError(f"evolution.operator_mix gives R1 (the rank change) a weight, but every member has rank "
                              f"{self.lora.rank}: name other ranks in evolution.ranks (e.g. [16, 64]) or in "
                              "lora.teacher_ranks / lora.student_ranks, or give R1 no weight")
+        if self.generation.batch_invariant and self.generation.backend != "hf":
+            raise ValueError("generation.batch_invariant is served by the hf backend only: vLLM batches requests "
+                             "together whatever the setting; use generation.backend=hf")
         unknown = sorted(set(self.sandbox.verifiers) - set(TASK_TYPES))
         if unknown:
             raise ValueError(f"sandbox.verifiers: unknown task type(s) {unknown}; allowed: {list(TASK_TYPES)}")

@@ -68,8 +68,10 @@ class HfBackend(InferenceBackend):
 
     def __init__(self, base: BaseModel, store: ArtifactStore | None, target_modules: list[str], max_rank: int,
                  max_batch: int = 256, max_resident: int = 32, host: str = "batched",
-                 chat_template: bool = True, threads: int = 0, prepack: bool = True, base_matmul: str = "native"):
+                 chat_template: bool = True, threads: int = 0, prepack: bool = True, base_matmul: str = "native",
+                 batch_invariant: bool = False):
         self.base = base
+        self.batch_invariant = batch_invariant  # generation.batch_invariant: each request's rows a batch of their own
         self.threads = threads
         self.base_model = base.name
         self.store = store
@@ -96,7 +98,7 @@ class HfBackend(InferenceBackend):
         return cls(base, store, list(cfg.lora.target_modules), cfg.serving_rank,
                    max_batch=g.max_batch, max_resident=g.max_resident_adapters, host=host_kind(cfg.lora.host, "inference"),
                    chat_template=cfg.model.chat_template, threads=g.threads, prepack=g.prepack_weights,
-                   base_matmul=cfg.model.base_matmul)
+                   base_matmul=cfg.model.base_matmul, batch_invariant=g.batch_invariant)
 
     # ---- adapters
     def _load(self, ref: AdapterRef) -> None:
@@ -124,13 +126,15 @@ class HfBackend(InferenceBackend):
             rows = self._rows(requests, prompts, served)
             pending = {i: requests[i].sampling.n for i in range(len(requests))}
             done: dict[int, list[Row]] = {i: [] for i in pending}
+            parts = [[r for r in rows if r.request == i] for i in pending] if self.batch_invariant else [rows]
             with torch_threads(self.threads):
-                for row in self.decoder.run(rows):
-                    done[row.request].append(row)
-                    pending[row.request] -= 1
-                    if pending[row.request] == 0:
-                        yield self._result(requests[row.request], prompts[row.request], served[row.request],
-                                           done.pop(row.request))
+                for part in parts:
+                    for row in self.decoder.run(part):
+                        done[row.request].append(row)
+                        pending[row.request] -= 1
+                        if pending[row.request] == 0:
+                            yield self._result(requests[row.request], prompts[row.request], served[row.request],
+                                               done.pop(row.request))
         finally:
             self.resident.release(pinned)
 
@@ -176,9 +180,12 @@ class HfBackend(InferenceBackend):
         served = self.resident.resolve_batch([r.adapter for r in rows])
         pinned = self.resident.acquire(r for r in served if r is not None)
         try:
+            names = [ref.key if ref is not None else BASE for ref in served]
             with torch_threads(self.threads):
-                sums = self._score_passes(contexts, continuations,
-                                          [ref.key if ref is not None else BASE for ref in served])
+                if self.batch_invariant:  # each row a pass of its own (generation.batch_invariant)
+                    sums = [self._score_passes([c], [k], [n])[0] for c, k, n in zip(contexts, continuations, names)]
+                else:
+                    sums = self._score_passes(contexts, continuations, names)
         finally:
             self.resident.release(pinned)
         return [ScoreResult(row.row_id, total, len(cont), len(ctx), ref)
