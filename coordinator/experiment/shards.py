@@ -45,6 +45,7 @@ from coordinator.experiment.checkpointeval import WARM, population_at
 from coordinator.experiment.evalfiles import OVERLAP_FILE, eval_path, shard_evals_path, write_json
 from coordinator.experiment.plan import ARMS, Experiment, default_id, plan
 from coordinator.experiment.problemsets import PROBLEMS_FILE
+from coordinator.experiment.shardconfig import committed_config, continued_id, continues
 from coordinator.experiment.shardresult import SHARD_FILE, combine
 from coordinator.record.births import birth_rates
 from populora.config import Config, ConfigError
@@ -238,7 +239,10 @@ def export(exp: Experiment, results: Path, argv: list[str], times: dict, source:
         if scored:
             write_json(shard_evals_path(out, arm.run_id), {"run": arm.run_id, "benchmarks": scored})
     write_json(out / "births.json", {"births": births})
-    (out / "config.yaml").write_text(exp.cfg.to_yaml())
+    committed = committed_config(results)  # the experiment's text, where its code has grown settings since
+    if committed is not None:
+        continues(committed, exp.cfg)
+    (out / "config.yaml").write_text(committed if committed is not None else exp.cfg.to_yaml())
     if (exp.out_dir / OVERLAP_FILE).exists() and not (results / OVERLAP_FILE).exists():
         shutil.copyfile(exp.out_dir / OVERLAP_FILE, results / OVERLAP_FILE)
     scored = outcomes(files)
@@ -293,10 +297,19 @@ def shard_experiment(args, cfg: Config, label: str) -> tuple[Experiment, ShardSp
     cfg.run.reproducible = True  # the same shard run again gives the same weights and outcomes
     cfg.run.run_id = ""
     experiment_id = args.experiment_id or default_id(cfg, label, [])
+    root = Path(args.results)
+    if not args.experiment_id and committed_config(root / experiment_id) is None:
+        # settings the code gained since the experiment's first shard change the default id (shardconfig)
+        experiment_id = continued_id(root, experiment_id.rsplit("-exp-", 1)[0], cfg) or experiment_id
+    committed = committed_config(root / experiment_id)
+    added = continues(committed, cfg) if committed is not None else []
+    if added:
+        log.info("continuing experiment %s: settings added since its first shard, at their defaults: %s",
+                 experiment_id, ", ".join(added))
     exp = plan(cfg, experiment_id, [spec.seed], args.benchmark, args.limit, args.samples,
                [spec.arm] if spec.arm else None)
     exp.directory = Path(cfg.run.output_dir) / experiment_id / "shards" / spec.name
-    results = Path(args.results) / experiment_id
+    results = root / experiment_id
     attach_problem_sets(exp, results / PROBLEMS_FILE)
     return exp, spec, results
 

@@ -125,13 +125,18 @@ def test_the_committed_problem_sets_are_those_the_documented_shard_command_score
     from pathlib import Path
 
     from coordinator.experiment.plan import default_id
+    from coordinator.experiment.shardconfig import continued_id
     from populora.evals import load_problems
 
     cfg = load_config(preset="cpu-smol-experiment-4t4s", env=False, overrides=[
         "eval.checkpoints=[0.5,1.0]", "eval.curve_limit=50", "eval.pass_problems=30", "eval.likelihood_problems=100"])
     cfg.run.budget_flops, cfg.run.reproducible = int(6e13), True  # --budget flops=6e13; --shard (shard_experiment)
+    cfg.run.run_id = ""
     experiment_id = default_id(cfg, "cpu-smol-experiment-4t4s", [])
-    path = Path(__file__).resolve().parents[2] / "docs" / "results" / experiment_id / "problems.json"
+    results = Path(__file__).resolve().parents[2] / "docs" / "results"
+    # settings the code gained since the first shard (at their defaults) leave the shard command on that experiment
+    experiment_id = continued_id(results, "cpu-smol-experiment-4t4s", cfg) or experiment_id
+    path = results / experiment_id / "problems.json"
     assert path.is_file(), f"the shards' problem sets of {experiment_id} are not committed"
     sets = ensure(path, cfg, None, ["heldout", "cruxeval-o", "cruxeval-i"], lambda b: pytest.fail("drawn again"))
     heldout = {p.id for p in load_problems("heldout", None, 380, cfg.eval.heldout_seed, cfg.tasks.code_f_inputs)}
@@ -151,3 +156,47 @@ def test_a_shard_commits_outcomes_not_the_checkers_messages():
     assert "secret" not in json.dumps(kept)
     assert kept["results"][0]["problems"][0] == {"id": "sample_1", "n": 1, "passed": 0}
     assert outcomes({"f": kept}) == before
+
+
+def test_a_setting_added_at_its_default_continues_the_experiment_and_any_other_difference_is_refused(tmp_path):
+    """A shard of an experiment whose first shard ran before the code gained a setting: at its default the shard
+    continues that experiment (found without --id, its committed config.yaml kept); anything else is refused,
+    named."""
+    import yaml
+
+    from coordinator.experiment.plan import default_id
+    from coordinator.experiment.shardconfig import compare, continued_id, continues, defaults
+    from populora.config import ConfigError
+
+    cfg = load_config(preset="cpu-tiny", env=False)
+    tree = yaml.safe_load(cfg.to_yaml())
+    old = {k: ({kk: vv for kk, vv in v.items() if kk != "batch_invariant"} if k == "generation" else v)
+           for k, v in tree.items()}  # the config as the code wrote it before generation.batch_invariant existed
+    old_text = yaml.safe_dump(old, sort_keys=False)
+    assert continues(old_text, cfg) == ["generation.batch_invariant"]
+    added, differs = compare(old, {**tree, "generation": {**tree["generation"], "batch_invariant": True}},
+                             defaults())
+    assert added == [] and differs == ["generation.batch_invariant = True (a setting the committed config lacks, "
+                                       "not at its default)"]
+    changed = {**old, "trainer": {**old["trainer"], "lr": old["trainer"]["lr"] * 2}}
+    with pytest.raises(ConfigError, match=r"trainer\.lr: .* committed, .* here"):
+        continues(yaml.safe_dump(changed), cfg)
+    gone = {**old, "loop": {**old["loop"], "a_setting_since_removed": 1}}
+    with pytest.raises(ConfigError, match="loop.a_setting_since_removed .in the committed config, gone"):
+        continues(yaml.safe_dump(gone), cfg)
+
+    # the committed experiment is found by its label, whatever its id digests now
+    committed = tmp_path / "cpu-tiny-exp-0123abcd" / "shards" / "1-population"
+    committed.mkdir(parents=True)
+    (committed / "shard.json").write_text("{}")
+    (committed / "config.yaml").write_text(old_text)
+    assert default_id(cfg, "cpu-tiny", []) != "cpu-tiny-exp-0123abcd"
+    assert continued_id(tmp_path, "cpu-tiny", cfg) == "cpu-tiny-exp-0123abcd"
+    other = tmp_path / "cpu-tiny-exp-4567cdef" / "shards" / "2"
+    other.mkdir(parents=True)
+    (other / "shard.json").write_text("{}")
+    (other / "config.yaml").write_text(yaml.safe_dump(changed))
+    assert continued_id(tmp_path, "cpu-tiny", cfg) == "cpu-tiny-exp-0123abcd"  # another experiment is not it
+    (other / "config.yaml").write_text(old_text)
+    with pytest.raises(ConfigError, match="name one with --id"):
+        continued_id(tmp_path, "cpu-tiny", cfg)
