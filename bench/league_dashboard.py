@@ -14,7 +14,7 @@ import time
 
 from bench.league_server import BENCH_TOKEN, LeagueProcess, cpu_ms_per_request
 from bench.loadgen import http_get, load, percentile, run_async
-from populora.config import TASK_TYPES
+from populora.config import CODE_TASK_TYPES as TASK_TYPES  # the default mix: a run of the code types
 
 DASH_RUN = "dash"
 DASH_CONFIG = "run: {steps: 1000, mode: population}\nevolution: {every_k: 13}\n"

@@ -4,8 +4,8 @@ An experiment's id digests its resolved config (coordinator/experiment/plan.py: 
 compared by their config.yaml text (shardresult, recompute). A setting the code gained later changes both, though at
 its default it changes nothing the committed shards ran: the next shard would start another experiment, or be
 refused beside the others. So a shard is held to the committed config itself: its config must equal the first
-committed shard's, except for settings the committed config does not hold that are at their defaults now
-(`compare`). Then it continues that experiment (`continued_id`, when no --id names one), and exports the committed
+committed shard's, except for settings the committed config does not hold that are at their defaults now, and
+for where the machine keeps its files and finds its services (`WHERE`) (`compare`). Then it continues that experiment (`continued_id`, when no --id names one), and exports the committed
 config.yaml text unchanged, so every later check still compares equal texts. Any other difference (a value changed,
 a setting gone, a new setting away from its default) is refused before the shard trains, with the settings named.
 """
@@ -18,6 +18,12 @@ import yaml
 
 from coordinator.experiment.shardresult import SHARD_FILE
 from populora.config import Config, ConfigError
+
+
+# Where a run keeps its files and finds its services, not what it trains: each machine has its own, and a shard on
+# another machine (or in another directory) continues the experiment all the same.
+WHERE = frozenset({"run.output_dir", "model.cache_dir", "warmstart.cache_dir", "league.db_url", "league.read_db_url",
+                   "sandbox.db_url", "store", "queue", "services", "outage"})
 
 
 def _tree(cfg: Config) -> dict:
@@ -36,6 +42,8 @@ def compare(committed: dict, current: dict, default: dict, path: str = "") -> tu
     added, differs = [], []
     for key in sorted(set(committed) | set(current)):
         where = f"{path}.{key}" if path else str(key)
+        if where in WHERE:
+            continue
         if key not in current:
             differs.append(f"{where} (in the committed config, gone from this code)")
         elif key not in committed:

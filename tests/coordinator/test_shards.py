@@ -178,6 +178,8 @@ def test_a_setting_added_at_its_default_continues_the_experiment_and_any_other_d
                              defaults())
     assert added == [] and differs == ["generation.batch_invariant = True (a setting the committed config lacks, "
                                        "not at its default)"]
+    elsewhere = {**old, "run": {**old["run"], "output_dir": "/elsewhere/runs"}, "store": {"root": "/elsewhere/s"}}
+    assert continues(yaml.safe_dump(elsewhere), cfg) == ["generation.batch_invariant"]  # another machine's paths
     changed = {**old, "trainer": {**old["trainer"], "lr": old["trainer"]["lr"] * 2}}
     with pytest.raises(ConfigError, match=r"trainer\.lr: .* committed, .* here"):
         continues(yaml.safe_dump(changed), cfg)
