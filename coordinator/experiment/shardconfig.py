@@ -19,7 +19,6 @@ import yaml
 from coordinator.experiment.shardresult import SHARD_FILE
 from populora.config import Config, ConfigError
 
-
 # Where a run keeps its files and finds its services, not what it trains: each machine has its own, and a shard on
 # another machine (or in another directory) continues the experiment all the same.
 WHERE = frozenset({"run.output_dir", "model.cache_dir", "warmstart.cache_dir", "league.db_url", "league.read_db_url",
