@@ -9,7 +9,7 @@ Postgres and a Redis of the bench's own (tests/e2e/servers.py), which it may res
 processes goes through a proxy of the bench's (bench/fault_proxy.py), which can cut the connections it holds.
 
 The schedule (`schedule`, from --seed alone, so a failing seed replays) draws --faults faults and the pauses before
-them (0.5-4 s). Its kinds: SIGKILL of a service process (a trainer or inference replica, the league, the sandbox),
+them (0.5-4 s). Its kinds: SIGKILL of a service process (a trainer or inference replica, the league, the sandbox, the evolver),
 of a phase worker or of the coordinator, each started again at once (the coordinator with --resume); a Postgres
 restart (stopped as a crash stops it, started after 0.5-2 s) and a Redis one (SIGKILL, its append-only file kept); a
 replica removed (SIGTERM) and added back 2-6 s later; the connections through one process's proxy cut in the middle

@@ -166,17 +166,23 @@ def _parse_proposal(p: Proposal, settings: ValidationSettings) -> _Parsed:
     return _Parsed(p, program, inputs, message)
 
 
-def _gold(parsed: _Parsed, results: list[JobResult], settings: ValidationSettings) -> list[str]:
-    """Spec 3.5-3.7: every run ok, the same reprs in every fresh process, each output short and a literal."""
-    first = results[0]
+def _runs_agree(results: list[JobResult], differ: str) -> JobResult:
+    """The first of the fresh runs, once every one ran ok (else its reason) and all gave the same reprs (else
+    `nondeterministic`, said as `differ`)."""
     for r in results:
         if r.status != "ok":
             reason = _RUN_REASONS.get(r.status, "sandbox_error")
             if r.status == "error" and r.error.startswith("UnsupportedOutput"):
                 reason = "unsupported_output"
             raise _Reject(reason, r.error or r.status)
-        if r.reprs != first.reprs:
-            raise _Reject("nondeterministic", "two fresh runs gave different outputs")
+        if r.reprs != results[0].reprs:
+            raise _Reject("nondeterministic", differ)
+    return results[0]
+
+
+def _gold(parsed: _Parsed, results: list[JobResult], settings: ValidationSettings) -> list[str]:
+    """Spec 3.5-3.7: every run ok, the same reprs in every fresh process, each output short and a literal."""
+    first = _runs_agree(results, "two fresh runs gave different outputs")
     for text in first.reprs:
         if len(text) > settings.max_output_repr:
             raise _Reject("output_too_long", f"output repr has {len(text)} characters; at most "
@@ -193,14 +199,7 @@ def _gold(parsed: _Parsed, results: list[JobResult], settings: ValidationSetting
 def _math_gold(parsed: _Parsed, results: list[JobResult], math: MathChecker | None) -> str:
     """Spec 18: every run ok and the same answer, an answer a math_w task may have, readable by the checker (a text
     answer: read as a sympy expression, and its own box judged equal to it in time), and not written out in the statement."""
-    for r in results:
-        if r.status != "ok":
-            reason = _RUN_REASONS.get(r.status, "sandbox_error")
-            if r.status == "error" and r.error.startswith("UnsupportedOutput"):
-                reason = "unsupported_output"
-            raise _Reject(reason, r.error or r.status)
-        if r.reprs != results[0].reprs:
-            raise _Reject("nondeterministic", "two fresh runs of solution() gave different answers")
+    _runs_agree(results, "two fresh runs of solution() gave different answers")
     if len(results[0].values) != 1:
         raise _Reject("sandbox_error", f"expected one value, got {len(results[0].values)}")
     gold = gold_text(results[0].values[0])
